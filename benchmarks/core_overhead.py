@@ -1,0 +1,99 @@
+"""Elements per second through AsyncWaitOperator with a no-op async function (one core, one loop).
+
+Run:  python benchmarks/core_overhead.py [--elements N] [--repeat R]
+
+Also measures, in the same run, the same no-op coroutines driven by bare asyncio
+(create_task + a done callback refilling a window of ``capacity``) as the reference point.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import sys
+import time
+
+from aiospark import AsyncWaitOperator
+
+
+async def noop(x):
+    return x
+
+
+async def suspending_noop(x):
+    await asyncio.sleep(0)
+    return x
+
+
+async def through_operator(fn, n: int, ordered: bool, capacity: int) -> float:
+    count = 0
+
+    def output(_element):
+        nonlocal count
+        count += 1
+
+    op = AsyncWaitOperator(fn, output, ordered=ordered, capacity=capacity, timeout=60.0)
+    await op.open()
+    start = time.perf_counter()
+    process = op.process_element
+    for i in range(n):
+        await process(i)
+    await op.finish()
+    elapsed = time.perf_counter() - start
+    await op.close()
+    assert count == n, (count, n)
+    return n / elapsed
+
+
+async def bare_tasks(fn, n: int, capacity: int) -> float:
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    source = iter(range(n))
+    finished = 0
+
+    def on_done(_task):
+        nonlocal finished
+        finished += 1
+        refill()
+
+    def refill():
+        for x in source:
+            loop.create_task(fn(x)).add_done_callback(on_done)
+            return
+        if finished == n and not done.done():
+            done.set_result(None)
+
+    start = time.perf_counter()
+    for _ in range(capacity):
+        refill()
+    await done
+    return n / (time.perf_counter() - start)
+
+
+def best(coro_factory, repeat: int) -> float:
+    return max(asyncio.run(coro_factory()) for _ in range(repeat))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elements", type=int, default=300_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    n, repeat = args.elements, args.repeat
+    print(f"command: python {' '.join(sys.argv)}")
+    print(f"python {platform.python_version()} on {platform.machine()}, {n} elements, best of {repeat}\n")
+    print(f"| {'function':<16} | {'mode':<9} | {'capacity':>8} | {'elements/s':>11} |")
+    print(f"|{'-' * 18}|{'-' * 11}|{'-' * 10}|{'-' * 13}|")
+    for fn, label in ((noop, "no-op"), (suspending_noop, "sleep(0)")):
+        for ordered in (True, False):
+            for capacity in (10, 100, 1000):
+                rate = best(lambda: through_operator(fn, n, ordered, capacity), repeat)
+                mode = "ordered" if ordered else "unordered"
+                print(f"| {label:<16} | {mode:<9} | {capacity:>8} | {rate:>11,.0f} |")
+        for capacity in (100, 1000):
+            rate = best(lambda: bare_tasks(fn, n, capacity), repeat)
+            print(f"| {label + ' (bare)':<16} | {'tasks':<9} | {capacity:>8} | {rate:>11,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Start a coroutine eagerly: run its first step now, and pay for an asyncio Task only if it suspends.
+
+A call that completes without suspending (a cache hit, a no-op) costs a fraction of what
+``create_task`` costs (measured here: ~1.3M/s inline vs ~150-270k/s with tasks). Python 3.12+ has
+this built in (``Task(..., eager_start=True)``), which is used when present. On 3.10/3.11 the first
+step is run by hand with correct task semantics for code that looks itself up during that step
+(``asyncio.timeout()``, aiohttp's timers): :class:`_FirstStepTask` stands in as the current task and
+forwards to the real Task that takes over the coroutine if it suspends.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import types
+from typing import Any, Coroutine, Optional, Tuple
+
+# (DONE, value) | (FAILED, exception) | (PENDING, task)
+DONE, FAILED, PENDING = 0, 1, 2
+Outcome = Tuple[int, Any]
+
+_HAS_EAGER_TASKS = sys.version_info >= (3, 12)
+
+
+def _start_eager_task(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> Outcome:
+    task = asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
+    if not task.done():
+        return PENDING, task
+    if task.cancelled():
+        return FAILED, asyncio.CancelledError()
+    exc = task.exception()
+    return (FAILED, exc) if exc is not None else (DONE, task.result())
+
+
+class _FirstStepTask:
+    """The current task while a coroutine's first step runs outside any Task.
+
+    ``cancel``/``cancelling``/``uncancel`` requested during the step are replayed onto the real Task
+    if the coroutine suspends; afterwards every attribute is forwarded to that Task.
+    """
+
+    __slots__ = ("_loop", "_task", "_cancels", "_cancel_msg")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._task: Optional[asyncio.Task] = None
+        self._cancels = 0
+        self._cancel_msg: Any = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self._task is not None:
+            return self._task.cancel(msg)
+        self._cancels += 1
+        self._cancel_msg = msg
+        return True
+
+    def cancelling(self) -> int:
+        return self._task.cancelling() if self._task is not None else self._cancels
+
+    def uncancel(self) -> int:
+        if self._task is not None:
+            return self._task.uncancel()
+        if self._cancels > 0:
+            self._cancels -= 1
+        return self._cancels
+
+    def done(self) -> bool:
+        return self._task.done() if self._task is not None else False
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def __getattr__(self, name: str) -> Any:
+        task = object.__getattribute__(self, "_task")
+        if task is None:
+            raise AttributeError(f"{name!r} is not available during the first step of an eager call")
+        return getattr(task, name)
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], yielded: Any):  # type: ignore[no-untyped-def]
+    """Drive ``coro`` from its first suspension point on, inside a Task."""
+    send, throw = coro.send, coro.throw
+    while True:
+        try:
+            value = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # CancelledError and friends go to the user's coroutine
+            try:
+                yielded = throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = send(value)
+            except StopIteration as stop:
+                return stop.value
+
+
+_enter_task = asyncio.tasks._enter_task  # type: ignore[attr-defined]
+_leave_task = asyncio.tasks._leave_task  # type: ignore[attr-defined]
+
+
+def _start_first_step(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> Outcome:
+    context = contextvars.copy_context()
+    standin = _FirstStepTask(loop)
+    previous = asyncio.current_task(loop)
+    if previous is not None:
+        _leave_task(loop, previous)
+    _enter_task(loop, standin)
+    try:
+        yielded = context.run(coro.send, None)
+    except StopIteration as stop:
+        return DONE, stop.value
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        return FAILED, exc
+    finally:
+        _leave_task(loop, standin)
+        if previous is not None:
+            _enter_task(loop, previous)
+    if sys.version_info >= (3, 11):
+        task = loop.create_task(_resume(coro, yielded), context=context)
+    else:  # pragma: no cover - 3.10 has no context= argument
+        task = context.run(loop.create_task, _resume(coro, yielded))
+    standin._task = task
+    for _ in range(standin._cancels):
+        task.cancel(standin._cancel_msg)
+    return PENDING, task
+
+
+#: ``start(coro, loop)``: run ``coro``'s first step now; returns ``(DONE, result)``,
+#: ``(FAILED, exception)`` or ``(PENDING, task)`` with the Task that now runs the rest.
+start = _start_eager_task if _HAS_EAGER_TASKS else _start_first_step

@@ -1,0 +1,210 @@
+"""Bounded element queues: the ordering policy of the operator (Flink's ``StreamElementQueue``).
+
+:class:`OrderedQueue` emits strictly in insertion order. :class:`UnorderedQueue` emits records in
+completion order, with watermarks as barriers: a watermark splits the queue into segments, it is
+emitted only after every record before it, and no record after it is emitted before it.
+
+Both hold at most ``capacity`` entries (watermarks count). ``try_put`` never blocks; the operator
+waits for space itself. Completion of an entry calls ``on_complete`` (if set), which is how the
+operator learns, without polling, that something may be emittable.
+
+Example::
+
+    >>> from aiospark import UnorderedQueue, Record
+    >>> q = UnorderedQueue(10)
+    >>> a, b = q.try_put(Record("a")), q.try_put(Record("b"))
+    >>> b.complete(["B"]); q.pop_completed()
+    [Record(value='B', timestamp=None)]
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional
+
+from .elements import Record, StreamElement, Watermark
+from .result_future import ResultFuture, watermark_entry
+
+Listener = Optional[Callable[[], None]]
+
+
+def _check_capacity(capacity: int) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise TypeError(f"capacity must be an int >= 1, got {capacity!r}")
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1 (the number of elements in flight), got {capacity}")
+    return capacity
+
+
+def _check_element(element: object) -> None:
+    if type(element) is not Record and type(element) is not Watermark:
+        raise TypeError(f"queues hold Record or Watermark elements, got {type(element).__name__}")
+
+
+class OrderedQueue:
+    """Emits results strictly in insertion order: the head must be done before anything is emitted."""
+
+    def __init__(self, capacity: int, *, on_complete: Listener = None):
+        self.capacity = _check_capacity(capacity)
+        self.on_complete = on_complete
+        self._entries: Deque[ResultFuture] = deque()
+
+    def try_put(self, element: StreamElement) -> Optional[ResultFuture]:
+        """Add ``element``; returns its handle, or ``None`` when the queue is full."""
+        if len(self._entries) >= self.capacity:
+            return None
+        if type(element) is Record:
+            entry = ResultFuture(element, self._completed)
+        else:
+            _check_element(element)
+            entry = watermark_entry(element)  # type: ignore[arg-type]
+        self._entries.append(entry)
+        return entry
+
+    def _completed(self, entry: ResultFuture) -> None:
+        if self.on_complete is not None:
+            self.on_complete()
+
+    def has_completed(self) -> bool:
+        """True when the head entry is done (so ``pop_completed`` emits something)."""
+        return bool(self._entries) and self._entries[0]._done
+
+    def pop_completed(self) -> List[StreamElement]:
+        """Remove the head if done and return what it emits; ``[]`` when the head is not done."""
+        entries = self._entries
+        if not entries or not entries[0]._done:
+            return []
+        return entries.popleft().emitted()
+
+    def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
+        """Pop every emittable entry, passing what each emits to ``output``; returns how many.
+
+        Same as looping on ``pop_completed()``, in one call (the operator's hot path).
+        """
+        entries = self._entries
+        count = 0
+        while entries and entries[0]._done:
+            entry = entries.popleft()
+            count += 1
+            for element in entry.emitted():
+                output(element)
+        return count
+
+    def values(self) -> List[StreamElement]:
+        """Input elements of every held entry, in insertion order (for snapshots)."""
+        return [entry.element for entry in self._entries]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def is_empty(self) -> bool:
+        return not self._entries
+
+    def __repr__(self) -> str:
+        return f"OrderedQueue(capacity={self.capacity}, size={len(self)})"
+
+
+class _Segment:
+    """Records between two watermarks (or a lone watermark)."""
+
+    __slots__ = ("incomplete", "completed", "watermark")
+
+    def __init__(self, watermark: Optional[ResultFuture] = None):
+        self.watermark = watermark
+        # a dict keeps insertion order for snapshots and removes in O(1)
+        self.incomplete: Dict[ResultFuture, None] = {}
+        self.completed: Deque[ResultFuture] = deque()
+
+    def is_empty(self) -> bool:
+        return self.watermark is None and not self.incomplete and not self.completed
+
+
+class UnorderedQueue:
+    """Emits records in completion order within watermark-delimited segments."""
+
+    def __init__(self, capacity: int, *, on_complete: Listener = None):
+        self.capacity = _check_capacity(capacity)
+        self.on_complete = on_complete
+        self._segments: Deque[_Segment] = deque()
+        self._size = 0
+
+    def try_put(self, element: StreamElement) -> Optional[ResultFuture]:
+        """Add ``element``; returns its handle, or ``None`` when the queue is full."""
+        if self._size >= self.capacity:
+            return None
+        segments = self._segments
+        if type(element) is Record:
+            if not segments or segments[-1].watermark is not None:
+                segments.append(_Segment())
+            segment = segments[-1]
+            entry = ResultFuture(element, self._completed)
+            entry._segment = segment
+            segment.incomplete[entry] = None
+        else:
+            _check_element(element)
+            if segments and segments[-1].is_empty():
+                segments.pop()
+            entry = watermark_entry(element)  # type: ignore[arg-type]
+            segments.append(_Segment(entry))
+        self._size += 1
+        return entry
+
+    def _completed(self, entry: ResultFuture) -> None:
+        segment = entry._segment
+        del segment.incomplete[entry]
+        segment.completed.append(entry)
+        if self.on_complete is not None and segment is self._segments[0]:
+            self.on_complete()
+
+    def has_completed(self) -> bool:
+        """True when the first segment has something to emit."""
+        if not self._segments:
+            return False
+        head = self._segments[0]
+        return head.watermark is not None or bool(head.completed)
+
+    def pop_completed(self) -> List[StreamElement]:
+        """Remove one emittable entry and return what it emits; ``[]`` when none is emittable."""
+        segments = self._segments
+        if not segments:
+            return []
+        head = segments[0]
+        if head.watermark is not None:
+            entry = head.watermark
+        elif head.completed:
+            entry = head.completed.popleft()
+        else:
+            return []
+        self._size -= 1
+        if head.watermark is not None or (not head.incomplete and not head.completed and len(segments) > 1):
+            segments.popleft()
+        return entry.emitted()
+
+    def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
+        """Pop every emittable entry, passing what each emits to ``output``; returns how many."""
+        count = 0
+        while self.has_completed():
+            elements = self.pop_completed()
+            count += 1
+            for element in elements:
+                output(element)
+        return count
+
+    def values(self) -> List[StreamElement]:
+        """Input elements of every held entry, segment by segment (for snapshots)."""
+        out: List[StreamElement] = []
+        for segment in self._segments:
+            if segment.watermark is not None:
+                out.append(segment.watermark.element)
+            else:
+                out.extend(entry.element for entry in segment.completed)
+                out.extend(entry.element for entry in segment.incomplete)
+        return out
+
+    def __len__(self) -> int:
+        return self._size
+
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    def __repr__(self) -> str:
+        return f"UnorderedQueue(capacity={self.capacity}, size={len(self)})"

@@ -1,0 +1,83 @@
+"""The handle of one queued element (Flink's ``ResultFuture`` / ``StreamElementQueueEntry``)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, List, Optional
+
+from .elements import Record, StreamElement, Watermark
+
+
+class ResultFuture:
+    """Completion handle of one element held by a queue.
+
+    ``complete(results)`` takes an iterable of outputs (use ``[]`` to emit nothing);
+    ``complete_exceptionally(exc)`` records a failure. Only the first completion counts.
+
+    Example::
+
+        >>> from aiospark import OrderedQueue, Record
+        >>> q = OrderedQueue(2)
+        >>> f = q.try_put(Record("a", 7))
+        >>> f.complete(["A", "a"]); q.pop_completed()
+        [Record(value='A', timestamp=7), Record(value='a', timestamp=7)]
+    """
+
+    __slots__ = ("element", "_results", "_exception", "_done", "_listener", "_segment")
+
+    def __init__(self, element: StreamElement, listener: Optional[Callable[["ResultFuture"], None]] = None):
+        self.element = element
+        self._results: Optional[List[Any]] = None
+        self._exception: Optional[BaseException] = None
+        self._done = False
+        self._listener = listener
+        self._segment: Any = None
+
+    @property
+    def done(self) -> bool:
+        """True once completed, normally or exceptionally."""
+        return self._done
+
+    def complete(self, results: Iterable[Any]) -> None:
+        """Complete with ``results`` (an iterable of outputs); ignored if already done."""
+        if self._done:
+            return
+        if results is None:
+            raise TypeError("ResultFuture.complete() got None: use an empty list to emit nothing")
+        self._results = results if type(results) is list else list(results)
+        self._done = True
+        if self._listener is not None:
+            self._listener(self)
+
+    def complete_exceptionally(self, exc: BaseException) -> None:
+        """Complete with a failure; ``pop_completed()`` will raise ``exc``. Ignored if already done."""
+        if self._done:
+            return
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"complete_exceptionally() needs an exception instance, got {type(exc).__name__}")
+        self._exception = exc
+        self._done = True
+        if self._listener is not None:
+            self._listener(self)
+
+    def emitted(self) -> List[StreamElement]:
+        """What this entry emits once done: its results as Records, or the watermark itself."""
+        if self._exception is not None:
+            raise self._exception
+        element = self.element
+        if type(element) is Watermark:
+            return [element]
+        results = self._results
+        if len(results) == 1:  # type: ignore[arg-type]
+            return [Record(results[0], element.timestamp)]  # type: ignore[index,union-attr]
+        ts = element.timestamp
+        return [Record(r, ts) for r in results]  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "pending"
+        return f"<ResultFuture {state} {self.element!r}>"
+
+
+def watermark_entry(watermark: Watermark) -> ResultFuture:
+    """A queue entry for a watermark: complete at once."""
+    entry = ResultFuture(watermark)
+    entry._done = True
+    return entry
