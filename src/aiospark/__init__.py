@@ -9,7 +9,29 @@ from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWa
 
 __version__ = "0.1.0"
 
+_SPARK_EXPORTS = {
+    "ordered_wait": ("aiospark.spark.wait", "ordered_wait"),
+    "unordered_wait": ("aiospark.spark.wait", "unordered_wait"),
+    "async_udf": ("aiospark.spark.udf", "async_udf"),
+    "AsyncUDF": ("aiospark.spark.udf", "AsyncUDF"),
+    "OutputSchemaError": ("aiospark.spark.schema", "OutputSchemaError"),
+    "local_session": ("aiospark.spark.session", "local_session"),
+}
+
+
+def __getattr__(name: str):  # Spark entry points load pyspark only when first used
+    target = _SPARK_EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'aiospark' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",
+    *_SPARK_EXPORTS,
 ]

@@ -67,12 +67,14 @@ class AsyncWaitOperator:
 
     See the module docstring for an example and ``SPEC.md`` section 1 for the full contract.
     ``on_error(value, exc) -> list``, when given, turns a final failure into that element's results
-    instead of failing the operator.
+    instead of failing the operator. ``manage_lifecycle=False`` leaves ``function.open()`` and
+    ``close()`` to the caller (the Spark runtime opens a function once per worker, not per task).
     """
 
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
                  timeout: Optional[float] = 60.0, capacity: int = 100,
-                 retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None):
+                 retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None,
+                 manage_lifecycle: bool = True):
         self._invoke = check_async_function(function)
         self.function = function
         self._returns_list = isinstance(function, AsyncFunction)
@@ -85,6 +87,7 @@ class AsyncWaitOperator:
         self.timeout = check_timeout(timeout)
         self.retry = check_retry(retry)
         self._on_error = on_error
+        self._manage_lifecycle = manage_lifecycle
         # one output per call and no result predicate: a completed call needs no further checks
         self._plain_results = not self._returns_list and (self.retry is None or self.retry.result_predicate is None)
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
@@ -106,7 +109,7 @@ class AsyncWaitOperator:
     async def open(self, restored: Optional[Iterable[StreamElement]] = None) -> None:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
         self._loop = asyncio.get_running_loop()
-        if isinstance(self.function, AsyncFunction):
+        if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
             if type(element) is Record:
@@ -140,7 +143,7 @@ class AsyncWaitOperator:
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_GRACE_SECONDS)
         self._wake(AsyncFunctionError("the operator was closed"))
-        if isinstance(self.function, AsyncFunction):
+        if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.close()
 
     # ------------------------------------------------------------------ input

@@ -1,0 +1,148 @@
+"""Run one Spark partition through an :class:`~aiospark.core.AsyncWaitOperator` on the worker loop.
+
+Two threads cooperate. The task's thread (Spark's, "the feeder") pulls input batches only when the
+loop asks for more (``NEED``: fewer than ``capacity`` rows are queued), hands over whole chunks, and
+yields output chunks as they arrive (``OUT``). The loop thread runs the operator. Both wait by
+blocking on what the other sends (a ``SimpleQueue`` one way, ``call_soon_threadsafe`` the other):
+no polling, no timeouts. Output is collected per loop iteration, so completions cross threads in
+bulk, and memory stays bounded by ``capacity`` plus one input and one output chunk.
+
+Example (the mapInArrow adapter does this)::
+
+    chunks = (batch.to_pylist() for batch in arrow_batches)
+    for values in run_partition(chunks, make_operator, capacity=100):
+        yield to_arrow(values)
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, Iterable, Iterator, List, Optional
+
+from ..core import AsyncWaitOperator, Record
+from .worker_loop import WorkerLoop, worker_loop
+
+NEED, OUT, DONE, ERROR = range(4)
+
+MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
+
+#: How long an abandoned partition (a failed or cancelled task) waits for its calls to be cancelled.
+ABANDON_SECONDS = 10.0
+
+
+class _Pump:
+    """The loop side of one partition."""
+
+    def __init__(self, make_operator: MakeOperator, capacity: int, to_feeder: "queue.SimpleQueue[Any]",
+                 loop: asyncio.AbstractEventLoop):
+        self._make_operator = make_operator
+        self._capacity = capacity
+        self._post = to_feeder.put
+        self._loop = loop
+        self._chunks: Deque[List[Any]] = deque()
+        self._queued = 0
+        self._requested = False
+        self._input_ended = False
+        self._waiter: Optional[asyncio.Future] = None
+        self._out: List[Any] = []
+        self.operator: Optional[AsyncWaitOperator] = None
+
+    # called on the loop thread, via call_soon_threadsafe from the feeder
+    def accept(self, chunk: Optional[List[Any]]) -> None:
+        self._requested = False
+        if chunk is None:
+            self._input_ended = True
+        else:
+            self._chunks.append(chunk)
+            self._queued += len(chunk)
+            self._request_more()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _request_more(self) -> None:
+        if not self._requested and not self._input_ended and self._queued < self._capacity:
+            self._requested = True
+            self._post((NEED, None))
+
+    def _collect(self, element: Any) -> None:
+        if type(element) is Record:
+            if not self._out:
+                self._loop.call_soon(self._flush)
+            self._out.append(element.value)
+
+    def _flush(self) -> None:
+        if self._out:
+            out, self._out = self._out, []
+            self._post((OUT, out))
+
+    async def run(self) -> None:
+        operator = self.operator = await self._make_operator(self._collect)
+        try:
+            await operator.open()
+            self._request_more()
+            while True:
+                if not self._chunks:
+                    if self._input_ended:
+                        break
+                    self._waiter = self._loop.create_future()
+                    await self._waiter
+                    self._waiter = None
+                    continue
+                chunk = self._chunks.popleft()
+                self._queued -= len(chunk)
+                self._request_more()
+                process = operator.process_element
+                for value in chunk:
+                    await process(value)
+            await operator.finish()
+            self._flush()
+            self._post((DONE, None))
+        except BaseException as exc:
+            self._post((ERROR, exc))
+            raise
+        finally:
+            await operator.close()
+
+
+def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, capacity: int,
+                  out_rows: int = 10_000, loop: Optional[WorkerLoop] = None) -> Iterator[List[Any]]:
+    """Feed ``chunks`` (lists of input values) through the operator ``await make_operator(output)``
+    builds on the loop;
+    yield lists of output values (at least ``out_rows`` each, except the last).
+
+    The generator returns only once every input has been emitted (``finish()``); closing it early
+    (a failed or cancelled task) cancels the calls still in flight.
+    """
+    wl = loop or worker_loop()
+    inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+    pump = _Pump(make_operator, capacity, inbox, wl.loop)
+    source = iter(chunks)
+    future = wl.submit(pump.run())
+    finished = False
+    try:
+        buffered: List[Any] = []
+        while True:
+            kind, payload = inbox.get()
+            if kind == OUT:
+                buffered += payload
+                if len(buffered) >= out_rows:
+                    out, buffered = buffered, []
+                    yield out
+            elif kind == NEED:
+                chunk = next(source, None)
+                wl.loop.call_soon_threadsafe(pump.accept, chunk)
+            elif kind == ERROR:
+                finished = True
+                raise payload
+            else:
+                finished = True
+                break
+        if buffered:
+            yield buffered
+    finally:
+        if not finished:
+            wl.loop.call_soon_threadsafe(future.cancel)
+            concurrent.futures.wait([future], timeout=ABANDON_SECONDS)

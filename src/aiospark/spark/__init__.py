@@ -1,0 +1,1 @@
+"""Spark adapters: the async-wait operator inside ``mapInArrow`` and Arrow iterator UDFs."""

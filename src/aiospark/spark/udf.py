@@ -1,0 +1,211 @@
+"""``async_udf``: an ``async def`` as a Spark column function (select / withColumn / SQL).
+
+Runs as a scalar Arrow *iterator* UDF: one operator per task sees the whole partition, so calls
+stay in flight across Arrow batches, and output order is input order (the operator is ordered).
+The decorator touches no session: the Spark UDF object is built when the function is first applied
+(or registered), for whichever kind of session (classic or Connect) that is.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Iterator, Optional, Union
+
+import pyarrow as pa
+from pyspark.sql.types import DataType
+
+from ..core import RetryStrategy
+from ..core.function import describe_function
+from ..runtime import run_partition, worker_loop
+from .options import CallOptions
+from .schema import arrow_type, values_to_array
+
+ON_ERROR = ("fail", "null")
+
+try:  # the eval type of Arrow iterator UDFs (PySpark >= 4.1)
+    from pyspark.util import PythonEvalType
+
+    _EVAL_TYPE = PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF
+except (ImportError, AttributeError):  # pragma: no cover
+    raise ImportError("aiospark.async_udf needs PySpark >= 4.1 (Arrow iterator UDFs)") from None
+
+
+def _null_on_error(value: Any, exc: BaseException) -> list:
+    return [None]
+
+
+class _UdfRunner:
+    """The picklable function each task runs: iterator of Arrow arrays in, iterator out."""
+
+    def __init__(self, options: CallOptions, on_error: str, return_type: DataType, arity: int, what: str):
+        self.options = options
+        self.on_error = on_error
+        self.return_type = return_type
+        self.arity = arity
+        self.what = what
+
+    def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
+        wl = worker_loop()
+        options = self.options
+        pa_type = arrow_type(self.return_type)
+        on_error = _null_on_error if self.on_error == "null" else None
+        spread = self.arity != 1
+
+        def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
+            if not spread:
+                return function
+
+            async def call(args: tuple) -> Any:
+                return await function(*args)
+
+            return call
+
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
+
+        if spread:
+            chunks = (list(zip(*[a.to_pylist() for a in batch])) for batch in arrays)
+        else:
+            chunks = (batch.to_pylist() for batch in arrays)
+        for values in run_partition(chunks, make_operator, capacity=options.capacity, out_rows=1, loop=wl):
+            yield values_to_array(values, self.return_type, pa_type, self.what)
+
+
+class AsyncUDF:
+    """A column function made by :func:`async_udf`. Call it with columns, or register it for SQL.
+
+    It quacks like a PySpark UDF (``func``, ``returnType``, ``evalType``, ``deterministic``,
+    ``asNondeterministic``) so ``spark.udf.register(name, f)`` accepts it on classic and Connect.
+    """
+
+    def __init__(self, function: Callable[..., Any], return_type: Union[str, DataType], options: CallOptions,
+                 on_error: str, deterministic: bool = True):
+        self._function = function
+        self._return_type = return_type
+        self._options = options
+        self.on_error = on_error
+        self.evalType = _EVAL_TYPE
+        self.deterministic = deterministic
+        self._built: Dict[str, Any] = {}
+        self.__name__ = getattr(function, "__name__", "async_udf")
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    @property
+    def returnType(self) -> DataType:
+        """The return type, parsed with the active session the first time it is needed."""
+        if not isinstance(self._return_type, DataType):
+            from pyspark.sql.types import _parse_datatype_string
+
+            try:
+                self._return_type = _parse_datatype_string(self._return_type)
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise ValueError(f"async_udf return type {self._return_type!r} does not parse as a Spark "
+                                 f"DDL type (e.g. 'string', 'int', 'struct<a: int>'): {first}") from None
+        return self._return_type
+
+    @property
+    def func(self) -> _UdfRunner:
+        """The function Spark runs in every task."""
+        return _UdfRunner(self._options, self.on_error, self.returnType, _arity(self._function),
+                          f"async_udf {describe_function(self._function)!r}")
+
+    def asNondeterministic(self) -> "AsyncUDF":
+        """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
+        return AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False)
+
+    def __call__(self, *cols: Any) -> Any:
+        arity = _arity(self._function)
+        if arity is not None and len(cols) != arity:
+            raise TypeError(f"async_udf {self.__name__!r} takes {arity} column(s), got {len(cols)}")
+        if not cols:
+            raise TypeError(f"async_udf {self.__name__!r} needs at least one column argument")
+        return self._spark_udf(_is_connect(cols))(*cols)
+
+    def _spark_udf(self, connect: bool) -> Any:
+        kind = "connect" if connect else "classic"
+        built = self._built.get(kind)
+        if built is None:
+            if connect:
+                from pyspark.sql.connect.udf import _create_udf
+            else:
+                from pyspark.sql.udf import _create_udf
+            built = _create_udf(self.func, self.returnType, self.evalType, name=self.__name__,
+                                deterministic=self.deterministic)
+            self._built[kind] = built
+        return built
+
+    def __repr__(self) -> str:
+        return f"<async_udf {self.__name__} -> {self._return_type}>"
+
+
+def _arity(function: Callable[..., Any]) -> Optional[int]:
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               and p.default is p.empty)
+
+
+def _is_connect(cols: tuple) -> bool:
+    for col in cols:
+        if type(col).__module__.startswith("pyspark.sql.connect"):
+            return True
+        if not isinstance(col, str):
+            return False
+    from pyspark.sql.utils import is_remote
+
+    return is_remote()
+
+
+def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: int = 100,
+              retry: Optional[RetryStrategy] = None, on_error: str = "fail",
+              deterministic: bool = True) -> Callable[[Callable[..., Any]], AsyncUDF]:
+    """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
+
+    Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
+    ``on_error="null"`` turns a failed call (after retries and timeout) into NULL. Like Spark's own
+    UDFs it is deterministic by default; pass ``deterministic=False`` for calls that must never be
+    merged or repeated by the optimizer (Spark then refuses it inside aggregates).
+
+    Example::
+
+        @aiospark.async_udf("string", capacity=200, timeout=5)
+        async def country(ip):
+            async with session.get(f"http://127.0.0.1:8080/geo/{ip}") as r:
+                return (await r.json())["country"]
+
+        df.withColumn("country", country("ip"))
+        spark.udf.register("country", country)   # SELECT country(ip) FROM logs
+    """
+    if not isinstance(return_type, (str, DataType)):
+        raise TypeError(f"async_udf(return_type) takes a DDL type string like 'string' or a DataType; got "
+                        f"{type(return_type).__name__}" + (" (did you write @async_udf without arguments?)"
+                                                          if callable(return_type) else ""))
+    if isinstance(return_type, str) and not return_type.strip():
+        raise ValueError("async_udf return type is empty: give a DDL type such as 'string' or 'int'")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be 'fail' (fail the task) or 'null' (NULL for a failed call), got {on_error!r}")
+
+    def decorate(function: Callable[..., Any]) -> AsyncUDF:
+        from ..core import AsyncFunction
+
+        if isinstance(function, AsyncFunction):
+            raise TypeError("async_udf makes one value per row: decorate an 'async def' function; "
+                            "for 0..n rows per input use aiospark.ordered_wait with an AsyncFunction")
+        options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
+                                     what="async_udf function")
+        return functools.update_wrapper(AsyncUDF(function, return_type, options, on_error, bool(deterministic)),
+                                        function, updated=())
+
+    # validate the shared options now, before any function is seen
+    CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry)
+    return decorate
+
+
+async def _probe(value: Any) -> Any:  # stands in for the function when validating options early
+    return value

@@ -1,0 +1,155 @@
+"""``ordered_wait`` / ``unordered_wait``: a DataFrame -> DataFrame async map (0..n rows per row).
+
+Each Spark task runs the rows of its partition through an :class:`~aiospark.core.AsyncWaitOperator`
+on the worker's event loop, inside ``mapInArrow``: rows reach the function as dicts (one bulk
+``to_pylist`` per Arrow batch) and results go back to Arrow in bulk.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+
+import pyarrow as pa
+from pyspark.sql.types import StringType, StructField, StructType
+
+from ..core import RetryStrategy
+from ..core.function import describe_function
+from ..runtime import run_partition, worker_loop
+from .options import CallOptions
+from .schema import RowConverter, parse_schema
+
+ON_ERROR = ("fail", "row")
+
+#: Rows per output Arrow batch (Spark's default ``maxRecordsPerBatch``).
+OUTPUT_BATCH_ROWS = 10_000
+
+
+class ErrorRow:
+    """What a failed input becomes under ``on_error="row"``: its input and the error text."""
+
+    __slots__ = ("input", "error")
+
+    def __init__(self, input: Dict[str, Any], error: str):
+        self.input = input
+        self.error = error
+
+
+def error_text(exc: BaseException) -> str:
+    cause = exc
+    text = f"{type(cause).__name__}: {cause}"
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+class _PartitionRunner:
+    """The picklable function ``mapInArrow`` runs in every task."""
+
+    def __init__(self, options: CallOptions, schema: StructType, on_error: str, error_column: str,
+                 input_column: str, output_batch_rows: int, what: str):
+        self.options = options
+        self.schema = schema
+        self.on_error = on_error
+        self.error_column = error_column
+        self.input_column = input_column
+        self.output_batch_rows = output_batch_rows
+        self.what = what
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wl = worker_loop()
+        converter = RowConverter(self.schema, self.what)
+        options = self.options
+        error_mode = self.on_error == "row"
+        on_error = _error_row if error_mode else None
+
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error)
+
+        chunks = (batch.to_pylist() for batch in batches)
+        for values in run_partition(chunks, make_operator, capacity=options.capacity,
+                                    out_rows=self.output_batch_rows, loop=wl):
+            rows = self._rows(values, error_mode)
+            if rows:
+                yield converter.to_batch(rows)
+
+    def _rows(self, values: List[Any], error_mode: bool) -> List[Any]:
+        rows = [v for v in values if v is not None]  # a plain function's None means "no row"
+        if error_mode:
+            rows = [self._error_dict(r) if type(r) is ErrorRow else r for r in rows]
+        return rows
+
+    def _error_dict(self, row: ErrorRow) -> Dict[str, Any]:
+        return {self.error_column: row.error, self.input_column: row.input}
+
+
+def _error_row(value: Any, exc: BaseException) -> List[Any]:
+    return [ErrorRow(value, error_text(exc))]
+
+
+def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
+          retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
+          output_batch_rows: int) -> Any:
+    name = "ordered_wait" if ordered else "unordered_wait"
+    if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
+        raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
+    options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry)
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
+                         f"row per failed input; got {on_error!r}")
+    if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
+        raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
+    out_schema = parse_schema(df.sparkSession, schema)
+    if on_error == "row":
+        taken = set(out_schema.fieldNames())
+        for col in (error_column, input_column):
+            if not isinstance(col, str) or not col:
+                raise ValueError(f"error_column/input_column must be non-empty strings, got {col!r}")
+            if col in taken:
+                raise ValueError(f"the error-row column {col!r} is also a column of the schema: pass "
+                                 "error_column=/input_column= with other names")
+        if error_column == input_column:
+            raise ValueError("error_column and input_column must differ")
+        out_schema = StructType(out_schema.fields + [
+            StructField(error_column, StringType(), True),
+            StructField(input_column, df.schema, True),
+        ])
+    runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
+                              f"{name} function {describe_function(function)!r}")
+    return df.mapInArrow(runner, out_schema)
+
+
+def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
+                 capacity: int = 100, retry: Optional[RetryStrategy] = None, on_error: str = "fail",
+                 error_column: str = "_error", input_column: str = "_input",
+                 output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
+    """Call ``function`` for every row, many at once per task; output keeps each partition's order.
+
+    ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
+    an :class:`aiospark.AsyncFunction` whose ``async_invoke`` returns a list of rows. ``schema`` is a
+    DDL string or StructType of the output. ``capacity`` is the number of calls in flight per task;
+    ``timeout`` (seconds, retries included) and ``retry`` work as in the core operator.
+    ``on_error="row"`` keeps going on failures: each failed input yields one row whose schema
+    columns are NULL, ``error_column`` holds the error text and ``input_column`` the input row.
+
+    Example::
+
+        async def enrich(row):
+            async with session.get(f"http://127.0.0.1:8080/item/{row['id']}") as r:
+                return {"id": row["id"], "name": (await r.json())["name"]}
+
+        out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
+    """
+    return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
+                 output_batch_rows)
+
+
+def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
+                   capacity: int = 100, retry: Optional[RetryStrategy] = None, on_error: str = "fail",
+                   error_column: str = "_error", input_column: str = "_input",
+                   output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
+    """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
+    when latencies vary: a slow call does not hold back the others).
+
+    Example::
+
+        df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
+    """
+    return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
+                 output_batch_rows)
