@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import collections.abc
 import sys
-import types
 from typing import Any, Coroutine, Optional, Tuple
 
 # (DONE, value) | (FAILED, exception) | (PENDING, task)
@@ -77,26 +77,47 @@ class _FirstStepTask:
         return getattr(task, name)
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], yielded: Any):  # type: ignore[no-untyped-def]
-    """Drive ``coro`` from its first suspension point on, inside a Task."""
-    send, throw = coro.send, coro.throw
-    while True:
-        try:
-            value = yield yielded
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:  # CancelledError and friends go to the user's coroutine
-            try:
-                yielded = throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = send(value)
-            except StopIteration as stop:
-                return stop.value
+class _Resume(collections.abc.Coroutine):
+    """Drives ``coro`` from its first suspension point on, inside a Task.
+
+    Its first ``send`` hands the Task what ``coro`` is already waiting on; anything thrown in,
+    even before that (a Task cancelled before its first step), goes straight to ``coro``.
+    """
+
+    __slots__ = ("_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any):
+        self._coro = coro
+        self._pending: Any = yielded
+
+    def send(self, value: Any) -> Any:
+        pending = self._pending
+        if pending is not _NOTHING:
+            self._pending = _NOTHING
+            return pending
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:  # type: ignore[override]
+        self._pending = _NOTHING
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover - legacy signature
+
+    def close(self) -> None:
+        self._pending = _NOTHING
+        self._coro.close()
+
+    def __await__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+
+_NOTHING = object()
 
 
 _enter_task = asyncio.tasks._enter_task  # type: ignore[attr-defined]
@@ -123,9 +144,9 @@ def _start_first_step(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEven
         if previous is not None:
             _enter_task(loop, previous)
     if sys.version_info >= (3, 11):
-        task = loop.create_task(_resume(coro, yielded), context=context)
+        task = loop.create_task(_Resume(coro, yielded), context=context)
     else:  # pragma: no cover - 3.10 has no context= argument
-        task = context.run(loop.create_task, _resume(coro, yielded))
+        task = context.run(loop.create_task, _Resume(coro, yielded))
     standin._task = task
     for _ in range(standin._cancels):
         task.cancel(standin._cancel_msg)
