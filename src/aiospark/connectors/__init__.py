@@ -1,0 +1,41 @@
+"""Lookup connectors, each a :class:`aiospark.lookup.LookupSource` on its system's asyncio client.
+
+* :class:`HttpLookup` -- aiohttp, JSON over HTTP (``GET /item/{id}``, optional batch POST).
+* :class:`RedisLookup` -- redis.asyncio, hashes / strings / JSON strings (MGET, pipelines).
+* :class:`PostgresLookup` -- asyncpg pool, parameterised ``SELECT`` (``= ANY`` / ``unnest``).
+
+Errors are :class:`ConnectorError` (``source``, ``retryable``), :class:`ConnectorTimeout`
+and :class:`HttpStatusError` (``status``, ``retry_after``); they name the source by
+host:port and never contain credentials. Example::
+
+    from aiospark.connectors import RedisLookup
+    users = RedisLookup("user:{id}", "name STRING, age INT", url="redis://127.0.0.1:6379/0")
+
+Submodules are imported lazily, so using one connector does not import the others' clients.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._common import ConnectorError, ConnectorTimeout, Secret, is_retryable
+
+__all__ = ["ConnectorError", "ConnectorTimeout", "HttpLookup", "HttpStatusError",
+           "PostgresLookup", "RedisLookup", "Secret", "is_retryable"]
+
+_LAZY = {"HttpLookup": "http", "HttpStatusError": "http", "RedisLookup": "redis",
+         "PostgresLookup": "postgres"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,371 @@
+"""HTTP lookups on aiohttp: ``GET http://host/item/{id}`` -> JSON rows.
+
+Example::
+
+    items = HttpLookup("http://127.0.0.1:8080/item/{id}", "name STRING, price DOUBLE",
+                       auth_token_env="ITEMS_TOKEN")
+    await items.open()
+    await items.lookup((42,))        # [{'name': 'pen', 'price': 1.5}] ; 404 -> []
+    await items.close()
+
+Responses: a JSON object is one row, a list is many rows, ``null``/404/204 is a
+miss; fields are mapped to the schema's columns (missing -> None) and converted
+to the declared types. ``json_path="data.item"`` selects a nested value first.
+
+Status codes: 404 -> miss; 429 and 5xx -> :class:`HttpStatusError` with
+``retryable=True`` and ``retry_after`` (seconds, from the Retry-After header);
+any other non-2xx -> :class:`HttpStatusError` with ``retryable=False``.
+
+Batch mode (``batch_url=...``): one ``POST batch_url`` per batch with body
+``{"keys": [k, ...]}`` -- each ``k`` is the key value for one key column, or the
+list of values for composite keys. The answer must be
+``{"results": {"<key>": row | [rows] | null, ...}}`` where ``<key>`` is the
+value as text (strings as is, others as JSON: ``42``, ``1.5``, ``true``) or, for
+composite keys, the compact JSON list (``["a",1]``); or ``{"results": [...]}``
+aligned with the request's keys. Absent keys are misses. ``batch_request(keys)``
+and ``batch_response(body, keys) -> {key: row | rows | None}`` replace the default
+formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import json
+import re
+import time
+from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import quote, urlsplit, urlunsplit, unquote
+
+from ..lookup.schema import RowMapper, parse_schema
+from ..lookup.source import LookupSource
+from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
+                      check_positive, has_null, redact, resolve_secret, short)
+
+__all__ = ["HttpLookup", "HttpStatusError"]
+
+_QUERY_RE = re.compile(r"(https?://[^\s'\"?#]*)\?[^\s'\"]*")
+_SECRETISH = ("key", "token", "secret", "pass", "auth", "sig", "credential")
+
+
+class HttpStatusError(ConnectorError):
+    """A non-success HTTP status. ``status``; ``retryable`` (429/5xx); ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, source: str = "", status: int = 0, retryable: bool = False,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message, source=source, retryable=retryable)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _encode(v: Any) -> str:
+    s = v if isinstance(v, str) else (v.decode("utf-8") if isinstance(v, bytes) else str(v))
+    if s in (".", ".."):  # a bare dot segment would be normalised away by servers
+        return "%2E" * len(s)
+    return quote(s, safe="")
+
+
+def _key_text(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def _split_url(url: str, what: str, allow_fields: bool) -> tuple[str, str, Secret | None, Secret | None]:
+    """Return (url without userinfo, 'host:port', user, password)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} must be an absolute http:// or https:// URL, got {url!r}")
+    if "{" in parts.netloc or "}" in parts.netloc:
+        raise ValueError(f"{what} {url!r}: placeholders are allowed in the path and query only")
+    if not allow_fields and ("{" in url or "}" in url):
+        raise ValueError(f"{what} must be a fixed URL without placeholders, got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    user = Secret(unquote(parts.username)) if parts.username else None
+    pw = Secret(unquote(parts.password)) if parts.password else None
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=netloc)), f"{host}:{port}", user, pw
+
+
+def _mask_query(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    masked = []
+    for item in parts.query.split("&"):
+        name, eq, _ = item.partition("=")
+        secretish = any(s in name.lower() for s in _SECRETISH)
+        masked.append(f"{name}=***" if eq and secretish else item)
+    return urlunsplit(parts._replace(query="&".join(masked)))
+
+
+class HttpLookup(LookupSource):
+    """Look up rows over HTTP with aiohttp (one ``ClientSession`` per ``open()``).
+
+    Args:
+        url_template: e.g. ``"http://127.0.0.1:8080/item/{id}"``; placeholders in the
+            path/query are named after the key columns (or ``{0}``, ``{1}``). Each
+            value is sent as ``urllib.parse.quote(str(v), safe="")``.
+        schema: Spark DDL of the returned columns, e.g. ``"name STRING, price DOUBLE"``.
+        key_columns: key tuple order (default: order of the placeholders).
+        method: ``"GET"`` (default) or ``"POST"`` (sends ``{column: value}`` as JSON).
+        headers: extra request headers (values are never shown in ``repr``).
+        json_path: dotted path of the value holding the row(s), e.g. ``"data.items"``.
+        batch_url, batch_request, batch_response: enable batching (see module doc).
+        timeout: total seconds per request. max_connections: connection pool size.
+        auth_token / auth_token_env: bearer token, or the environment variable
+            holding it (read at construction, else at ``open()``).
+        max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
+    """
+
+    def __init__(
+        self,
+        url_template: str,
+        schema: str,
+        *,
+        key_columns: Sequence[str] | None = None,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        json_path: str | None = None,
+        batch_url: str | None = None,
+        batch_request: Callable[[list[tuple]], Any] | None = None,
+        batch_response: Callable[[Any, list[tuple]], Mapping[tuple, Any]] | None = None,
+        timeout: float = 10.0,
+        max_connections: int = 100,
+        auth_token: str | None = None,
+        auth_token_env: str | None = None,
+        auth_scheme: str = "Bearer",
+        max_batch_size: int = 100,
+        max_batch_delay: float = 0.005,
+    ) -> None:
+        self.schema = schema
+        self._fields = parse_schema(schema)
+        self._mapper = RowMapper(self._fields)
+        url, self._hostport, self._user, self._password = _split_url(url_template, "url_template", True)
+        self._tpl = KeyTemplate(url, key_columns, "url_template")
+        self.key_columns = self._tpl.key_columns
+        self.method = str(method).upper()
+        if self.method not in ("GET", "POST"):
+            raise ValueError(f"method must be 'GET' or 'POST', got {method!r}")
+        self._headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        if json_path is not None and (not isinstance(json_path, str) or not json_path.strip(".")):
+            raise ValueError(f"json_path must be a dotted path like 'data.items', got {json_path!r}")
+        self.json_path = json_path
+        self._path = tuple(json_path.split(".")) if json_path else ()
+        self.batch_url = None
+        if batch_url is not None:
+            self.batch_url, _, _, _ = _split_url(batch_url, "batch_url", False)
+        for name, fn in (("batch_request", batch_request), ("batch_response", batch_response)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be a callable, got {fn!r}")
+            if fn is not None and batch_url is None:
+                raise ValueError(f"{name} needs batch_url")
+        self._batch_request, self._batch_response = batch_request, batch_response
+        check_positive("timeout", timeout)
+        check_positive("max_connections", max_connections, integer=True)
+        check_positive("max_batch_size", max_batch_size, integer=True)
+        if not isinstance(max_batch_delay, (int, float)) or max_batch_delay < 0:
+            raise ValueError(f"max_batch_delay must be seconds >= 0, got {max_batch_delay!r}")
+        self.timeout, self.max_connections = float(timeout), max_connections
+        self.max_batch_size, self.max_batch_delay = max_batch_size, float(max_batch_delay)
+        self._token_env, self._auth_scheme = auth_token_env, auth_scheme
+        self._token = resolve_secret(auth_token, auth_token_env)
+        if (auth_token is not None or auth_token_env) and (self._user or self._password):
+            raise ValueError("give either auth_token/auth_token_env or user:password in the URL, not both")
+        if any(h.lower() == "authorization" for h in self._headers) and (
+                auth_token is not None or auth_token_env or self._user or self._password):
+            raise ValueError("an 'Authorization' header conflicts with auth_token/URL credentials")
+        self._name = f"HttpLookup({self._hostport})"
+        self._session: Any = None
+
+    @property
+    def supports_batch(self) -> bool:  # type: ignore[override]
+        return self.batch_url is not None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_session": None}
+
+    def __repr__(self) -> str:
+        tpl = _mask_query(self._tpl.template)
+        return (f"HttpLookup({tpl!r}, {self.schema!r}, method={self.method!r}, "
+                f"batch_url={self.batch_url!r}, headers={sorted(self._headers)!r}, "
+                f"auth_token={'***' if self._token else None})")
+
+    __str__ = __repr__
+
+    async def open(self) -> None:
+        import aiohttp
+
+        if self._session is not None:
+            return
+        if self._token is None and self._token_env:
+            self._token = resolve_secret(None, self._token_env)
+            if self._token is None:
+                raise ConnectorError(f"environment variable {self._token_env} (auth_token_env) is "
+                                     "not set", source=self._name)
+        headers = dict(self._headers)
+        if self._token:
+            headers["Authorization"] = f"{self._auth_scheme} {self._token.reveal()}".strip()
+        elif self._user or self._password:
+            pair = (f"{self._user.reveal() if self._user else ''}:"
+                    f"{self._password.reveal() if self._password else ''}")
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.max_connections),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            headers=headers, raise_for_status=False,
+        )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _secrets(self) -> tuple[Secret | None, ...]:
+        return (self._token, self._password, *(Secret(v) for v in self._headers.values()))
+
+    def _short(self, exc: BaseException) -> str:
+        """Redacted exception text with URL query strings (which may hold keys) cut off."""
+        return _QUERY_RE.sub(r"\1?...", short(exc, *self._secrets()))
+
+    async def _request(self, method: str, url: str, body: Any, missing_ok: bool) -> Any:
+        import aiohttp
+        from yarl import URL
+
+        session = self._session
+        if session is None:
+            raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
+        try:
+            async with session.request(method, URL(url, encoded=True), json=body) as resp:
+                status = resp.status
+                if status == 204 or (status == 404 and missing_ok):
+                    return None
+                data = await resp.read()
+                if 200 <= status < 300:
+                    try:
+                        return json.loads(data) if data.strip() else None
+                    except ValueError:
+                        raise ConnectorError(f"{method} {self._where(url)} returned a non-JSON body "
+                                             f"({len(data)} bytes)", source=self._name) from None
+                raise self._status_error(method, url, resp, data)
+        except ConnectorError:
+            raise
+        except asyncio.TimeoutError:
+            raise ConnectorTimeout(f"no response within {self.timeout}s to {method} "
+                                   f"{self._where(url)}", source=self._name) from None
+        except aiohttp.ClientConnectorError as exc:
+            why = getattr(exc.os_error, "strerror", None) or self._short(exc)
+            raise ConnectorError(f"cannot connect to {self._hostport}: {why}", source=self._name,
+                                 retryable=True) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ConnectorError(f"{method} {self._where(url)} failed: {self._short(exc)}",
+                                 source=self._name, retryable=True) from None
+
+    def _where(self, url: str) -> str:
+        path = urlsplit(url).path or "/"
+        return path if len(path) <= 200 else path[:197] + "..."
+
+    def _status_error(self, method: str, url: str, resp: Any, data: bytes) -> HttpStatusError:
+        status = resp.status
+        retryable = status == 429 or status >= 500
+        retry_after = parse_retry_after(resp.headers.get("Retry-After")) if retryable else None
+        text = redact(data[:200].decode("utf-8", "replace"), *self._secrets()).strip()
+        msg = f"HTTP {status} {resp.reason or ''} for {method} {self._where(url)}".rstrip()
+        if text:
+            msg += f": {text}"
+        return HttpStatusError(msg, source=self._name, status=status, retryable=retryable,
+                               retry_after=retry_after)
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def _select(self, data: Any) -> Any:
+        for part in self._path:
+            if isinstance(data, Mapping):
+                data = data.get(part)
+            elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+                data = data[int(part)]
+            else:
+                return None
+        return data
+
+    def _rows(self, data: Any) -> list[dict]:
+        mapper = self._mapper
+        if data is None:
+            return []
+        if isinstance(data, Mapping):
+            return [mapper.row(data)]
+        items = data if isinstance(data, list) else [data]
+        rows = []
+        for item in items:
+            if isinstance(item, Mapping):
+                rows.append(mapper.row(item))
+            elif len(self._fields) == 1 and item is not None:
+                rows.append(mapper.single(item))
+            elif item is not None:
+                raise ConnectorError(f"expected JSON objects for schema {self.schema!r}, got "
+                                     f"{type(item).__name__}", source=self._name)
+        return rows
+
+    async def lookup(self, key: tuple) -> list[dict]:
+        """GET (or POST) the rendered URL; 404 -> ``[]``; see the module doc for errors."""
+        key = check_key(key, len(self.key_columns), self._name)
+        if has_null(key):
+            return []
+        url = self._tpl.render(key, _encode)
+        body = dict(zip(self.key_columns, key)) if self.method == "POST" else None
+        data = await self._request(self.method, url, body, missing_ok=True)
+        try:
+            return self._rows(self._select(data) if self._path else data)
+        except ValueError as exc:
+            raise ConnectorError(str(exc), source=self._name) from None
+
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
+        """One ``POST batch_url`` for all ``keys``; see the module doc for the format."""
+        if self.batch_url is None:
+            raise NotImplementedError(f"{self._name} has no batch_url")
+        arity = len(self.key_columns)
+        wanted = [k for k in (check_key(k, arity, self._name) for k in keys) if not has_null(k)]
+        if not wanted:
+            return {}
+        if self._batch_request is not None:
+            body = self._batch_request(wanted)
+        else:
+            body = {"keys": [k[0] if arity == 1 else list(k) for k in wanted]}
+        data = await self._request("POST", self.batch_url, body, missing_ok=False)
+        try:
+            if self._batch_response is not None:
+                found = self._batch_response(data, wanted) or {}
+                return {k: self._rows(found.get(k)) for k in wanted}
+            results = data.get("results") if isinstance(data, Mapping) else None
+            if isinstance(results, Mapping):
+                if arity == 1:
+                    return {k: self._rows(results.get(_key_text(k[0]))) for k in wanted}
+                return {k: self._rows(results.get(json.dumps(list(k), separators=(",", ":"),
+                                                             ensure_ascii=False, default=str)))
+                        for k in wanted}
+            if isinstance(results, list) and len(results) == len(wanted):
+                return {k: self._rows(r) for k, r in zip(wanted, results)}
+        except ValueError as exc:
+            raise ConnectorError(str(exc), source=self._name) from None
+        raise ConnectorError('batch response must be {"results": {key: rows}} or {"results": [...]} '
+                             "aligned with the request's keys", source=self._name)

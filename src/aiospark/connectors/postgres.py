@@ -1,0 +1,316 @@
+"""PostgreSQL lookups on asyncpg: ``SELECT cols FROM table WHERE key = $1``.
+
+Example::
+
+    items = PostgresLookup("public.items", "id", "name STRING, price DOUBLE",
+                           dsn="postgresql://app@127.0.0.1:5432/shop", password_env="PGPASSWORD")
+    await items.open()
+    await items.lookup((42,))        # [{'name': 'pen', 'price': 1.5}]
+    await items.close()
+
+Queries are parameterised and prepared (asyncpg caches them per connection):
+
+* single key: ``SELECT "c1", ... FROM "t" WHERE "k1" = $1 [AND "k2" = $2]``
+* batch, one key column: ``... WHERE "k" = ANY($1::<type>[])``
+* batch, composite key: ``... JOIN unnest($1::<t1>[], $2::<t2>[]) WITH ORDINALITY``
+
+Identifiers (table, ``schema.table``, columns) must be plain SQL identifiers
+(letters, digits, ``_``, ``$``; at most 63 chars) and are double-quoted, so they
+are case-sensitive. The output columns are the schema's column names; values
+are what asyncpg returns for the columns' types. Key values are coerced to the
+key columns' types where simple (e.g. ``42`` for a TEXT key becomes ``"42"``); a
+value that cannot be one (``"abc"`` for an INT key) is a miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import decimal
+import os
+import re
+import uuid
+from typing import Any, Sequence
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ..lookup.schema import parse_schema
+from ..lookup.source import LookupSource
+from ._common import (ConnectorError, ConnectorTimeout, Secret, check_key, check_positive,
+                      has_null, resolve_secret, short)
+
+__all__ = ["PostgresLookup", "quote_ident"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
+_RETRYABLE_STATES = ("08", "40001", "40P01", "53", "57P0")
+_TEXT = {"text", "varchar", "bpchar", "name", "citext"}
+_INT = {"int2", "int4", "int8"}
+_FLOAT = {"float4", "float8"}
+
+
+def quote_ident(name: str, what: str = "identifier") -> str:
+    """Validate a plain SQL identifier and return it double-quoted."""
+    if not isinstance(name, str) or not _IDENT.match(name) or len(name) > 63:
+        raise ValueError(f"{what} {name!r} is not a plain SQL identifier: use letters, digits, '_' "
+                         "or '$' (not starting with a digit), at most 63 characters")
+    return f'"{name}"'
+
+
+def _coerce(value: Any, typ: str) -> Any:
+    """Coerce a key value to a parameter type; raises ValueError/TypeError if impossible."""
+    if typ in _TEXT:
+        return value if isinstance(value, str) else (
+            value.decode("utf-8") if isinstance(value, bytes) else str(value))
+    if typ in _INT:
+        if isinstance(value, bool):
+            raise TypeError("bool")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, (float, decimal.Decimal)) and value == int(value):
+            return int(value)
+        return int(str(value).strip())
+    if typ in _FLOAT:
+        return float(value)
+    if typ == "numeric":
+        return decimal.Decimal(str(value))
+    if typ == "uuid":
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    return value
+
+
+class PostgresLookup(LookupSource):
+    """Look up rows of a PostgreSQL table by key columns, through an asyncpg pool.
+
+    Args:
+        table: ``"items"`` or ``"schema.items"``.
+        key_columns: the column (or list of columns) the key tuple matches, in order.
+        schema: Spark DDL of the selected columns (their names are the table's columns).
+        dsn: ``postgresql://user@host:port/db`` (a password in it is taken out and hidden).
+        host, port, user, password, database: connection parts (override the dsn's).
+        password_env: environment variable with the password (read at construction,
+            else at ``open()``). pool_size: most connections. timeout: seconds per
+            connect and per query.
+        max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
+    """
+
+    supports_batch = True
+
+    def __init__(
+        self,
+        table: str,
+        key_columns: str | Sequence[str],
+        schema: str,
+        *,
+        dsn: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        database: str | None = None,
+        password_env: str | None = "PGPASSWORD",
+        pool_size: int = 10,
+        timeout: float = 10.0,
+        max_batch_size: int = 100,
+        max_batch_delay: float = 0.005,
+    ) -> None:
+        if not isinstance(table, str) or not 1 <= len(table.split(".")) <= 2:
+            raise ValueError(f"table must be 'name' or 'schema.name', got {table!r}")
+        self.table = table
+        self._qtable = ".".join(quote_ident(p, "table name part") for p in table.split("."))
+        if isinstance(key_columns, str):
+            key_columns = [key_columns]
+        self.key_columns = tuple(key_columns or ())
+        if not self.key_columns:
+            raise ValueError("key_columns must name at least one column, e.g. key_columns='id'")
+        if len(set(self.key_columns)) != len(self.key_columns):
+            raise ValueError(f"key_columns {list(self.key_columns)} has duplicates")
+        qkeys = [quote_ident(k, "key column") for k in self.key_columns]
+        self.schema = schema
+        self._fields = parse_schema(schema)
+        self.columns = tuple(f.name for f in self._fields)
+        cols = ", ".join(f"__t.{quote_ident(c, 'schema column')}" for c in self.columns)
+        self._sql_one = (f"SELECT {cols} FROM {self._qtable} AS __t WHERE "
+                         + " AND ".join(f"__t.{q} = ${i + 1}" for i, q in enumerate(qkeys)))
+        self._cols_sql, self._qkeys = cols, qkeys
+        self._dsn, dsn_parts, dsn_pw = self._parse_dsn(dsn)
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise ValueError(f"port must be an integer 1..65535, got {port!r}")
+        self.host = host or dsn_parts.get("host") or os.environ.get("PGHOST") or "localhost"
+        self.port = port or dsn_parts.get("port") or int(os.environ.get("PGPORT") or 5432)
+        self.user, self.database = user, database
+        self._password_env = password_env
+        self._password = resolve_secret(password, None) or dsn_pw or resolve_secret(None, password_env)
+        check_positive("pool_size", pool_size, integer=True)
+        check_positive("timeout", timeout)
+        check_positive("max_batch_size", max_batch_size, integer=True)
+        if not isinstance(max_batch_delay, (int, float)) or max_batch_delay < 0:
+            raise ValueError(f"max_batch_delay must be seconds >= 0, got {max_batch_delay!r}")
+        self.pool_size, self.timeout = pool_size, float(timeout)
+        self.max_batch_size, self.max_batch_delay = max_batch_size, float(max_batch_delay)
+        db = database or dsn_parts.get("database") or ""
+        self._name = f"PostgresLookup({table} @ {self.host}:{self.port}{'/' + db if db else ''})"
+        self._pool: Any = None
+
+    @staticmethod
+    def _parse_dsn(dsn: str | None) -> tuple[str | None, dict, Secret | None]:
+        if dsn is None:
+            return None, {}, None
+        parts = urlsplit(dsn) if isinstance(dsn, str) else None
+        if parts is None or parts.scheme not in ("postgres", "postgresql"):
+            raise ValueError("dsn must be a URL like 'postgresql://user@127.0.0.1:5432/db' "
+                             "(or pass host=, port=, user=, database=)")
+        pw = Secret(unquote(parts.password)) if parts.password else None
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        pw = next((Secret(v) for k, v in query if k == "password"), pw)
+        query = [(k, v) for k, v in query if k != "password"]
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        if parts.username:
+            netloc = f"{parts.username}@{netloc}"
+        try:
+            info = {"host": parts.hostname or dict(query).get("host"), "port": parts.port,
+                    "database": parts.path.lstrip("/") or None}
+        except ValueError:
+            raise ValueError("dsn has an invalid port") from None
+        return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query))), info, pw
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pool": None}
+
+    def __repr__(self) -> str:
+        return (f"PostgresLookup({self.table!r}, {list(self.key_columns)!r}, {self.schema!r}, "
+                f"host={self.host!r}, port={self.port!r}, user={self.user!r}, "
+                f"database={self.database!r}, password={'***' if self._password else None})")
+
+    __str__ = __repr__
+
+    def _error(self, exc: BaseException, what: str) -> ConnectorError:
+        import asyncpg
+
+        why = short(exc, self._password)
+        if isinstance(exc, (asyncpg.InvalidPasswordError,
+                            asyncpg.InvalidAuthorizationSpecificationError)):
+            hint = f"password= or ${self._password_env}" if self._password_env else "password="
+            return ConnectorError(f"authentication failed ({why}); check user= and {hint}",
+                                  source=self._name)
+        if isinstance(exc, asyncpg.UndefinedTableError):
+            return ConnectorError(f"table {self.table!r} does not exist ({why}); check table=",
+                                  source=self._name)
+        if isinstance(exc, asyncpg.UndefinedColumnError):
+            return ConnectorError(f"{why}; check key_columns= and the schema's column names",
+                                  source=self._name)
+        if isinstance(exc, asyncpg.PostgresError):
+            state = getattr(exc, "sqlstate", "") or ""
+            return ConnectorError(f"{what} failed: {why}", source=self._name,
+                                  retryable=state.startswith(_RETRYABLE_STATES))
+        if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+            return ConnectorTimeout(f"{what} timed out after {self.timeout}s", source=self._name)
+        if isinstance(exc, (OSError, asyncpg.InterfaceError)):
+            return ConnectorError(f"cannot reach {self.host}:{self.port}: {why}", source=self._name,
+                                  retryable=True)
+        return ConnectorError(f"{what} failed: {why}", source=self._name)
+
+    async def open(self) -> None:
+        import asyncpg
+
+        if self._pool is not None:
+            return
+        if self._password is None and self._password_env:
+            self._password = resolve_secret(None, self._password_env)
+        kwargs = {k: v for k, v in (("host", self.host), ("port", self.port), ("user", self.user),
+                                    ("database", self.database)) if v is not None}
+        try:
+            pool = await asyncpg.create_pool(
+                self._dsn, password=self._password.reveal() if self._password else None,
+                min_size=1, max_size=self.pool_size, timeout=self.timeout,
+                command_timeout=self.timeout, **kwargs)
+        except Exception as exc:
+            raise self._error(exc, "connect") from None
+        try:
+            async with pool.acquire() as con:
+                stmt = await con.prepare(self._sql_one)
+                self._types = [(t.schema, t.name) for t in stmt.get_parameters()]
+        except Exception as exc:
+            await pool.close()
+            raise self._error(exc, "prepare") from None
+        types = [f"{quote_ident(s, 'type schema')}.{quote_ident(n, 'type')}[]" for s, n in self._types]
+        if len(self.key_columns) == 1:
+            self._sql_batch = (f"SELECT __t.{self._qkeys[0]}, {self._cols_sql} FROM {self._qtable} AS __t "
+                               f"WHERE __t.{self._qkeys[0]} = ANY($1::{types[0]})")
+        else:
+            names = ", ".join(f'"__k{i}"' for i in range(len(types)))
+            arrays = ", ".join(f"${i + 1}::{t}" for i, t in enumerate(types))
+            on = " AND ".join(f'__t.{q} = __k."__k{i}"' for i, q in enumerate(self._qkeys))
+            self._sql_batch = (f'SELECT __k."__i", {self._cols_sql} FROM unnest({arrays}) WITH ORDINALITY '
+                               f'AS __k({names}, "__i") JOIN {self._qtable} AS __t ON {on}')
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _coerced(self, key: tuple) -> tuple | None:
+        try:
+            return tuple(_coerce(v, t) for v, (_, t) in zip(key, self._types))
+        except (ValueError, TypeError, ArithmeticError, UnicodeDecodeError):
+            return None
+
+    def _pool_or_fail(self) -> Any:
+        if self._pool is None:
+            raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
+        return self._pool
+
+    async def lookup(self, key: tuple) -> list[dict]:
+        """Rows whose key columns equal ``key`` (``[]`` if none)."""
+        key = check_key(key, len(self.key_columns), self._name)
+        pool = self._pool_or_fail()
+        args = None if has_null(key) else self._coerced(key)
+        if args is None:
+            return []
+        try:
+            records = await pool.fetch(self._sql_one, *args)
+        except Exception as exc:
+            raise self._error(exc, "SELECT") from None
+        cols = self.columns
+        return [dict(zip(cols, r)) for r in records]
+
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
+        """One query for all keys (``= ANY`` or ``unnest``); absent keys are misses."""
+        arity = len(self.key_columns)
+        pool = self._pool_or_fail()
+        out: dict[tuple, list[dict]] = {}
+        wanted: dict[tuple, list[tuple]] = {}
+        for k in keys:
+            k = check_key(k, arity, self._name)
+            out[k] = []
+            c = None if has_null(k) else self._coerced(k)
+            if c is not None:
+                if self._types[0][1] == "bpchar" and arity == 1:
+                    c = (c[0].rstrip(" "),)
+                wanted.setdefault(c, []).append(k)
+        if not wanted:
+            return out
+        order = list(wanted)
+        if arity == 1:
+            args = [[c[0] for c in order]]
+        else:
+            args = [[c[i] for c in order] for i in range(arity)]
+        try:
+            records = await pool.fetch(self._sql_batch, *args)
+        except Exception as exc:
+            raise self._error(exc, "batch SELECT") from None
+        cols = self.columns
+        bpchar = self._types[0][1] == "bpchar"
+        by_text: dict[str, list[tuple]] | None = None
+        for r in records:
+            if arity == 1:
+                kv = r[0].rstrip(" ") if bpchar and isinstance(r[0], str) else r[0]
+                originals = wanted.get((kv,))
+                if originals is None:  # type returned differs from the one sent (e.g. dates)
+                    if by_text is None:
+                        by_text = {str(c[0]): ks for c, ks in wanted.items()}
+                    originals = by_text.get(str(kv), ())
+            else:
+                originals = wanted[order[r[0] - 1]]
+            row = dict(zip(cols, tuple(r)[1:]))
+            for i, k in enumerate(originals):
+                out[k].append(row if i == 0 else dict(row))
+        return out

@@ -1,0 +1,261 @@
+"""Redis lookups on ``redis.asyncio``: hashes, plain strings or JSON strings.
+
+Example::
+
+    users = RedisLookup("user:{id}", "name STRING, age INT",
+                        url="redis://127.0.0.1:6379/0", kind="hash")
+    await users.open()
+    await users.lookup((42,))           # HGETALL user:42 -> [{'name': 'Ada', 'age': 36}]
+    await users.close()
+
+Kinds:
+
+* ``"hash"`` -- ``HGETALL key``; fields map to the schema's columns; an empty hash
+  (or no key) is a miss. Batches: one pipeline of ``HGETALL`` (no transaction).
+* ``"string"`` -- ``GET key`` is the value of the schema's single column.
+* ``"json"`` -- ``GET key`` holds JSON: an object is one row, a list many rows.
+  Batches of ``"string"``/``"json"`` use one ``MGET``.
+
+Values are converted to the schema types (INT, BIGINT, DOUBLE, FLOAT, BOOLEAN,
+STRING, DECIMAL, DATE, TIMESTAMP; ARRAY/MAP/STRUCT from JSON text). Key values are
+inserted into the template as ``str(value)``, unencoded (Redis keys are binary safe).
+The password comes from ``password=``, the URL, or ``$REDIS_PASSWORD``
+(``password_env``), and is never shown in ``repr`` or errors.
+Note: ``MGET`` needs all keys in one slot on Redis Cluster (not supported here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Sequence
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ..lookup.schema import RowMapper, parse_schema
+from ..lookup.source import LookupSource
+from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
+                      check_positive, has_null, resolve_secret, short)
+
+__all__ = ["RedisLookup"]
+
+_KINDS = ("hash", "string", "json")
+
+
+def _key_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "surrogateescape")
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+class RedisLookup(LookupSource):
+    """Look up rows in Redis by a key template such as ``"user:{id}"``.
+
+    Args:
+        key_template: Redis key with one placeholder per key column (``{id}`` or ``{0}``).
+        schema: Spark DDL of the returned columns.
+        url: ``redis://[user:pass@]host:port/db``, ``rediss://...`` or ``unix:///path?db=0``.
+        kind: ``"hash"`` (default), ``"string"`` (one-column schema) or ``"json"``.
+        key_columns: key tuple order (default: order of the placeholders).
+        password / password_env / username: credentials (password_env read at
+            construction, else at ``open()``).
+        max_connections: pool size (callers wait for a free connection up to ``timeout``).
+        timeout: connect/read timeout in seconds.
+        max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
+    """
+
+    supports_batch = True
+
+    def __init__(
+        self,
+        key_template: str,
+        schema: str,
+        *,
+        url: str = "redis://127.0.0.1:6379/0",
+        kind: str = "hash",
+        key_columns: Sequence[str] | None = None,
+        password: str | None = None,
+        password_env: str | None = "REDIS_PASSWORD",
+        username: str | None = None,
+        max_connections: int = 100,
+        timeout: float = 5.0,
+        max_batch_size: int = 100,
+        max_batch_delay: float = 0.005,
+    ) -> None:
+        self.schema = schema
+        self._fields = parse_schema(schema)
+        self._mapper = RowMapper(self._fields)
+        self._tpl = KeyTemplate(key_template, key_columns, "key_template")
+        self.key_columns = self._tpl.key_columns
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, _KINDS))}, got {kind!r}")
+        if kind == "string" and len(self._fields) != 1:
+            raise ValueError(f"kind='string' needs a one-column schema, got {schema!r}; "
+                             "use kind='json' for JSON objects or kind='hash' for hashes")
+        self.kind = kind
+        self._url, self._where, url_user, url_pw = self._parse_url(url)
+        self._password_env = password_env
+        self._password = resolve_secret(password, None) or url_pw or resolve_secret(None, password_env)
+        self._username = username if username is not None else (url_user.reveal() if url_user else None)
+        check_positive("max_connections", max_connections, integer=True)
+        check_positive("timeout", timeout)
+        check_positive("max_batch_size", max_batch_size, integer=True)
+        if not isinstance(max_batch_delay, (int, float)) or max_batch_delay < 0:
+            raise ValueError(f"max_batch_delay must be seconds >= 0, got {max_batch_delay!r}")
+        self.max_connections, self.timeout = max_connections, float(timeout)
+        self.max_batch_size, self.max_batch_delay = max_batch_size, float(max_batch_delay)
+        self._name = f"RedisLookup({self._where})"
+        self._client: Any = None
+
+    @staticmethod
+    def _parse_url(url: str) -> tuple[str, str, Secret | None, Secret | None]:
+        if not isinstance(url, str):
+            raise ValueError(f"url must be a string like 'redis://127.0.0.1:6379/0', got {url!r}")
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"url must start with redis://, rediss:// or unix://, got scheme "
+                             f"{parts.scheme!r}")
+        user = Secret(unquote(parts.username)) if parts.username else None
+        pw = Secret(unquote(parts.password)) if parts.password else None
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        for k, v in query:
+            if k == "password":
+                pw = Secret(v)
+        query = [(k, v) for k, v in query if k != "password"]
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        clean = urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
+        if parts.scheme == "unix":
+            where = parts.path or "?"
+        else:
+            try:
+                port = parts.port or 6379
+            except ValueError:
+                raise ValueError("url has an invalid port") from None
+            db = parts.path.strip("/") or "0"
+            where = f"{parts.hostname or '127.0.0.1'}:{port}/{db}"
+        return clean, where, user, pw
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None, "_pool": None, "_sem": None}
+
+    def __repr__(self) -> str:
+        return (f"RedisLookup({self._tpl.template!r}, {self.schema!r}, url={self._url!r}, "
+                f"kind={self.kind!r}, password={'***' if self._password else None})")
+
+    __str__ = __repr__
+
+    def _error(self, exc: BaseException, what: str) -> ConnectorError:
+        import redis.exceptions as rex
+
+        why = short(exc, self._password)
+        if isinstance(exc, rex.AuthenticationError) or "NOAUTH" in why or "WRONGPASS" in why:
+            hint = f"password= or ${self._password_env}" if self._password_env else "password="
+            return ConnectorError(f"authentication failed at {self._where} ({why}); check {hint}",
+                                  source=self._name)
+        if isinstance(exc, (rex.TimeoutError, TimeoutError)):
+            return ConnectorTimeout(f"{what} timed out after {self.timeout}s at {self._where}",
+                                    source=self._name)
+        if isinstance(exc, (rex.ConnectionError, OSError)):
+            return ConnectorError(f"cannot connect to {self._where}: {why}", source=self._name,
+                                  retryable=True)
+        return ConnectorError(f"{what} failed: {why}", source=self._name)
+
+    async def open(self) -> None:
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        if self._client is not None:
+            return
+        if self._password is None and self._password_env:
+            self._password = resolve_secret(None, self._password_env)
+        pool = aredis.BlockingConnectionPool.from_url(
+            self._url, max_connections=self.max_connections, timeout=self.timeout,
+            password=self._password.reveal() if self._password else None, username=self._username,
+            decode_responses=True, socket_timeout=self.timeout, socket_connect_timeout=self.timeout,
+            retry=Retry(NoBackoff(), 1),
+        )
+        client = aredis.Redis(connection_pool=pool)
+        # Queue excess callers on a cheap FIFO semaphore rather than the pool's condition.
+        self._sem = asyncio.Semaphore(self.max_connections)
+        try:
+            await client.ping()
+        except Exception as exc:
+            await client.aclose()
+            await pool.disconnect()
+            raise self._error(exc, "PING") from None
+        self._client, self._pool = client, pool
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+            await self._pool.disconnect()
+
+    def _rows(self, rkey: str, value: Any) -> list[dict]:
+        if value is None or (not value and self.kind != "string"):
+            return []
+        try:
+            if self.kind == "hash":
+                return [self._mapper.row(value)]
+            if self.kind == "string":
+                return [self._mapper.single(value)]
+            try:
+                data = json.loads(value)
+            except ValueError:
+                raise ValueError(f"value of key {rkey!r} is not valid JSON") from None
+            items = data if isinstance(data, list) else [data]
+            rows = []
+            for item in items:
+                if isinstance(item, dict):
+                    rows.append(self._mapper.row(item))
+                elif item is not None and len(self._fields) == 1:
+                    rows.append(self._mapper.single(item))
+                elif item is not None:
+                    raise ValueError(f"value of key {rkey!r} must be a JSON object or a list of them")
+            return rows
+        except ValueError as exc:
+            raise ConnectorError(str(exc), source=self._name) from None
+
+    def _client_or_fail(self) -> Any:
+        if self._client is None:
+            raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
+        return self._client
+
+    async def lookup(self, key: tuple) -> list[dict]:
+        """``HGETALL`` / ``GET`` the rendered key; a missing key or empty hash -> ``[]``."""
+        key = check_key(key, len(self.key_columns), self._name)
+        if has_null(key):
+            return []
+        client = self._client_or_fail()
+        rkey = self._tpl.render(key, _key_str)
+        try:
+            async with self._sem:
+                value = await (client.hgetall(rkey) if self.kind == "hash" else client.get(rkey))
+        except Exception as exc:
+            raise self._error(exc, "HGETALL" if self.kind == "hash" else "GET") from None
+        return self._rows(rkey, value)
+
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
+        """One ``MGET`` (string/json) or one pipeline of ``HGETALL`` (hash) for all keys."""
+        arity = len(self.key_columns)
+        wanted = [k for k in (check_key(k, arity, self._name) for k in keys) if not has_null(k)]
+        if not wanted:
+            return {}
+        client = self._client_or_fail()
+        rkeys = [self._tpl.render(k, _key_str) for k in wanted]
+        try:
+            async with self._sem:
+                if self.kind == "hash":
+                    async with client.pipeline(transaction=False) as pipe:
+                        for rk in rkeys:
+                            pipe.hgetall(rk)
+                        values = await pipe.execute()
+                else:
+                    values = await client.mget(rkeys)
+        except Exception as exc:
+            raise self._error(exc, "pipeline HGETALL" if self.kind == "hash" else "MGET") from None
+        return {k: self._rows(rk, v) for k, rk, v in zip(wanted, rkeys, values)}

@@ -1,0 +1,277 @@
+"""Cache + coalescing + micro-batching in front of a :class:`LookupSource`.
+
+This is what a lookup join calls once per input row. Per key it:
+
+1. returns ``[]`` at once when any key value is ``None`` (SQL NULL never matches);
+2. answers from the :class:`LookupCache` when one is configured;
+3. joins an in-flight load of the same key (one source call for many waiters);
+4. otherwise starts a load: a ``source.lookup(key)`` task, or -- when the source
+   supports batches -- adds the key to the pending batch, which is sent with one
+   ``source.lookup_batch`` call once ``max_batch_size`` keys are pending or
+   ``max_batch_delay`` seconds after its first key arrived (one loop timer per
+   batch, no polling).
+
+Loads are shielded: cancelling one waiter never cancels the load others wait on.
+A failed load raises the same exception in every waiter and is not cached.
+
+Example::
+
+    lookuper = Lookuper(RedisLookup("user:{id}", "name STRING"),
+                        cache=LookupCache(max_rows=50_000, expire_after_write=60))
+    await lookuper.open()
+    rows = await lookuper.lookup((42,))      # [{'name': 'Ada'}] or []
+    await lookuper.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable, Mapping
+
+from .cache import LookupCache
+from .source import LookupSource
+
+__all__ = ["Lookuper"]
+
+_RUNTIME = ("_loop", "_inflight", "_pending", "_timer", "_tasks", "_opened")
+
+
+def _as_rows(rows: Any) -> list:
+    if type(rows) is list:
+        return rows
+    if rows is None:
+        return []
+    if isinstance(rows, Mapping):
+        return [dict(rows)]
+    return list(rows)
+
+
+class Lookuper:
+    """The per-worker lookup front end: ``await open()``, ``await lookup(key)``, ``await close()``.
+
+    Args:
+        source: the :class:`LookupSource` to query.
+        cache: an optional :class:`LookupCache` (``None``: every key goes to the source,
+            concurrent lookups of one key are still coalesced).
+        batch: group keys into ``lookup_batch`` calls when the source supports it.
+        max_batch_size / max_batch_delay: override the source's batching settings.
+
+    Picklable before and after ``open()`` (runtime state is not pickled). One
+    instance belongs to the event loop that ran ``open()``.
+    """
+
+    def __init__(
+        self,
+        source: LookupSource,
+        cache: LookupCache | None = None,
+        batch: bool = True,
+        *,
+        max_batch_size: int | None = None,
+        max_batch_delay: float | None = None,
+    ) -> None:
+        if not callable(getattr(source, "lookup", None)):
+            raise TypeError(f"source must be a LookupSource (with async lookup()), got {source!r}")
+        if cache is not None and not isinstance(cache, LookupCache):
+            raise TypeError(f"cache must be a LookupCache or None, got {cache!r}")
+        size = source.max_batch_size if max_batch_size is None else max_batch_size
+        delay = source.max_batch_delay if max_batch_delay is None else max_batch_delay
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"max_batch_size must be an int >= 1, got {size!r}")
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ValueError(f"max_batch_delay must be a number of seconds >= 0, got {delay!r}")
+        self.source = source
+        self.cache = cache
+        self.batch = bool(batch) and bool(getattr(source, "supports_batch", False))
+        self.max_batch_size = size
+        self.max_batch_delay = float(delay)
+        self.lookups = self.null_keys = self.coalesced = 0
+        self.source_calls = self.batches = self.batched_keys = self.errors = 0
+        self._opened = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in _RUNTIME}
+        state["_opened"] = False
+        return state
+
+    def __repr__(self) -> str:
+        return f"Lookuper({self.source!r}, cache={self.cache!r}, batch={self.batch})"
+
+    async def open(self) -> None:
+        """Open the source and set up per-loop state. A second call is a no-op."""
+        if self._opened:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._inflight: dict[tuple, asyncio.Future] = {}
+        self._pending: dict[tuple, asyncio.Future] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+        await self.source.open()
+        self._opened = True
+
+    async def close(self) -> None:
+        """Cancel outstanding loads, then close the source. Safe to call twice."""
+        if not self._opened:
+            return
+        self._opened = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.cancel()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for fut in self._inflight.values():
+            fut.cancel()
+        self._inflight.clear()
+        await self.source.close()
+
+    async def __aenter__(self) -> "Lookuper":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- lookups -------------------------------------------------------------------------
+
+    async def lookup(self, key: Any) -> list[dict]:
+        """Return the rows for ``key`` (a tuple of key values; a list or scalar is wrapped).
+
+        ``[]`` means no match, and is returned without a source call when any key
+        value is ``None``. The returned list may be shared with the cache and other
+        callers: do not mutate it.
+        """
+        if type(key) is not tuple:
+            key = tuple(key) if isinstance(key, list) else (key,)
+        self.lookups += 1
+        for v in key:
+            if v is None:
+                self.null_keys += 1
+                return []
+        cache = self.cache
+        if cache is not None:
+            rows = cache.get(key)
+            if rows is not None:
+                return rows
+        if not self._opened or self._loop is not asyncio.get_running_loop():
+            self._not_open()
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = self._start_load(key)
+        else:
+            self.coalesced += 1
+        return await asyncio.shield(fut)
+
+    async def lookup_many(self, keys: Iterable[Any]) -> list[list[dict]]:
+        """Look up many keys concurrently; results in the order of ``keys``."""
+        return list(await asyncio.gather(*(self.lookup(k) for k in keys)))
+
+    def _not_open(self) -> None:
+        if not self._opened:
+            raise RuntimeError(f"{type(self).__name__} is not open: call 'await lookuper.open()' first")
+        raise RuntimeError(f"{type(self).__name__} was opened on another event loop: close() it and "
+                           "open() it on the loop that calls lookup()")
+
+    def _start_load(self, key: tuple) -> asyncio.Future:
+        if not self.batch:
+            task = self._loop.create_task(self._load_one(key))
+            self._inflight[key] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+            return task
+        fut = self._loop.create_future()
+        self._inflight[key] = fut
+        pending = self._pending
+        pending[key] = fut
+        if len(pending) >= self.max_batch_size:
+            self._flush()
+        elif len(pending) == 1:
+            self._timer = self._loop.call_later(self.max_batch_delay, self._flush)
+        return fut
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # mark retrieved: waiters may all have been cancelled
+
+    async def _load_one(self, key: tuple) -> list[dict]:
+        self.source_calls += 1
+        try:
+            rows = _as_rows(await self.source.lookup(key))
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                self.errors += 1
+            if self._inflight.get(key) is asyncio.current_task():
+                del self._inflight[key]
+            raise
+        if self.cache is not None:
+            self.cache.put(key, rows)
+        if self._inflight.get(key) is asyncio.current_task():
+            del self._inflight[key]
+        return rows
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, {}
+        if batch:
+            task = self._loop.create_task(self._run_batch(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    async def _run_batch(self, batch: dict[tuple, asyncio.Future]) -> None:
+        self.source_calls += 1
+        self.batches += 1
+        self.batched_keys += len(batch)
+        inflight = self._inflight
+        try:
+            result = await self.source.lookup_batch(list(batch))
+            if result is None:
+                result = {}
+            get = result.get
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self.errors += not cancelled
+            for key, fut in batch.items():
+                if inflight.get(key) is fut:
+                    del inflight[key]
+                if not fut.done():
+                    if cancelled:
+                        fut.cancel()
+                    else:
+                        fut.set_exception(exc)
+                        fut.exception()  # mark retrieved (all waiters may be gone)
+            raise
+        cache = self.cache
+        for key, fut in batch.items():
+            rows = _as_rows(get(key))
+            if cache is not None:
+                cache.put(key, rows)
+            if inflight.get(key) is fut:
+                del inflight[key]
+            if not fut.done():
+                fut.set_result(rows)
+
+    # --- metrics -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``lookups``, ``null_keys``, ``coalesced``, ``source_calls``, ``batches``,
+        ``batched_keys``, ``errors``, ``inflight`` and, with a cache, ``cache_hits``,
+        ``cache_misses``, ``cache_loads``, ``cache_evictions``, ``cache_expirations``,
+        ``cache_size``."""
+        out = {
+            "lookups": self.lookups, "null_keys": self.null_keys, "coalesced": self.coalesced,
+            "source_calls": self.source_calls, "batches": self.batches,
+            "batched_keys": self.batched_keys, "errors": self.errors,
+            "inflight": len(self._inflight) if self._opened else 0,
+        }
+        if self.cache is not None:
+            out.update({f"cache_{k}": v for k, v in self.cache.stats().items()})
+        return out
