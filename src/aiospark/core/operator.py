@@ -37,6 +37,8 @@ from .retry import RetryStrategy
 
 OnError = Callable[[Any, BaseException], List[Any]]
 
+_new_record = tuple.__new__  # Record(value, ts) without NamedTuple's Python-level __new__
+
 #: Every call whose first step is sampled eagerly; if all of a window suspend, the next
 #: DIRECT_TASK_RUN calls go straight to ``create_task`` (cheaper for calls that always do I/O).
 SAMPLE_WINDOW = 32
@@ -158,6 +160,27 @@ class AsyncWaitOperator:
             entry = self._queue.try_put(record)
         self._start(entry, value)
 
+    def try_process(self, value: Any, timestamp: Any = None) -> bool:
+        """Start the call for ``value`` now if the queue has space; ``False`` when it is full.
+
+        The non-blocking half of :meth:`process_element`, for drivers feeding many elements
+        (``while not op.try_process(v): await op.wait_for_space()``).
+        """
+        if self._failure is not None or self._loop is None:
+            self._check()
+        entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
+        if entry is None:
+            return False
+        self._start(entry, value)
+        return True
+
+    async def wait_for_space(self) -> None:
+        """Wait until the queue has a free slot (raises if the operator failed meanwhile)."""
+        if len(self._queue) >= self._queue.capacity:
+            await self._wait_for_space()
+        else:
+            self._check()
+
     async def process_watermark(self, timestamp: Any) -> None:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
@@ -203,16 +226,17 @@ class AsyncWaitOperator:
             if self._direct_tasks_left:
                 # recent calls all suspended: an eager first step would only add cost
                 self._direct_tasks_left -= 1
-                kind, payload = eager.PENDING, loop.create_task(coro)  # type: ignore[union-attr]
-            else:
-                kind, payload = eager.start(coro, loop)
-                self._sampled += 1
-                if kind == eager.PENDING:
-                    self._sampled_suspended += 1
-                if self._sampled == SAMPLE_WINDOW:
-                    if self._sampled_suspended == SAMPLE_WINDOW:
-                        self._direct_tasks_left = DIRECT_TASK_RUN
-                    self._sampled = self._sampled_suspended = 0
+                call = self._new_call(entry, started)
+                call.task = loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
+                return
+            kind, payload = eager.start(coro, loop)
+            self._sampled += 1
+            if kind == eager.PENDING:
+                self._sampled_suspended += 1
+            if self._sampled == SAMPLE_WINDOW:
+                if self._sampled_suspended == SAMPLE_WINDOW:
+                    self._direct_tasks_left = DIRECT_TASK_RUN
+                self._sampled = self._sampled_suspended = 0
         except Exception as exc:  # the call could not even be created (e.g. wrong arity)
             kind, payload = eager.FAILED, exc
         if kind == eager.DONE:
@@ -224,6 +248,27 @@ class AsyncWaitOperator:
             self._on_exception(entry, None, started, payload)
         else:
             self._attach(self._new_call(entry, started), payload)
+
+    async def _drive(self, call: Call, coro: Any) -> None:
+        """Run a first attempt in its own Task and take its outcome (no done-callback hop)."""
+        try:
+            result = await coro
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            if not (call.finished or call.timing_out or call.task is None or call.retries):
+                call.task = None
+                if isinstance(exc, asyncio.CancelledError):
+                    exc = asyncio.CancelledError("the async call was cancelled")
+                self._on_exception(call.entry, call, call.started, exc)
+            return
+        if not (call.finished or call.timing_out or call.task is None or call.retries):
+            call.task = None
+            if self._plain_results:
+                self._retire(call)
+                call.entry.complete([result])
+            else:
+                self._on_result(call.entry, call, call.started, result)
 
     def _new_call(self, entry: Any, started: float) -> Call:
         call = Call(self, entry, started)

@@ -181,12 +181,26 @@ class UnorderedQueue:
 
     def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
         """Pop every emittable entry, passing what each emits to ``output``; returns how many."""
+        segments = self._segments
         count = 0
-        while self.has_completed():
-            elements = self.pop_completed()
-            count += 1
-            for element in elements:
-                output(element)
+        while segments:
+            head = segments[0]
+            if head.watermark is not None:
+                segments.popleft()
+                self._size -= 1
+                count += 1
+                output(head.watermark.element)
+                continue
+            completed = head.completed
+            while completed:
+                entry = completed.popleft()
+                self._size -= 1
+                count += 1
+                for element in entry.emitted():
+                    output(element)
+            if head.incomplete or len(segments) == 1:
+                break
+            segments.popleft()
         return count
 
     def values(self) -> List[StreamElement]:

@@ -6,6 +6,9 @@ from typing import Any, Callable, Iterable, List, Optional
 from .elements import Record, StreamElement, Watermark
 
 
+_new = tuple.__new__  # builds a Record without NamedTuple's Python-level __new__ (hot path)
+
+
 class ResultFuture:
     """Completion handle of one element held by a queue.
 
@@ -67,9 +70,9 @@ class ResultFuture:
             return [element]
         results = self._results
         if len(results) == 1:  # type: ignore[arg-type]
-            return [Record(results[0], element.timestamp)]  # type: ignore[index,union-attr]
+            return [_new(Record, (results[0], element[1]))]  # type: ignore[index]
         ts = element.timestamp
-        return [Record(r, ts) for r in results]  # type: ignore[union-attr]
+        return [_new(Record, (r, ts)) for r in results]  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"

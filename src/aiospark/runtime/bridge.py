@@ -67,11 +67,11 @@ class _Pump:
             self._requested = True
             self._post((NEED, None))
 
-    def _collect(self, element: Any) -> None:
-        if type(element) is Record:
-            if not self._out:
-                self._loop.call_soon(self._flush)
-            self._out.append(element.value)
+    def _collect(self, element: Record) -> None:
+        # only records reach here: the bridge never sends watermarks
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(element.value)
 
     def _flush(self) -> None:
         if self._out:
@@ -94,9 +94,10 @@ class _Pump:
                 chunk = self._chunks.popleft()
                 self._queued -= len(chunk)
                 self._request_more()
-                process = operator.process_element
+                try_process = operator.try_process
                 for value in chunk:
-                    await process(value)
+                    while not try_process(value):
+                        await operator.wait_for_space()
             await operator.finish()
             self._flush()
             self._post((DONE, None))
