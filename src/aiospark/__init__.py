@@ -16,6 +16,8 @@ _SPARK_EXPORTS = {
     "AsyncUDF": ("aiospark.spark.udf", "AsyncUDF"),
     "OutputSchemaError": ("aiospark.spark.schema", "OutputSchemaError"),
     "local_session": ("aiospark.spark.session", "local_session"),
+    "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
+    "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
 }
 
 

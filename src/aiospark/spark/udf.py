@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Union
 import pyarrow as pa
 from pyspark.sql.types import DataType
 
-from ..core import RetryStrategy
+from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
@@ -52,8 +52,8 @@ class _UdfRunner:
         spread = self.arity != 1
 
         def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
-            if not spread:
-                return function
+            if not spread or isinstance(function, AsyncFunction):
+                return function  # an AsyncFunction (internal: lookups) takes the tuple of values
 
             async def call(args: tuple) -> Any:
                 return await function(*args)
@@ -63,10 +63,16 @@ class _UdfRunner:
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
 
-        if spread:
-            chunks = (list(zip(*[a.to_pylist() for a in batch])) for batch in arrays)
-        else:
-            chunks = (batch.to_pylist() for batch in arrays)
+        wrap_single = spread and not isinstance(options.function, AsyncFunction)
+
+        def to_values(batch: Any) -> list:
+            # Spark hands one pa.Array for a single column and a tuple of arrays for several
+            if isinstance(batch, tuple):
+                return list(zip(*[a.to_pylist() for a in batch]))
+            values = batch.to_pylist()
+            return [(v,) for v in values] if wrap_single else values
+
+        chunks = (to_values(batch) for batch in arrays)
         for values in run_partition(chunks, make_operator, capacity=options.capacity, out_rows=1, loop=wl):
             yield values_to_array(values, self.return_type, pa_type, self.what)
 
@@ -79,7 +85,7 @@ class AsyncUDF:
     """
 
     def __init__(self, function: Callable[..., Any], return_type: Union[str, DataType], options: CallOptions,
-                 on_error: str, deterministic: bool = True):
+                 on_error: str, deterministic: bool = True, name: Optional[str] = None):
         self._function = function
         self._return_type = return_type
         self._options = options
@@ -87,7 +93,7 @@ class AsyncUDF:
         self.evalType = _EVAL_TYPE
         self.deterministic = deterministic
         self._built: Dict[str, Any] = {}
-        self.__name__ = getattr(function, "__name__", "async_udf")
+        self.__name__ = name or getattr(function, "__name__", "async_udf")
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
@@ -113,7 +119,8 @@ class AsyncUDF:
 
     def asNondeterministic(self) -> "AsyncUDF":
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
-        return AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False)
+        return AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False,
+                        name=self.__name__)
 
     def __call__(self, *cols: Any) -> Any:
         arity = _arity(self._function)
@@ -141,6 +148,8 @@ class AsyncUDF:
 
 
 def _arity(function: Callable[..., Any]) -> Optional[int]:
+    if isinstance(function, AsyncFunction):
+        return None
     try:
         params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
@@ -192,8 +201,6 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
         raise ValueError(f"on_error must be 'fail' (fail the task) or 'null' (NULL for a failed call), got {on_error!r}")
 
     def decorate(function: Callable[..., Any]) -> AsyncUDF:
-        from ..core import AsyncFunction
-
         if isinstance(function, AsyncFunction):
             raise TypeError("async_udf makes one value per row: decorate an 'async def' function; "
                             "for 0..n rows per input use aiospark.ordered_wait with an AsyncFunction")

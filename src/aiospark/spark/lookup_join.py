@@ -1,0 +1,137 @@
+"""``lookup_join``: Flink SQL's async lookup join for DataFrames, and ``lookup_udf`` for Spark SQL.
+
+For every input row the key columns ``on`` are looked up in a :class:`~aiospark.lookup.LookupSource`
+(through a per-worker :class:`~aiospark.lookup.Lookuper`: optional :class:`~aiospark.lookup.LookupCache`,
+coalescing of concurrent lookups of one key, batching when the source supports it), and the 0..n
+rows found are joined onto the input columns. A NULL in any key column is a miss with no lookup.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from pyspark.sql.types import ArrayType, StructType
+
+from ..core import AsyncFunction, RetryStrategy
+from ..lookup import LookupCache, Lookuper, LookupSource
+from .schema import parse_schema
+from .wait import OUTPUT_BATCH_ROWS, _wait
+
+HOW = ("left", "inner")
+
+
+class _LookupJoin(AsyncFunction):
+    """Looks each row up and joins what it finds; opened once per worker (shared cache)."""
+
+    def __init__(self, source: LookupSource, on: List[str], columns: List[str], how: str,
+                 cache: Optional[LookupCache], batch: bool):
+        self.lookuper = Lookuper(source, cache=cache, batch=batch)
+        self.on = on
+        self.columns = columns
+        self.left = how == "left"
+
+    async def open(self) -> None:
+        await self.lookuper.open()
+
+    async def close(self) -> None:
+        await self.lookuper.close()
+
+    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+        key = tuple(row[name] for name in self.on)
+        found = [] if None in key else await self.lookuper.lookup(key)
+        if not found:
+            return [row] if self.left else []
+        columns = self.columns
+        return [{**row, **{c: hit.get(c) for c in columns}} for hit in found]
+
+
+class _LookupValues(AsyncFunction):
+    """The SQL flavour: key column values in, the array of looked-up structs out."""
+
+    def __init__(self, source: LookupSource, columns: List[str], cache: Optional[LookupCache], batch: bool):
+        self.lookuper = Lookuper(source, cache=cache, batch=batch)
+        self.columns = columns
+
+    async def open(self) -> None:
+        await self.lookuper.open()
+
+    async def close(self) -> None:
+        await self.lookuper.close()
+
+    async def async_invoke(self, key: Any) -> List[Any]:
+        key = key if isinstance(key, tuple) else (key,)
+        found = [] if None in key else await self.lookuper.lookup(key)
+        return [[{c: hit.get(c) for c in self.columns} for hit in found]]
+
+
+def _source_schema(session: Any, source: Any) -> StructType:
+    if not callable(getattr(source, "lookup", None)):
+        raise TypeError(f"source must be an aiospark LookupSource (HttpLookup, RedisLookup, PostgresLookup or a "
+                        f"subclass of aiospark.lookup.LookupSource), got {type(source).__name__}")
+    return parse_schema(session, getattr(source, "schema", ""), what=f"{type(source).__name__}.schema")
+
+
+def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
+                cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
+                retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
+                on_error: str = "fail") -> Any:
+    """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
+
+    ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
+    Lookup columns named like a key column are not repeated; any other name clash is an error.
+
+    Example::
+
+        customers = RedisLookup("customer:{customer_id}", "name STRING, tier STRING")
+        enriched = aiospark.lookup_join(orders, customers, on="customer_id",
+                                        cache=LookupCache(max_rows=100_000, expire_after_write=60))
+    """
+    if not hasattr(df, "mapInArrow"):
+        raise TypeError(f"lookup_join() takes a pyspark DataFrame first, got {type(df).__name__}")
+    if how not in HOW:
+        raise ValueError(f"how must be 'left' (keep rows without a match) or 'inner' (drop them), got {how!r}")
+    keys = [on] if isinstance(on, str) else list(on)
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"on must be a column name or a list of column names, got {on!r}")
+    missing = [k for k in keys if k not in df.columns]
+    if missing:
+        raise ValueError(f"lookup key column(s) {missing} are not columns of the DataFrame {df.columns}")
+    if cache is not None and not isinstance(cache, LookupCache):
+        raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")
+    looked_up = _source_schema(df.sparkSession, source)
+    clashes = [f.name for f in looked_up.fields if f.name in df.columns and f.name not in keys]
+    if clashes:
+        raise ValueError(f"lookup columns {clashes} clash with input columns: rename them in the source schema "
+                         "or in the DataFrame before the join")
+    added = [f for f in looked_up.fields if f.name not in df.columns]
+    out_schema = StructType(df.schema.fields + added)
+    function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch)
+    return _wait(df, function, out_schema, ordered, timeout, capacity, retry, on_error, "_error", "_input",
+                 OUTPUT_BATCH_ROWS)
+
+
+def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,
+               timeout: Optional[float] = 60.0, retry: Optional[RetryStrategy] = None, batch: bool = True,
+               on_error: str = "fail") -> Any:
+    """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
+
+    Register it and join with ``inline`` (inner) or ``inline_outer`` (left)::
+
+        spark.udf.register("customer", aiospark.lookup_udf(customers))
+        spark.sql("SELECT o.*, c.* FROM orders o, LATERAL inline_outer(customer(o.customer_id)) c")
+    """
+    from .udf import AsyncUDF
+    from .options import CallOptions
+
+    if cache is not None and not isinstance(cache, LookupCache):
+        raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")
+    if on_error not in ("fail", "null"):
+        raise ValueError(f"on_error must be 'fail' or 'null', got {on_error!r}")
+    if not callable(getattr(source, "lookup", None)):
+        raise TypeError(f"source must be an aiospark LookupSource, got {type(source).__name__}")
+    from ..lookup.schema import parse_schema as parse_ddl_columns
+
+    columns = [f.name for f in parse_ddl_columns(source.schema)]
+    function = _LookupValues(source, columns, cache, batch)
+    options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry)
+    return_type = f"array<struct<{source.schema}>>"
+    return AsyncUDF(function, return_type, options, on_error, name=f"lookup_{type(source).__name__}")
