@@ -30,6 +30,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jitter", type=_seconds, default=0.01, help="+/- seconds around the latency")
     demo.add_argument("--capacity", type=_positive_int, default=200, help="calls in flight per task")
     demo.add_argument("--tasks", type=_positive_int, default=2, help="local Spark cores/partitions")
+    enrich = commands.add_parser("enrich", help="enrich every row of a dataset from an HTTP endpoint")
+    enrich.add_argument("input", help="input dataset (Parquet, CSV or JSON file or directory)")
+    enrich.add_argument("output", help="where to write the enriched dataset")
+    enrich.add_argument("--url", required=True,
+                        help="URL template with input columns as placeholders, e.g. http://127.0.0.1:8080/item/{id}")
+    enrich.add_argument("--schema", required=True,
+                        help="Spark DDL of the response fields to add, e.g. 'name STRING, price DOUBLE'")
+    enrich.add_argument("--concurrency", type=_positive_int, default=100, help="calls in flight per task")
+    enrich.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per row, retries included")
+    enrich.add_argument("--retries", type=int, default=3, help="retries after the first call (5xx, 429, network)")
+    enrich.add_argument("--ordered", action="store_true", help="keep each partition's row order")
+    enrich.add_argument("--how", choices=("left", "inner"), default="left",
+                        help="left keeps rows the endpoint has no data for (404)")
+    enrich.add_argument("--input-format", choices=("parquet", "csv", "json"))
+    enrich.add_argument("--output-format", choices=("parquet", "csv", "json"))
+    enrich.add_argument("--mode", choices=("error", "overwrite", "append", "ignore"), default="error",
+                        help="what to do when the output exists")
+    enrich.add_argument("--cache-rows", type=int, default=0, help="per-worker cache of responses (0 = off)")
+    enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     return parser
 
 
@@ -46,6 +65,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         run_demo(rows=args.rows, sample=args.sample, latency=args.latency, jitter=args.jitter,
                  capacity=args.capacity, tasks=args.tasks)
+    elif args.command == "enrich":
+        if args.retries < 0:
+            print("aiospark enrich: --retries must be >= 0", file=sys.stderr)
+            return 2
+        from .enrich import run_enrich
+
+        try:
+            run_enrich(args.input, args.output, url=args.url, schema=args.schema, concurrency=args.concurrency,
+                       timeout=args.timeout, retries=args.retries, ordered=args.ordered, how=args.how,
+                       input_format=args.input_format, output_format=args.output_format, mode=args.mode,
+                       cache_rows=args.cache_rows, master=args.master)
+        except (ValueError, TypeError) as exc:
+            print(f"aiospark enrich: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
