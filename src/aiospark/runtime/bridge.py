@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Deque, Iterable, Iterator, List, Optional
 
 from ..core import AsyncWaitOperator, Record
+from ..core.function import describe_function
 from .worker_loop import WorkerLoop, worker_loop
 
 NEED, OUT, DONE, ERROR = range(4)
@@ -36,11 +37,12 @@ class _Pump:
     """The loop side of one partition."""
 
     def __init__(self, make_operator: MakeOperator, capacity: int, to_feeder: "queue.SimpleQueue[Any]",
-                 loop: asyncio.AbstractEventLoop):
+                 worker: WorkerLoop):
         self._make_operator = make_operator
         self._capacity = capacity
         self._post = to_feeder.put
-        self._loop = loop
+        self._worker = worker
+        self._loop = worker.loop
         self._chunks: Deque[List[Any]] = deque()
         self._queued = 0
         self._requested = False
@@ -80,6 +82,7 @@ class _Pump:
 
     async def run(self) -> None:
         operator = self.operator = await self._make_operator(self._collect)
+        token = self._worker.track(describe_function(operator.function))
         try:
             await operator.open()
             self._request_more()
@@ -105,6 +108,7 @@ class _Pump:
             self._post((ERROR, exc))
             raise
         finally:
+            self._worker.untrack(token)
             await operator.close()
 
 
@@ -119,7 +123,7 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
     """
     wl = loop or worker_loop()
     inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-    pump = _Pump(make_operator, capacity, inbox, wl.loop)
+    pump = _Pump(make_operator, capacity, inbox, wl)
     source = iter(chunks)
     future = wl.submit(pump.run())
     finished = False

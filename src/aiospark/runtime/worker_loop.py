@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import itertools
 import os
 import threading
+import time
+import warnings
 from typing import Any, Coroutine, Dict, Optional
 
 _lock = threading.Lock()
@@ -25,6 +28,17 @@ _current: Optional["WorkerLoop"] = None
 
 #: How long shutdown waits for ``close()`` of the opened functions.
 SHUTDOWN_SECONDS = 10.0
+
+#: While functions run on the loop, a heartbeat every HEARTBEAT_SECONDS notices when the loop
+#: was blocked (a callback or call step that did not yield) for more than BLOCKED_SECONDS.
+HEARTBEAT_SECONDS = 0.05
+BLOCKED_SECONDS = 0.2
+#: A function's blocking is reported at most this often (per worker).
+REPORT_EVERY_SECONDS = 30.0
+
+
+class BlockedLoopWarning(RuntimeWarning):
+    """A user function blocked the event loop (e.g. ``time.sleep`` or ``requests`` inside ``async def``)."""
 
 
 class WorkerLoop:
@@ -35,6 +49,13 @@ class WorkerLoop:
         self.loop = asyncio.new_event_loop()
         self._functions: Dict[str, Any] = {}
         self._opening: Dict[str, asyncio.Future] = {}
+        self._running: Dict[int, str] = {}
+        self._tokens = itertools.count()
+        self._heartbeat: Optional[asyncio.TimerHandle] = None
+        self._expected = 0.0
+        self._reported: Dict[str, float] = {}
+        #: seconds the loop was seen blocked, per function name (cumulative, for metrics)
+        self.blocked_seconds: Dict[str, float] = {}
         started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(started,), name="aiospark-loop", daemon=True)
         self.thread.start()
@@ -76,6 +97,46 @@ class WorkerLoop:
         self._functions[key] = function
         pending.set_result(function)
         return function
+
+    # ---------------------------------------------------------------- blocked-loop detection
+    def track(self, name: str) -> int:
+        """Note that calls of the function ``name`` run now (loop thread); returns a token."""
+        token = next(self._tokens)
+        self._running[token] = name
+        if self._heartbeat is None:
+            self._expected = self.loop.time() + HEARTBEAT_SECONDS
+            self._heartbeat = self.loop.call_at(self._expected, self._beat)
+        return token
+
+    def untrack(self, token: int) -> None:
+        self._running.pop(token, None)
+        if not self._running and self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+    def _beat(self) -> None:
+        now = self.loop.time()
+        lag = now - self._expected
+        if lag > BLOCKED_SECONDS and self._running:
+            self._report(lag)
+        self._expected = now + HEARTBEAT_SECONDS
+        self._heartbeat = self.loop.call_at(self._expected, self._beat)
+
+    def _report(self, lag: float) -> None:
+        names = sorted(set(self._running.values()))
+        for name in names:
+            self.blocked_seconds[name] = self.blocked_seconds.get(name, 0.0) + lag
+        label = ", ".join(repr(n) for n in names)
+        last = max((self._reported.get(n, -1e9) for n in names), default=-1e9)
+        if time.monotonic() - last < REPORT_EVERY_SECONDS:
+            return
+        for name in names:
+            self._reported[name] = time.monotonic()
+        warnings.warn(
+            f"aiospark: the event loop was blocked for {lag:.2f} s while running {label}. A blocking call "
+            "inside 'async def' (time.sleep, requests, a synchronous database driver) stops every other call "
+            "in flight, so calls run one at a time: use an asyncio client, or 'await asyncio.to_thread(...)' "
+            "for code that must block.", BlockedLoopWarning, stacklevel=1)
 
     async def close_functions(self) -> None:
         functions, self._functions = list(self._functions.values()), {}

@@ -58,6 +58,7 @@ class _UdfRunner:
             async def call(args: tuple) -> Any:
                 return await function(*args)
 
+            call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
             return call
 
         async def make_operator(output: Callable[[Any], None]):

@@ -1,0 +1,178 @@
+"""The thread <-> loop bridge and the per-process worker loop, without Spark."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+
+import pytest
+
+from aiospark import AsyncFunction, AsyncFunctionError, AsyncWaitOperator
+from aiospark.runtime import run_partition, worker_loop
+from aiospark.runtime.worker_loop import BlockedLoopWarning, WorkerLoop
+
+
+def make(fn, *, capacity=10, ordered=True, timeout=5.0):
+    async def make_operator(output):
+        return AsyncWaitOperator(fn, output, ordered=ordered, capacity=capacity, timeout=timeout,
+                                 manage_lifecycle=False)
+    return make_operator
+
+
+async def double(x):
+    await asyncio.sleep(0.001)
+    return 2 * x
+
+
+def test_all_rows_in_order_across_chunks():
+    chunks = [list(range(i, i + 7)) for i in range(0, 70, 7)]
+    out = [v for batch in run_partition(iter(chunks), make(double), capacity=5, out_rows=3) for v in batch]
+    assert out == [2 * i for i in range(70)]
+
+
+def test_input_is_pulled_only_when_needed():
+    pulled = []
+
+    def chunks():
+        for i in range(100):
+            pulled.append(i)
+            yield [i] * 10
+
+    gen = run_partition(chunks(), make(double, capacity=20), capacity=20, out_rows=10)
+    first = next(gen)
+    assert len(first) >= 10
+    # capacity 20 and chunks of 10: the loop never holds more than ~capacity + a chunk queued
+    assert len(pulled) < 10
+    assert sum(len(b) for b in gen) + len(first) == 1000
+
+
+def test_error_fails_the_partition():
+    async def boom(x):
+        if x == 3:
+            raise KeyError("three")
+        return x
+
+    with pytest.raises(AsyncFunctionError, match="three"):
+        list(run_partition(iter([[1, 2, 3, 4]]), make(boom), capacity=4))
+
+
+def test_input_error_cancels_calls_in_flight():
+    cancelled = threading.Event()
+
+    async def slow(x):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    def chunks():
+        yield [1, 2, 3]
+        raise OSError("input broke")
+
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="input broke"):
+        list(run_partition(chunks(), make(slow, capacity=3), capacity=1))
+    assert cancelled.wait(5) and time.monotonic() - t0 < 10
+
+
+def test_closing_the_generator_early_cancels_calls():
+    cancelled = threading.Event()
+
+    async def slow_after_first(x):
+        if x > 0:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return x
+
+    gen = run_partition(iter([[0, 1, 2]]), make(slow_after_first, ordered=False, timeout=None), capacity=3,
+                        out_rows=1)
+    assert next(gen) == [0]
+    gen.close()
+    assert cancelled.wait(5)
+
+
+def test_async_function_opened_once_per_loop():
+    class Opened(AsyncFunction):
+        opens = 0
+
+        async def open(self):
+            Opened.opens += 1
+
+        async def async_invoke(self, value):
+            return [value]
+
+    wl = worker_loop()
+    fn = Opened()
+
+    async def run():
+        a = await wl.opened("key-1", fn)
+        b = await wl.opened("key-1", Opened())
+        return a, b
+
+    a, b = wl.submit(run()).result(5)
+    assert a is b is fn and Opened.opens == 1
+
+
+def test_failed_open_is_retried_next_time():
+    class FlakyOpen(AsyncFunction):
+        tries = 0
+
+        async def open(self):
+            FlakyOpen.tries += 1
+            if FlakyOpen.tries == 1:
+                raise ConnectionError("not yet")
+
+    wl = worker_loop()
+    with pytest.raises(ConnectionError):
+        wl.submit(wl.opened("flaky", FlakyOpen())).result(5)
+    assert isinstance(wl.submit(wl.opened("flaky", FlakyOpen())).result(5), FlakyOpen)
+
+
+def test_blocking_function_is_reported_by_name():
+    async def naps_blocking(x):
+        time.sleep(0.3)  # the mistake being detected
+        return x
+
+    wl = WorkerLoop()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = [v for b in run_partition(iter([[1, 2, 3]]), make(naps_blocking), capacity=3, loop=wl) for v in b]
+        assert out == [1, 2, 3]
+        messages = [str(w.message) for w in caught if issubclass(w.category, BlockedLoopWarning)]
+        assert messages and "naps_blocking" in messages[0] and "blocked" in messages[0]
+        assert wl.blocked_seconds["test_blocking_function_is_reported_by_name.<locals>.naps_blocking"] >= 0.5
+    finally:
+        wl.shutdown()
+
+
+def test_well_behaved_function_is_not_reported():
+    wl = WorkerLoop()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            list(run_partition(iter([list(range(200))]), make(double, capacity=50), capacity=50, loop=wl))
+        assert not [w for w in caught if issubclass(w.category, BlockedLoopWarning)]
+    finally:
+        wl.shutdown()
+
+
+def test_worker_loop_is_reused_and_shutdown_closes_functions():
+    assert worker_loop() is worker_loop()
+
+    class Closing(AsyncFunction):
+        closed = False
+
+        async def close(self):
+            Closing.closed = True
+
+    wl = WorkerLoop()
+    wl.submit(wl.opened("c", Closing())).result(5)
+    wl.shutdown()
+    assert Closing.closed and not wl.alive()
+    assert worker_loop().alive()  # the process-wide loop is another one, untouched
