@@ -4,7 +4,8 @@ Many calls in flight per Spark task, a bounded number of them, per-call timeouts
 ordered or unordered output. The core engine (``aiospark.core``) is pure asyncio; the Spark entry
 points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
-from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, OrderedQueue,
+from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
+                   OrderedQueue,
                    Record, ResultFuture, RetryStrategy, UnorderedQueue, Watermark, retry_if_empty, retry_on)
 
 __version__ = "0.1.0"
@@ -33,7 +34,8 @@ def __getattr__(name: str):  # Spark entry points load pyspark only when first u
 
 
 __all__ = [
-    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "OrderedQueue",
+    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
+    "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",
     *_SPARK_EXPORTS,
 ]

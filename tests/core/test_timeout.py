@@ -311,10 +311,11 @@ def test_no_timeout_after_completion():
 
     async def main():
         out = Collector()
-        op = AsyncWaitOperator(F(), out, timeout=0.05)
+        # generous margins: on a loaded machine a 5 ms sleep can overrun a tight deadline
+        op = AsyncWaitOperator(F(), out, timeout=0.3)
         await op.open()
         await feed(op, [1, 2, 3])
-        await settle(0.15)  # well past every deadline
+        await settle(0.5)  # well past every deadline
         await feed(op, [4])  # must not raise
         await op.finish()
         await settle(0.1)

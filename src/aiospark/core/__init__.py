@@ -20,7 +20,7 @@ Example::
     asyncio.run(main())
 """
 from .elements import Record, StreamElement, Watermark
-from .errors import AsyncFunctionError, AsyncTimeoutError
+from .errors import AsyncFunctionError, AsyncTimeoutError, BlockedLoopWarning
 from .function import AsyncFunction
 from .operator import AsyncWaitOperator
 from .queues import OrderedQueue, UnorderedQueue
@@ -28,7 +28,8 @@ from .result_future import ResultFuture
 from .retry import RetryStrategy, retry_if_empty, retry_on
 
 __all__ = [
-    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "OrderedQueue",
+    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
+    "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "StreamElement", "UnorderedQueue", "Watermark",
     "retry_if_empty", "retry_on",
 ]

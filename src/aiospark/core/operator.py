@@ -24,18 +24,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from typing import Any, Callable, Deque, Iterable, List, Optional, Set
 
 from . import eager
 from .calls import Call
 from .elements import Record, StreamElement, Watermark
-from .errors import AsyncFunctionError, AsyncTimeoutError, describe_input, function_error
-from .function import AsyncFunction, check_async_function
+from .errors import AsyncFunctionError, AsyncTimeoutError, describe_input, function_error, warn_blocking
+from .function import AsyncFunction, check_async_function, describe_function
 from .queues import OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
 
 OnError = Callable[[Any, BaseException], List[Any]]
+
+_perf_counter = time.perf_counter
+
+#: A first step (code before the first await) longer than this blocked the loop: warn once.
+BLOCKING_STEP_SECONDS = 0.05
 
 _new_record = tuple.__new__  # Record(value, ts) without NamedTuple's Python-level __new__
 
@@ -105,6 +111,9 @@ class AsyncWaitOperator:
         self._deadlines: Deque[Call] = deque()
         self._deadline_timer: Optional[asyncio.TimerHandle] = None
         self._sampled = self._sampled_suspended = self._direct_tasks_left = 0
+        #: seconds first steps spent blocking the loop (see BlockedLoopWarning)
+        self.blocked_seconds = 0.0
+        self._warned_blocking = False
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -229,7 +238,11 @@ class AsyncWaitOperator:
                 call = self._new_call(entry, started)
                 call.task = loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
                 return
+            begun = _perf_counter()
             kind, payload = eager.start(coro, loop)
+            took = _perf_counter() - begun
+            if took > BLOCKING_STEP_SECONDS:
+                self._blocking_step(took)
             self._sampled += 1
             if kind == eager.PENDING:
                 self._sampled_suspended += 1
@@ -388,6 +401,13 @@ class AsyncWaitOperator:
             self._fail(value, handler_exc, "on_error handler")
             return
         entry.complete(results)
+
+    def _blocking_step(self, seconds: float) -> None:
+        self.blocked_seconds += seconds
+        if not self._warned_blocking:
+            self._warned_blocking = True
+            name = describe_function(self.function)
+            warn_blocking(name, f"a call of {name!r} ran {seconds * 1000:.0f} ms without yielding to the event loop.")
 
     # ------------------------------------------------------------------ timeouts
     def _on_deadline(self) -> None:

@@ -19,9 +19,9 @@ import concurrent.futures
 import itertools
 import os
 import threading
-import time
-import warnings
 from typing import Any, Coroutine, Dict, Optional
+
+from ..core.errors import warn_blocking
 
 _lock = threading.Lock()
 _current: Optional["WorkerLoop"] = None
@@ -30,15 +30,30 @@ _current: Optional["WorkerLoop"] = None
 SHUTDOWN_SECONDS = 10.0
 
 #: While functions run on the loop, a heartbeat every HEARTBEAT_SECONDS notices when the loop
-#: was blocked (a callback or call step that did not yield) for more than BLOCKED_SECONDS.
+#: was blocked for more than BLOCKED_SECONDS at once (the operator itself times first steps, which
+#: catches the common case of calls that never await; this catches blocking after an await).
 HEARTBEAT_SECONDS = 0.05
-BLOCKED_SECONDS = 0.2
-#: A function's blocking is reported at most this often (per worker).
-REPORT_EVERY_SECONDS = 30.0
+BLOCKED_SECONDS = 0.5
 
 
-class BlockedLoopWarning(RuntimeWarning):
-    """A user function blocked the event loop (e.g. ``time.sleep`` or ``requests`` inside ``async def``)."""
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (less CPU per call, tighter timers), else asyncio's own loop.
+
+    ``AIOSPARK_LOOP=asyncio`` (or ``uvloop``) forces the choice; on Spark executors set it with
+    ``spark.executorEnv.AIOSPARK_LOOP``.
+    """
+    choice = os.environ.get("AIOSPARK_LOOP", "auto").strip().lower()
+    if choice not in ("auto", "uvloop", "asyncio"):
+        raise ValueError(f"AIOSPARK_LOOP must be 'auto', 'uvloop' or 'asyncio', got {choice!r}")
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise ImportError("AIOSPARK_LOOP=uvloop but uvloop is not installed: pip install uvloop") from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 class WorkerLoop:
@@ -46,14 +61,13 @@ class WorkerLoop:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self._functions: Dict[str, Any] = {}
         self._opening: Dict[str, asyncio.Future] = {}
         self._running: Dict[int, str] = {}
         self._tokens = itertools.count()
         self._heartbeat: Optional[asyncio.TimerHandle] = None
         self._expected = 0.0
-        self._reported: Dict[str, float] = {}
         #: seconds the loop was seen blocked, per function name (cumulative, for metrics)
         self.blocked_seconds: Dict[str, float] = {}
         started = threading.Event()
@@ -123,20 +137,9 @@ class WorkerLoop:
         self._heartbeat = self.loop.call_at(self._expected, self._beat)
 
     def _report(self, lag: float) -> None:
-        names = sorted(set(self._running.values()))
-        for name in names:
+        for name in sorted(set(self._running.values())):
             self.blocked_seconds[name] = self.blocked_seconds.get(name, 0.0) + lag
-        label = ", ".join(repr(n) for n in names)
-        last = max((self._reported.get(n, -1e9) for n in names), default=-1e9)
-        if time.monotonic() - last < REPORT_EVERY_SECONDS:
-            return
-        for name in names:
-            self._reported[name] = time.monotonic()
-        warnings.warn(
-            f"aiospark: the event loop was blocked for {lag:.2f} s while running {label}. A blocking call "
-            "inside 'async def' (time.sleep, requests, a synchronous database driver) stops every other call "
-            "in flight, so calls run one at a time: use an asyncio client, or 'await asyncio.to_thread(...)' "
-            "for code that must block.", BlockedLoopWarning, stacklevel=1)
+            warn_blocking(name, f"the event loop was blocked for {lag:.2f} s while running {name!r}.")
 
     async def close_functions(self) -> None:
         functions, self._functions = list(self._functions.values()), {}

@@ -1,0 +1,302 @@
+"""What every run reports: call counters and a latency histogram, cheap enough to update per call.
+
+:class:`OperatorMetrics` is a bag of plain ``int`` counters (``__slots__``; the operator may just
+do ``m.calls += 1``) plus a fixed log-spaced latency histogram: bucket bounds are
+``10 µs * 1.1**k`` up to about 10 minutes, so a quantile read back from it is within 5% (relative)
+of the exact one. Metrics of many tasks merge into job metrics (:meth:`OperatorMetrics.merge`)
+and travel as JSON (:meth:`to_dict` / :meth:`from_dict`), e.g. from Spark workers to the driver.
+
+Example::
+
+    m = OperatorMetrics()
+    m.calls += 1
+    m.record_latency(0.012)
+    m.successes += 1
+    print(m)   # calls=1 ok=1 retries=0 timeouts=0 failed=0 error_rows=0 inflight_peak=0 p50=12.0ms ...
+
+    job = OperatorMetrics()
+    for d in per_task_dicts:
+        job.merge(OperatorMetrics.from_dict(d))
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Optional
+
+__all__ = ["OperatorMetrics"]
+
+#: Lower bound of the first regular bucket (seconds); faster samples share one underflow bucket.
+HISTOGRAM_MIN = 1e-5
+#: Ratio between consecutive bucket bounds: a bucket's geometric middle is within
+#: sqrt(1.1) - 1 = 4.9% of any value in it.
+HISTOGRAM_FACTOR = 1.1
+#: Regular buckets: 10 µs * 1.1**189 = 11 min; slower samples share one overflow bucket.
+HISTOGRAM_BUCKETS = 189
+_LOG_FACTOR = math.log(HISTOGRAM_FACTOR)
+_INV_LOG_FACTOR = 1.0 / _LOG_FACTOR
+_INV_MIN = 1.0 / HISTOGRAM_MIN
+_OVERFLOW = HISTOGRAM_BUCKETS + 1
+_SIZE = HISTOGRAM_BUCKETS + 2   # [0] underflow, [1..N] regular, [N+1] overflow
+_log = math.log
+
+COUNTERS = ("calls", "successes", "retries", "timeouts", "failures", "error_rows", "rate_limited")
+FORMAT_VERSION = 1
+
+
+def _bucket_bounds(i: int) -> tuple:
+    if i == 0:
+        return 0.0, HISTOGRAM_MIN
+    if i == _OVERFLOW:
+        return HISTOGRAM_MIN * HISTOGRAM_FACTOR ** HISTOGRAM_BUCKETS, math.inf
+    return HISTOGRAM_MIN * HISTOGRAM_FACTOR ** (i - 1), HISTOGRAM_MIN * HISTOGRAM_FACTOR ** i
+
+
+class OperatorMetrics:
+    """Counters and a latency histogram of one operator (one task), or of many merged.
+
+    Counters (plain ints, increment them directly or through ``record_*``):
+
+    * ``calls`` -- attempts started (retries included)
+    * ``successes`` -- attempts that returned a result
+    * ``retries`` -- attempts scheduled again after a failure or a retried result
+    * ``timeouts`` -- elements whose overall timeout fired
+    * ``failures`` -- final failures (after retries)
+    * ``error_rows`` -- final failures turned into output rows by ``on_error``
+    * ``rate_limited`` -- calls that had to wait for the rate limit before starting
+    * ``inflight_peak`` -- the most calls in flight at once (``record_inflight``)
+
+    Latency (seconds per attempt) goes to :meth:`record_latency`; read it back with
+    :meth:`quantile`, :meth:`summary` or ``str()``.
+    """
+
+    __slots__ = COUNTERS + ("inflight_peak", "_counts", "_count", "_sum", "_min", "_max")
+
+    def __init__(self) -> None:
+        self.calls = self.successes = self.retries = self.timeouts = 0
+        self.failures = self.error_rows = self.rate_limited = self.inflight_peak = 0
+        self._counts: List[int] = [0] * _SIZE
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = 0.0
+
+    # ------------------------------------------------------------------ recording (hot path)
+    def record_latency(self, seconds: float) -> None:
+        """Add one attempt's latency in seconds (O(1): one log, one list increment)."""
+        if seconds >= HISTOGRAM_MIN:
+            i = int(_log(seconds * _INV_MIN) * _INV_LOG_FACTOR) + 1
+            self._counts[i if i <= HISTOGRAM_BUCKETS else _OVERFLOW] += 1
+        elif seconds >= 0.0:
+            self._counts[0] += 1
+        else:  # negative or NaN: a caller bug, do not poison the histogram
+            raise ValueError(f"latency must be seconds >= 0, got {seconds!r}")
+        self._count += 1
+        self._sum += seconds
+        if seconds < self._min:
+            self._min = seconds
+        if seconds > self._max:
+            self._max = seconds
+
+    def record_call(self) -> None:
+        self.calls += 1
+
+    def record_success(self, seconds: Optional[float] = None) -> None:
+        """A successful attempt, with its latency when given."""
+        self.successes += 1
+        if seconds is not None:
+            self.record_latency(seconds)
+
+    def record_retry(self) -> None:
+        self.retries += 1
+
+    def record_timeout(self) -> None:
+        self.timeouts += 1
+
+    def record_failure(self) -> None:
+        self.failures += 1
+
+    def record_error_row(self) -> None:
+        self.error_rows += 1
+
+    def record_rate_limited(self) -> None:
+        self.rate_limited += 1
+
+    def record_inflight(self, inflight: int) -> None:
+        """Note the current number of calls in flight (keeps the peak)."""
+        if inflight > self.inflight_peak:
+            self.inflight_peak = inflight
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def latency_count(self) -> int:
+        """How many latencies were recorded."""
+        return self._count
+
+    @property
+    def latency_mean(self) -> Optional[float]:
+        return self._sum / self._count if self._count else None
+
+    @property
+    def latency_min(self) -> Optional[float]:
+        return self._min if self._count else None
+
+    @property
+    def latency_max(self) -> Optional[float]:
+        return self._max if self._count else None
+
+    def quantile(self, q: float) -> Optional[float]:
+        """The ``q``-quantile (0..1) of the recorded latencies in seconds; ``None`` if there are none.
+
+        Nearest-rank on the histogram: the geometric middle of the bucket holding the
+        ``ceil(q * n)``-th smallest latency, clamped to the exact min/max (within 5% relative
+        for latencies from 10 µs to about 11 minutes; ``q=0``/``q=1`` are the exact min/max).
+        """
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be a number between 0 and 1 (e.g. 0.99), got {q!r}")
+        n = self._count
+        if not n:
+            return None
+        if q == 0.0:
+            return self._min
+        if q == 1.0:
+            return self._max
+        rank = max(1, math.ceil(q * n))
+        seen = 0
+        counts = self._counts
+        for i in range(_SIZE):
+            seen += counts[i]
+            if seen >= rank:
+                if i == _OVERFLOW:
+                    return self._max
+                lo, hi = _bucket_bounds(i)
+                estimate = math.sqrt(lo * hi) if i else hi
+                return min(max(estimate, self._min), self._max)
+        return self._max  # pragma: no cover - counts always add up to n
+
+    def summary(self) -> Dict[str, Any]:
+        """Counters plus latency in milliseconds: ``p50_ms``, ``p95_ms``, ``p99_ms``, ``mean_ms``,
+        ``max_ms`` (``None`` when nothing was recorded) and ``latency_count``."""
+        out: Dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        out["inflight_peak"] = self.inflight_peak
+        out["latency_count"] = self._count
+        for key, value in (("p50_ms", self.quantile(0.5)), ("p95_ms", self.quantile(0.95)),
+                           ("p99_ms", self.quantile(0.99)), ("mean_ms", self.latency_mean),
+                           ("max_ms", self.latency_max)):
+            out[key] = None if value is None else value * 1000.0
+        return out
+
+    def __str__(self) -> str:
+        p = [_fmt_ms(self.quantile(q)) for q in (0.5, 0.95, 0.99)]
+        return (f"calls={self.calls} ok={self.successes} retries={self.retries} "
+                f"timeouts={self.timeouts} failed={self.failures} error_rows={self.error_rows} "
+                f"inflight_peak={self.inflight_peak} p50={p[0]} p95={p[1]} p99={p[2]}")
+
+    def __repr__(self) -> str:
+        return f"<OperatorMetrics {self} rate_limited={self.rate_limited}>"
+
+    # ------------------------------------------------------------------ combining / transport
+    def merge(self, other: "OperatorMetrics") -> "OperatorMetrics":
+        """Add ``other`` into this one (sums counters and histograms, max of peaks); returns self."""
+        if not isinstance(other, OperatorMetrics):
+            raise TypeError(f"can only merge OperatorMetrics, got {type(other).__name__}")
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if other.inflight_peak > self.inflight_peak:
+            self.inflight_peak = other.inflight_peak
+        if other._count:
+            counts = self._counts
+            for i, c in enumerate(other._counts):
+                if c:
+                    counts[i] += c
+            self._count += other._count
+            self._sum += other._sum
+            self._min = min(self._min, other._min)
+            self._max = max(self._max, other._max)
+        return self
+
+    @classmethod
+    def merged(cls, parts: Iterable["OperatorMetrics"]) -> "OperatorMetrics":
+        """A new object holding the sum of ``parts``."""
+        total = cls()
+        for part in parts:
+            total.merge(part)
+        return total
+
+    def copy(self) -> "OperatorMetrics":
+        return OperatorMetrics().merge(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable state (counters, peak, sparse histogram); :meth:`from_dict` inverts it."""
+        return {
+            "version": FORMAT_VERSION,
+            **{name: getattr(self, name) for name in COUNTERS},
+            "inflight_peak": self.inflight_peak,
+            "latency": {
+                "min_seconds": HISTOGRAM_MIN, "factor": HISTOGRAM_FACTOR, "buckets": HISTOGRAM_BUCKETS,
+                "count": self._count, "sum": self._sum,
+                "min": self._min if self._count else None, "max": self._max if self._count else None,
+                "counts": [[i, c] for i, c in enumerate(self._counts) if c],
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "OperatorMetrics":
+        """Rebuild metrics from :meth:`to_dict` output (e.g. after ``json.loads``)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"from_dict needs the dict made by OperatorMetrics.to_dict(), got {type(data).__name__}")
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"unsupported OperatorMetrics format version {data.get('version')!r} "
+                             f"(this aiospark reads version {FORMAT_VERSION})")
+        m = cls()
+        try:
+            for name in COUNTERS + ("inflight_peak",):
+                value = data[name]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+                setattr(m, name, value)
+            lat = data["latency"]
+            if (lat["min_seconds"], lat["factor"], lat["buckets"]) != (
+                    HISTOGRAM_MIN, HISTOGRAM_FACTOR, HISTOGRAM_BUCKETS):
+                raise ValueError("histogram layout differs from this aiospark's "
+                                 f"({HISTOGRAM_MIN}, {HISTOGRAM_FACTOR}, {HISTOGRAM_BUCKETS})")
+            total = 0
+            for i, c in lat["counts"]:
+                if not (isinstance(i, int) and 0 <= i < _SIZE and isinstance(c, int) and c > 0):
+                    raise ValueError(f"bad histogram bucket {[i, c]!r}")
+                m._counts[i] += c
+                total += c
+            if total != lat["count"]:
+                raise ValueError(f"histogram counts add up to {total}, but count is {lat['count']}")
+            m._count = total
+            m._sum = float(lat["sum"])
+            if total:
+                m._min, m._max = float(lat["min"]), float(lat["max"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not an OperatorMetrics.to_dict() result: {exc!r}") from None
+        return m
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, OperatorMetrics):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return self.to_dict()
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        other = OperatorMetrics.from_dict(state)
+        for name in self.__slots__:
+            setattr(self, name, getattr(other, name))
+
+
+def _fmt_ms(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "n/a"
+    ms = seconds * 1000.0
+    if ms < 10:
+        return f"{ms:.2f}ms"
+    if ms < 100:
+        return f"{ms:.1f}ms"
+    return f"{ms:.0f}ms"
