@@ -5,21 +5,23 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .operator import AsyncWaitOperator
+    from .attempts import Attempts
     from .retry import RetryStrategy
 
 
 class Call:
     """Attempts, back-off and deadline of one queued element."""
 
-    __slots__ = ("op", "entry", "value", "started", "retries", "task", "backoff",
-                 "finished", "timing_out", "deadline", "_delays")
+    __slots__ = ("op", "entry", "value", "started", "attempt_started", "retries", "task", "backoff",
+                 "finished", "timing_out", "deadline", "permit", "_delays")
 
-    def __init__(self, op: "AsyncWaitOperator", entry: Any, started: float):
+    def __init__(self, op: "Attempts", entry: Any, started: float):
         self.op = op
         self.entry = entry
         self.value = entry.element.value
         self.started = started
+        self.attempt_started = started
+        self.permit = False  # holds a rate-limit reservation for its next attempt
         self.retries = 0
         self.task: Optional[asyncio.Task] = None
         self.backoff: Optional[asyncio.TimerHandle] = None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import time
 from typing import Any, Callable, Optional, Protocol, Union, runtime_checkable
 
@@ -42,11 +43,12 @@ Clock = Callable[[], float]
 
 def check_rate(rate: Any, what: str = "rate") -> float:
     """``rate`` as a float of calls per second; it must be a finite number > 0."""
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
         raise TypeError(f"{what} must be a number of calls per second (e.g. 50 or 0.5), got {rate!r}")
+    rate = float(rate)
     if not (rate > 0) or math.isinf(rate):
         raise ValueError(f"{what} must be a finite number of calls per second > 0, got {rate!r}")
-    return float(rate)
+    return rate
 
 
 def default_burst(rate: float) -> int:
@@ -58,11 +60,11 @@ def check_burst(burst: Any, rate: float) -> int:
     """``burst`` as an int >= 1 (``None`` = :func:`default_burst`)."""
     if burst is None:
         return default_burst(rate)
-    if isinstance(burst, bool) or not isinstance(burst, int):
+    if isinstance(burst, bool) or not isinstance(burst, numbers.Integral):
         raise TypeError(f"burst must be an int (calls allowed at once), got {burst!r}")
     if burst < 1:
         raise ValueError(f"burst must be >= 1 (calls allowed at once), got {burst}")
-    return burst
+    return int(burst)
 
 
 class RateLimit:
@@ -92,7 +94,7 @@ class RateLimit:
         """
         if value is None or isinstance(value, cls):
             return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return cls(value)
         if not isinstance(value, type) and (callable(getattr(value, "reserve", None))
                                             or callable(getattr(value, "acquire", None))):

@@ -1,0 +1,395 @@
+"""How calls are made for queued elements: attempts, retries, timeouts, rate limits, feedback.
+
+:class:`Attempts` is the call-making half of :class:`~aiospark.core.operator.AsyncWaitOperator`
+(the operator keeps the queue, the emission and the failure state). For every element it starts
+the first attempt (eagerly: a call that completes without suspending never gets a Task), keeps a
+:class:`~aiospark.core.calls.Call` only for calls that suspend or need more attempts, schedules
+back-offs and rate-limited starts with ``loop.call_at``, fires timeouts from one loop timer over a
+FIFO of deadlines, feeds an optional adaptive concurrency limit, and counts everything in
+:class:`~aiospark.core.metrics.OperatorMetrics`. It reports each element's end to the operator:
+``element_done(entry, results)`` or ``element_failed(entry, exc)``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, Optional, Set
+
+from . import eager
+from .adaptive import AdaptiveConcurrency
+from .calls import Call
+from .errors import AsyncTimeoutError, describe_input, warn_blocking
+from .function import AsyncFunction, describe_function
+from .metrics import OperatorMetrics
+from .ratelimit import make_limiter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .operator import AsyncWaitOperator
+
+_perf_counter = time.perf_counter
+
+#: A first step (code before the first await) longer than this blocked the loop: warn once.
+BLOCKING_STEP_SECONDS = 0.05
+
+#: Every call whose first step is sampled eagerly; if all of a window suspend, the next
+#: DIRECT_TASK_RUN calls go straight to ``create_task`` (cheaper for calls that always do I/O).
+SAMPLE_WINDOW = 32
+DIRECT_TASK_RUN = 1024
+
+#: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
+CLOSE_GRACE_SECONDS = 5.0
+
+
+class Attempts:
+    """Makes the calls of one operator (see the module docstring)."""
+
+    def __init__(self, op: "AsyncWaitOperator", rate_limit: Any, adaptive: Optional[AdaptiveConcurrency]):
+        self.op = op
+        self.function = op.function
+        self.timeout = op.timeout
+        self.retry = op.retry
+        self.returns_list = isinstance(op.function, AsyncFunction)
+        self.invoke = op.function.async_invoke if self.returns_list else op.function
+        limiter = make_limiter(rate_limit)
+        self.reserve = getattr(limiter, "reserve", None)  # a synchronous limiter: O(1) reservations
+        self.acquire = None if self.reserve is not None else getattr(limiter, "acquire", None)
+        if self.acquire is not None:
+            self.invoke = self._limited(self.invoke, self.acquire)
+        self.adaptive = adaptive
+        self.metrics = OperatorMetrics()
+        # a completed call needs no further checks: one output per call, no result predicate
+        self.plain_results = not self.returns_list and (self.retry is None or self.retry.result_predicate is None)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.calls: Set[Call] = set()
+        self.cancelled: Set[asyncio.Task] = set()
+        self.deadlines: Deque[Call] = deque()
+        self.deadline_timer: Optional[asyncio.TimerHandle] = None
+        self.sampled = self.sampled_suspended = self.direct_tasks_left = 0
+        #: seconds first steps spent blocking the loop (see BlockedLoopWarning)
+        self.blocked_seconds = 0.0
+        self.warned_blocking = False
+
+    def _limited(self, invoke: Any, acquire: Any) -> Any:
+        metrics = self.metrics
+
+        async def limited(value: Any) -> Any:
+            waited = await acquire()
+            if waited:
+                metrics.rate_limited += 1
+            return await invoke(value)
+
+        limited.__qualname__ = describe_function(self.function)
+        return limited
+
+    # ------------------------------------------------------------------ first attempts
+    def start(self, entry: Any, value: Any) -> None:
+        """Start the first attempt for a newly queued element."""
+        loop = self.loop
+        started = loop.time()  # type: ignore[union-attr]
+        metrics = self.metrics
+        if self.reserve is not None:
+            delay = self.reserve()
+            if delay > 0.0:
+                metrics.rate_limited += 1
+                call = self._new_call(entry, started)
+                call.permit = True
+                call.backoff = loop.call_at(started + delay, self.attempt, call)  # type: ignore[union-attr]
+                return
+        metrics.calls += 1
+        try:
+            coro = self.invoke(value)
+            if self.direct_tasks_left:
+                # recent calls all suspended: an eager first step would only add cost
+                self.direct_tasks_left -= 1
+                call = self._new_call(entry, started)
+                call.task = loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
+                return
+            begun = _perf_counter()
+            kind, payload = eager.start(coro, loop)
+            took = _perf_counter() - begun
+            if took > BLOCKING_STEP_SECONDS:
+                self._blocking_step(took)
+            self.sampled += 1
+            if kind == eager.PENDING:
+                self.sampled_suspended += 1
+            if self.sampled == SAMPLE_WINDOW:
+                if self.sampled_suspended == SAMPLE_WINDOW:
+                    self.direct_tasks_left = DIRECT_TASK_RUN
+                self.sampled = self.sampled_suspended = 0
+        except Exception as exc:  # the call could not even be created (e.g. wrong arity)
+            kind, payload, took = eager.FAILED, exc, 0.0
+        if kind == eager.DONE:
+            metrics.successes += 1
+            metrics.record_latency(took)
+            if self.plain_results and self.adaptive is None:
+                self.op.element_done(entry, [payload])
+            else:
+                self._on_result(entry, None, started, payload, took)
+        elif kind == eager.FAILED:
+            self._on_exception(entry, None, started, payload, took)
+        else:
+            self._attach(self._new_call(entry, started), payload)
+
+    async def _drive(self, call: Call, coro: Any) -> None:
+        """Run a first attempt in its own Task and take its outcome (no done-callback hop)."""
+        try:
+            result = await coro
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            if not (call.finished or call.timing_out or call.task is None or call.retries):
+                call.task = None
+                if isinstance(exc, asyncio.CancelledError):
+                    exc = asyncio.CancelledError("the async call was cancelled")
+                self._on_exception(call.entry, call, call.started, exc, self.loop.time() - call.started)  # type: ignore
+            return
+        if not (call.finished or call.timing_out or call.task is None or call.retries):
+            call.task = None
+            latency = self.loop.time() - call.started  # type: ignore[union-attr]
+            self.metrics.successes += 1
+            self.metrics.record_latency(latency)
+            if self.plain_results and self.adaptive is None:
+                self._retire(call)
+                self.op.element_done(call.entry, [result])
+            else:
+                self._on_result(call.entry, call, call.started, result, latency)
+
+    def _new_call(self, entry: Any, started: float) -> Call:
+        call = Call(self, entry, started)
+        self.calls.add(call)
+        if self.timeout is not None:
+            # Deadlines are first-attempt time + a constant, so they arrive in order: a FIFO and
+            # one loop timer for its head replace a heap push/cancel per element.
+            call.deadline = started + self.timeout
+            self.deadlines.append(call)
+            if self.deadline_timer is None:
+                self.deadline_timer = self.loop.call_at(call.deadline, self._on_deadline)  # type: ignore
+        return call
+
+    def _attach(self, call: Call, task: asyncio.Task) -> None:
+        call.task = task
+        task.add_done_callback(call.attempt_done)
+
+    # ------------------------------------------------------------------ later attempts
+    def attempt(self, call: Call) -> None:
+        """Start another attempt for ``call`` (after a back-off or a rate-limit wait)."""
+        call.backoff = None
+        if call.finished or call.timing_out:
+            return
+        loop = self.loop
+        if self.reserve is not None:
+            if call.permit:
+                call.permit = False
+            else:
+                delay = self.reserve()
+                if delay > 0.0:
+                    self.metrics.rate_limited += 1
+                    call.permit = True
+                    call.backoff = loop.call_at(loop.time() + delay, self.attempt, call)  # type: ignore
+                    return
+        self.metrics.calls += 1
+        call.attempt_started = loop.time()  # type: ignore[union-attr]
+        try:
+            kind, payload = eager.start(self.invoke(call.value), loop)
+        except Exception as exc:
+            kind, payload = eager.FAILED, exc
+        if kind == eager.DONE:
+            self.metrics.successes += 1
+            self.metrics.record_latency(loop.time() - call.attempt_started)  # type: ignore[union-attr]
+            self._on_result(call.entry, call, call.started, payload, 0.0)
+        elif kind == eager.FAILED:
+            self._on_exception(call.entry, call, call.started, payload, 0.0)
+        else:
+            self._attach(call, payload)
+
+    def attempt_done(self, call: Call, task: asyncio.Task) -> None:
+        if call.finished or call.task is not task:
+            return  # abandoned (timeout, failure, close): its outcome no longer matters
+        call.task = None
+        latency = self.loop.time() - call.attempt_started  # type: ignore[union-attr]
+        if task.cancelled():
+            self._on_exception(call.entry, call, call.started,
+                               asyncio.CancelledError("the async call was cancelled"), latency)
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._on_exception(call.entry, call, call.started, exc, latency)
+        else:
+            self.metrics.successes += 1
+            self.metrics.record_latency(latency)
+            self._on_result(call.entry, call, call.started, task.result(), latency)
+
+    # ------------------------------------------------------------------ outcomes
+    def _on_result(self, entry: Any, call: Optional[Call], started: float, result: Any, latency: float) -> None:
+        if self.adaptive is not None:
+            self.adaptive.on_success(latency, self.op.inflight)
+        if self.returns_list:
+            if type(result) is list:
+                results = result
+            elif isinstance(result, (list, tuple)):
+                results = list(result)
+            else:
+                self._final_failure(entry, call, TypeError(
+                    f"{type(self.function).__name__}.async_invoke must return a list of outputs "
+                    f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}"))
+                return
+        else:
+            results = [result]
+        retry = self.retry
+        if retry is not None and retry.result_predicate is not None:
+            try:
+                again = retry.should_retry_result(results)
+            except BaseException as exc:
+                self.op.fail(entry.element.value, exc, "retry result_predicate")
+                return
+            if again and self._schedule_retry(entry, call, started, None):
+                return
+        if call is not None:
+            self._retire(call)
+        self.op.element_done(entry, results)
+
+    def _on_exception(self, entry: Any, call: Optional[Call], started: float, exc: BaseException,
+                      latency: float) -> None:
+        if self.adaptive is not None:
+            self.adaptive.on_failure(exc, latency)
+        retry = self.retry
+        if retry is not None and retry.exception_predicate is not None and isinstance(exc, Exception):
+            try:
+                again = retry.should_retry_exception(exc)
+            except BaseException as pred_exc:
+                self.op.fail(entry.element.value, pred_exc, "retry exception_predicate")
+                return
+            if again and self._schedule_retry(entry, call, started, exc):
+                return
+        self._final_failure(entry, call, exc)
+
+    def _schedule_retry(self, entry: Any, call: Optional[Call], started: float,
+                        exc: Optional[BaseException]) -> bool:
+        if call is None:
+            call = self._new_call(entry, started)
+        delay = call.next_delay(self.retry)  # type: ignore[arg-type]
+        if delay is None:
+            return False
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > delay:
+            delay = float(retry_after)
+        call.retries += 1
+        self.metrics.retries += 1
+        loop = self.loop
+        call.backoff = loop.call_at(loop.time() + delay, self.attempt, call)  # type: ignore[union-attr]
+        return True
+
+    def _final_failure(self, entry: Any, call: Optional[Call], exc: BaseException) -> None:
+        if call is not None:
+            self._retire(call)
+        self.metrics.failures += 1
+        self.op.element_failed(entry, exc)
+
+    def _blocking_step(self, seconds: float) -> None:
+        self.blocked_seconds += seconds
+        if not self.warned_blocking:
+            self.warned_blocking = True
+            name = describe_function(self.function)
+            warn_blocking(name, f"a call of {name!r} ran {seconds * 1000:.0f} ms without yielding to the event loop.")
+
+    # ------------------------------------------------------------------ timeouts
+    def _on_deadline(self) -> None:
+        self.deadline_timer = None
+        deadlines = self.deadlines
+        now = self.loop.time()  # type: ignore[union-attr]
+        while deadlines:
+            call = deadlines[0]
+            if call.finished:
+                deadlines.popleft()
+            elif call.deadline <= now:
+                deadlines.popleft()
+                self._on_timeout(call)
+            else:
+                self.deadline_timer = self.loop.call_at(call.deadline, self._on_deadline)  # type: ignore
+                return
+
+    def _on_timeout(self, call: Call) -> None:
+        if call.finished or call.timing_out:
+            return
+        running = call.task is not None
+        self.stop_attempt(call)
+        call.timing_out = True
+        self.metrics.timeouts += 1
+        if self.adaptive is not None and running:
+            self.adaptive.on_overload(self.loop.time() - call.attempt_started)  # type: ignore[union-attr]
+        value = call.value
+        function = self.function
+        try:
+            if isinstance(function, AsyncFunction):
+                outcome = function.timeout(value)
+            else:
+                raise AsyncTimeoutError(f"async call timed out after {self.timeout} s "
+                                        f"for input {describe_input(value)}")
+            if asyncio.iscoroutine(outcome):
+                kind, payload = eager.start(outcome, self.loop)
+                if kind == eager.PENDING:
+                    call.task = payload
+                    payload.add_done_callback(call.timeout_handler_done)
+                    return
+                if kind == eager.FAILED:
+                    raise payload
+                outcome = payload
+        except BaseException as exc:
+            self._final_failure(call.entry, call, exc)
+            return
+        self.timeout_handled(call, outcome)
+
+    def timeout_handled(self, call: Call, outcome: Any) -> None:
+        """The (never retried) result of ``function.timeout(value)``."""
+        if not isinstance(outcome, (list, tuple)):
+            self._final_failure(call.entry, call, TypeError(
+                f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
+                f"got {type(outcome).__name__}"))
+            return
+        self._retire(call)
+        self.op.element_done(call.entry, list(outcome))
+
+    def timeout_failed(self, call: Call, exc: BaseException) -> None:
+        self._final_failure(call.entry, call, exc)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _retire(self, call: Call) -> None:
+        """The call is over: forget it (its deadline entry is dropped when it reaches the head)."""
+        call.finished = True
+        self.calls.discard(call)
+        deadlines = self.deadlines
+        while deadlines and deadlines[0].finished:
+            deadlines.popleft()
+        if not deadlines and self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+            self.deadline_timer = None
+
+    def stop_attempt(self, call: Call) -> None:
+        """Cancel the running attempt or pending back-off of ``call``."""
+        if call.backoff is not None:
+            call.backoff.cancel()
+            call.backoff = None
+        task = call.task
+        if task is not None:
+            call.task = None
+            if not task.done():
+                task.cancel()
+                self.cancelled.add(task)  # close() waits for it to unwind
+                task.add_done_callback(self.cancelled.discard)
+
+    def abandon_all(self) -> None:
+        """Stop everything still running (failure or close)."""
+        for call in list(self.calls):
+            self.stop_attempt(call)
+            self._retire(call)
+
+    async def close(self) -> None:
+        self.abandon_all()
+        if self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+            self.deadline_timer = None
+        self.deadlines.clear()
+        tasks = [t for t in self.cancelled if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_GRACE_SECONDS)
