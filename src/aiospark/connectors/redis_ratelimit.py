@@ -12,8 +12,10 @@ first served across the cluster. To keep round trips low, a process reserves up 
 tokens at once (default ``max(1, rate // 50)``): as many as callers are waiting, or -- when this
 process is busy -- about what it will need while those tokens last (from its recent demand), so an
 idle process holds nothing back. One round trip is in flight per process at a time; callers
-arriving meanwhile are batched into the next one. Reserved tokens not used within
-``max(0.1 s, 1/rate)`` of their start time are dropped.
+arriving meanwhile are batched into the next one. Inside a process, tokens go to callers first
+come, first served, by one loop timer for the next token; a caller cancelled while waiting (e.g.
+by a timeout) leaves its token to the next caller. Reserved tokens not used within
+``max(0.1 s, 1/rate)`` of their start time are dropped (never used late).
 
 Because every token has one start time in the global schedule, the number of calls that start in
 any window of ``T`` seconds is at most ``rate * T + burst`` (plus a few tokens at the window edges
@@ -47,6 +49,9 @@ __all__ = ["RedisRateLimit", "Reservation", "GCRA_SCRIPT"]
 DEMAND_TAU = 0.1
 #: Connections per RedisRateLimit (acquire() uses one at a time).
 MAX_CONNECTIONS = 8
+#: A token may be handed out this much (seconds) before its start time: loop timers can fire a
+#: hair early (clock resolution), and re-arming for a microsecond would only spin.
+_EARLY = 1e-6
 
 #: KEYS[1] = schedule key, ARGV = interval (µs), burst, tokens wanted.
 #: Returns {first-token offset from now (µs, <= 0: already due), slot start (µs), server now (µs)}
@@ -122,7 +127,8 @@ class RedisRateLimit:
         lease: most tokens reserved per round trip (int >= 1; default ``max(1, rate // 50)``).
         timeout: connect / round-trip timeout in seconds.
 
-    ``await acquire()`` is the interface (an :class:`aiospark.core.ratelimit.AsyncLimiter`).
+    ``await acquire()`` is the interface (an :class:`aiospark.core.ratelimit.AsyncLimiter`;
+    it has no synchronous ``reserve()``).
     Counters: ``acquired``, ``round_trips``, ``tokens_reserved``.
     """
 
@@ -163,15 +169,19 @@ class RedisRateLimit:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._opening: Optional[asyncio.Future] = None
         self._fetcher: Optional[asyncio.Task] = None
-        self._waiters: Deque[asyncio.Future] = deque()
-        self._spare: Deque[float] = deque()
+        self._callers: Deque[asyncio.Future] = deque()  # waiting acquire() calls, FIFO
+        # reserved tokens in order: (start time, when it arrived from Redis), both loop.time()
+        self._tokens: Deque[Tuple[float, float]] = deque()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0.0
         self._demand = 0.0      # decaying count of acquire() calls (time constant DEMAND_TAU)
         self._demand_at = 0.0
         self.acquired = self.round_trips = self.tokens_reserved = 0
 
     # ------------------------------------------------------------------ spec behaviour
-    _RUNTIME = ("_client", "_script", "_loop", "_opening", "_fetcher", "_waiters", "_spare",
-                "_demand", "_demand_at", "acquired", "round_trips", "tokens_reserved")
+    _RUNTIME = ("_client", "_script", "_loop", "_opening", "_fetcher", "_callers", "_tokens",
+                "_timer", "_timer_at", "_demand", "_demand_at", "acquired", "round_trips",
+                "tokens_reserved")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._RUNTIME}
@@ -199,13 +209,16 @@ class RedisRateLimit:
         if self._opening is not None:
             await asyncio.shield(self._opening)
             return
-        self._opening = loop.create_future()
+        self._opening = opening = loop.create_future()
         try:
             await self._connect(loop)
-            self._opening.set_result(None)
+            opening.set_result(None)
+        except asyncio.CancelledError:
+            opening.cancel()
+            raise
         except BaseException as exc:
-            self._opening.set_exception(exc)
-            self._opening.exception()  # retrieved: no "never retrieved" warning if nobody waits
+            opening.set_exception(exc)
+            opening.exception()  # retrieved: no "never retrieved" warning if nobody waits
             raise
         finally:
             self._opening = None
@@ -217,7 +230,7 @@ class RedisRateLimit:
 
         if self._password is None and self._password_env:
             self._password = resolve_secret(None, self._password_env)
-        # acquire() keeps one round trip in flight; direct reserve() callers queue for a connection
+        # acquire() keeps one round trip in flight; direct reserve_batch() callers queue for a connection
         pool = aredis.BlockingConnectionPool.from_url(
             self._url, max_connections=MAX_CONNECTIONS, timeout=self.timeout,
             password=self._password.reveal() if self._password else None, username=self._username,
@@ -240,12 +253,15 @@ class RedisRateLimit:
         if fetcher is not None and not fetcher.done():
             fetcher.cancel()
             await asyncio.wait([fetcher])
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         closed = RuntimeError(f"{self._source} was closed")
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(closed)
-        self._spare.clear()
+        while self._callers:
+            caller = self._callers.popleft()
+            if not caller.done():
+                caller.set_exception(closed)
+        self._tokens.clear()
         client, self._client, self._script, self._loop = self._client, None, None, None
         if client is not None:
             await client.aclose()
@@ -260,99 +276,119 @@ class RedisRateLimit:
 
     # ------------------------------------------------------------------ limiting
     async def acquire(self) -> float:
-        """Return when the caller may start one call; returns the seconds it waited.
+        """Return when the caller may start one call; returns the seconds the rate limit made it
+        wait (``0.0`` when a token was free; the round trip to Redis is not counted).
 
         Opens the connection first if needed. Raises :class:`ConnectorError` when Redis cannot
-        be reached (the caller's call fails like any other attempt). Cancel-safe: a caller
-        cancelled while waiting gives its token back to the next caller of this process.
+        be reached (the caller's call fails like any other attempt). Callers of one process are
+        served first come, first served; a caller cancelled while waiting leaves its token to the
+        next one, so cancellations (e.g. timeouts) cost no capacity.
         """
         if self._client is None:
             await self.open()
         loop = self._loop
         assert loop is not None
-        entered = now = loop.time()
+        now = loop.time()
         elapsed = now - self._demand_at
         self._demand = (self._demand * math.exp(-elapsed / DEMAND_TAU) if elapsed > 0.0 else self._demand) + 1.0
         self._demand_at = now
-        start = None
-        spare = self._spare
-        while spare and not self._waiters:
-            s = spare.popleft()
-            if s >= now - self._stale:
-                start = s
-                break
-        if start is None:
-            waiter = loop.create_future()
-            self._waiters.append(waiter)
-            if self._fetcher is None:
-                self._fetcher = loop.create_task(self._fetch())
-            start = await waiter
-            now = loop.time()
-        if start > now:
-            try:
-                await asyncio.sleep(start - now)
-            except asyncio.CancelledError:
-                self._give_back(start)
-                raise
+        callers, tokens = self._callers, self._tokens
+        if not callers:  # fast path: a token that is due, nobody ahead
+            while tokens and tokens[0][0] < now - self._stale:
+                tokens.popleft()
+            if tokens and tokens[0][0] <= now + _EARLY:
+                tokens.popleft()
+                self.acquired += 1
+                return 0.0
+        caller = loop.create_future()
+        callers.append(caller)
+        self._dispatch()
+        try:
+            start, known = await caller
+        except asyncio.CancelledError:
+            if caller.done() and not caller.cancelled() and caller.exception() is None:
+                tokens.appendleft(caller.result())  # handed over just as we were cancelled
+            else:
+                try:
+                    callers.remove(caller)
+                except ValueError:
+                    pass
+            self._dispatch()
+            raise
         self.acquired += 1
-        waited = loop.time() - entered
-        return waited if start > entered else 0.0
+        # what the limit cost this caller: from when it asked, or when its token arrived from
+        # Redis if later (the round trip is latency, not limiting), to the token's start time
+        waited = start - (known if known > now else now)
+        return waited if waited > 0.0 else 0.0
 
-    def _give_back(self, start: float) -> None:
-        spare = self._spare
-        if not spare or start <= spare[0]:
-            spare.appendleft(start)
-        else:
-            items = sorted([*spare, start])
-            spare.clear()
-            spare.extend(items)
-        if self._waiters:  # hand it straight to the first waiter instead
-            while self._waiters and self._spare:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(self._spare.popleft())
+    def _dispatch(self) -> None:
+        """Hand due tokens to waiting callers in order; arm one timer for the next token; start a
+        round trip when more callers wait than tokens are held."""
+        loop = self._loop
+        if loop is None:
+            return
+        callers, tokens = self._callers, self._tokens
+        now = loop.time()
+        while callers:
+            if callers[0].done():  # cancelled
+                callers.popleft()
+                continue
+            while tokens and tokens[0][0] < now - self._stale:
+                tokens.popleft()
+            if not tokens:
+                break
+            start = tokens[0][0]
+            if start <= now + _EARLY:
+                callers.popleft().set_result(tokens.popleft())
+                continue
+            if self._timer is None or self._timer_at != start:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = loop.call_at(start, self._on_timer)
+                self._timer_at = start
+            break
+        if len(callers) > len(tokens) and self._fetcher is None:
+            self._fetcher = loop.create_task(self._fetch())
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
 
     async def _fetch(self) -> None:
-        """Reserve tokens for the waiting callers, one round trip at a time, until none wait."""
-        waiters = self._waiters
+        """Reserve tokens while more callers wait than tokens are held, one round trip at a time."""
+        callers, tokens = self._callers, self._tokens
         try:
-            while True:
-                while waiters and waiters[0].done():  # cancelled while queued
-                    waiters.popleft()
-                if not waiters:
-                    return
-                reservation = await self.reserve(self._batch_size(len(waiters)))
-                for start in reservation.starts:
-                    while waiters and waiters[0].done():
-                        waiters.popleft()
-                    if waiters:
-                        waiters.popleft().set_result(start)
-                    else:
-                        self._spare.append(start)
+            while len(callers) > len(tokens):
+                reservation = await self.reserve_batch(self._batch_size(len(callers) - len(tokens)))
+                known = self._loop.time()  # type: ignore[union-attr]
+                tokens.extend((start, known) for start in reservation.starts)
+                self._dispatch()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            while waiters:
-                waiter = waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(exc)
+            while callers:  # they cannot get a token now: fail them rather than hang
+                caller = callers.popleft()
+                if not caller.done():
+                    caller.set_exception(exc)
         finally:
             if self._fetcher is asyncio.current_task():
                 self._fetcher = None
 
-    def _batch_size(self, waiting: int) -> int:
-        """Tokens to reserve now: the callers waiting, or -- when this process is busy -- what it
-        is likely to need in the time ``lease`` tokens last at the global rate (at most ``lease``).
-        Unused ones are handed to later callers of this process, or dropped once stale."""
+    def _batch_size(self, missing: int) -> int:
+        """Tokens to reserve now: the callers still without one, or -- when this process is busy --
+        what it is likely to need in the time ``lease`` tokens last at the global rate (at most
+        ``lease``). Unused ones go to later callers of this process, or are dropped once stale."""
         elapsed = self._loop.time() - self._demand_at  # type: ignore[union-attr]
         per_second = self._demand * math.exp(-max(0.0, elapsed) / DEMAND_TAU) / DEMAND_TAU
         expected = math.ceil(per_second * self.lease * self._interval)
-        return max(1, min(self.lease, max(waiting, expected)))
+        return max(1, min(self.lease, max(missing, expected)))
 
-    async def reserve(self, n: int = 1) -> Reservation:
+    async def reserve_batch(self, n: int = 1) -> Reservation:
         """Reserve ``n`` tokens in one round trip (the building block of :meth:`acquire`).
 
         The caller must not start the ``i``-th call before ``starts[i]`` (``loop.time()``).
+        (Deliberately not called ``reserve``: that name marks synchronous limiters, see
+        :class:`aiospark.core.ratelimit.Limiter`.)
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")

@@ -29,8 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _perf_counter = time.perf_counter
 
-#: A first step (code before the first await) longer than this blocked the loop: warn once.
+#: A first step (code before the first await) longer than this blocked the loop; after
+#: BLOCKING_STREAK such steps in a row (so one descheduled thread is not blamed) warn once.
 BLOCKING_STEP_SECONDS = 0.05
+BLOCKING_STREAK = 3
 
 #: Every call whose first step is sampled eagerly; if all of a window suspend, the next
 #: DIRECT_TASK_RUN calls go straight to ``create_task`` (cheaper for calls that always do I/O).
@@ -68,6 +70,7 @@ class Attempts:
         self.sampled = self.sampled_suspended = self.direct_tasks_left = 0
         #: seconds first steps spent blocking the loop (see BlockedLoopWarning)
         self.blocked_seconds = 0.0
+        self.slow_streak = 0
         self.warned_blocking = False
 
     def _limited(self, invoke: Any, acquire: Any) -> Any:
@@ -110,6 +113,8 @@ class Attempts:
             took = _perf_counter() - begun
             if took > BLOCKING_STEP_SECONDS:
                 self._blocking_step(took)
+            elif self.slow_streak:
+                self.slow_streak = 0
             self.sampled += 1
             if kind == eager.PENDING:
                 self.sampled_suspended += 1
@@ -288,7 +293,8 @@ class Attempts:
 
     def _blocking_step(self, seconds: float) -> None:
         self.blocked_seconds += seconds
-        if not self.warned_blocking:
+        self.slow_streak += 1
+        if self.slow_streak >= BLOCKING_STREAK and not self.warned_blocking:
             self.warned_blocking = True
             name = describe_function(self.function)
             warn_blocking(name, f"a call of {name!r} ran {seconds * 1000:.0f} ms without yielding to the event loop.")

@@ -68,6 +68,7 @@ class WorkerLoop:
         self._tokens = itertools.count()
         self._heartbeat: Optional[asyncio.TimerHandle] = None
         self._expected = 0.0
+        self._late_beats = 0
         #: seconds the loop was seen blocked, per function name (cumulative, for metrics)
         self.blocked_seconds: Dict[str, float] = {}
         started = threading.Event()
@@ -132,7 +133,12 @@ class WorkerLoop:
         now = self.loop.time()
         lag = now - self._expected
         if lag > BLOCKED_SECONDS and self._running:
-            self._report(lag)
+            self._late_beats += 1
+            # twice in a row, or one long stall: not just this thread being descheduled once
+            if self._late_beats >= 2 or lag >= 3 * BLOCKED_SECONDS:
+                self._report(lag)
+        else:
+            self._late_beats = 0
         self._expected = now + HEARTBEAT_SECONDS
         self._heartbeat = self.loop.call_at(self._expected, self._beat)
 
