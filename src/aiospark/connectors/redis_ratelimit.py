@@ -15,11 +15,11 @@ idle process holds nothing back. One round trip is in flight per process at a ti
 arriving meanwhile are batched into the next one. Inside a process, tokens go to callers first
 come, first served, by one loop timer for the next token; a caller cancelled while waiting (e.g.
 by a timeout) leaves its token to the next caller. Reserved tokens not used within
-``max(0.1 s, 1/rate)`` of their start time are dropped (never used late).
+``max(0.1 s, burst/rate)`` of their start time (a stalled event loop) are dropped.
 
 Because every token has one start time in the global schedule, the number of calls that start in
-any window of ``T`` seconds is at most ``rate * T + burst`` (plus a few tokens at the window edges
-for network latency).
+any window of ``T`` seconds is at most ``rate * T + burst`` -- plus at most another ``burst`` when
+event loops that stalled (a busy CPU) catch up on tokens that were already theirs.
 
 Example::
 
@@ -159,7 +159,9 @@ class RedisRateLimit:
         self._username = username if username is not None else (url_user.reveal() if url_user else None)
         self._interval_us = 1e6 / self.rate
         self._interval = 1.0 / self.rate
-        self._stale = max(0.1, self._interval)
+        # a token may be used late by as much as the bucket refills in (burst / rate): what a
+        # stalled event loop catches up afterwards is then at most another burst, all processes together
+        self._stale = max(0.1, self.burst / self.rate, self._interval)
         self._source = f"RedisRateLimit({self._where} key={self.key!r})"
         self._reset_runtime()
 

@@ -177,7 +177,7 @@ class TokenBucket:
         return start - now if start > now else 0.0
 
     async def acquire(self) -> float:
-        """Reserve a token and sleep until its start time; returns the seconds waited."""
+        """Reserve a token and sleep until its start time; returns the delay (``0.0``: not limited)."""
         delay = self.reserve()
         if delay > 0.0:
             await asyncio.sleep(delay)
@@ -202,6 +202,9 @@ class Limiter(Protocol):
     ``reserve()`` takes one permit and returns the seconds the caller must wait before starting
     the call (``0.0`` = now). It must be O(1) and must not block; the operator schedules the
     delayed start itself (``loop.call_at``). :class:`TokenBucket` is one.
+
+    Having a ``reserve`` attribute is what marks a limiter as synchronous (it wins over
+    ``acquire``), so an asynchronous limiter must not define one.
     """
 
     def reserve(self) -> float: ...
@@ -211,8 +214,9 @@ class Limiter(Protocol):
 class AsyncLimiter(Protocol):
     """An asynchronous limiter, e.g. one shared by many processes through a server.
 
-    ``await acquire()`` returns when the caller may start one call (it may return the seconds it
-    waited, or ``None``; callers must not depend on the value). It raises when the limiter cannot
+    ``await acquire()`` returns when the caller may start one call. It may return the seconds the
+    limit made the caller wait (a truthy value = "this call was rate limited", for metrics) or
+    ``None``. It raises when the limiter cannot
     decide (e.g. its server is unreachable); the call then fails like any other attempt. Such a
     limiter may also have ``async open()`` / ``async close()``, which the owner of the event loop
     calls around its use. How it plugs into the operator: the attempt becomes

@@ -1,0 +1,234 @@
+"""OperatorMetrics: counters, the log-bucket latency histogram, merge and JSON round trips."""
+import json
+import math
+import pickle
+import random
+import re
+import time
+
+import pytest
+
+from aiospark.core.metrics import HISTOGRAM_FACTOR, HISTOGRAM_MIN, OperatorMetrics
+
+
+def exact_quantile(values, q):
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def filled(seed, n=5000, mu=math.log(0.02), sigma=1.0):
+    rng = random.Random(seed)
+    values = [rng.lognormvariate(mu, sigma) for _ in range(n)]
+    m = OperatorMetrics()
+    for v in values:
+        m.record_latency(v)
+    return m, values
+
+
+def test_starts_empty():
+    m = OperatorMetrics()
+    assert (m.calls, m.successes, m.retries, m.timeouts, m.failures, m.error_rows,
+            m.rate_limited, m.inflight_peak) == (0,) * 8
+    assert m.latency_count == 0 and m.quantile(0.5) is None and m.latency_mean is None
+    s = m.summary()
+    assert s["p50_ms"] is None and s["p99_ms"] is None and s["calls"] == 0
+    assert str(m) == ("calls=0 ok=0 retries=0 timeouts=0 failed=0 error_rows=0 inflight_peak=0 "
+                      "p50=n/a p95=n/a p99=n/a")
+
+
+def test_counters_by_method_and_by_attribute():
+    m = OperatorMetrics()
+    for _ in range(3):
+        m.record_call()
+    m.calls += 2
+    m.record_success()
+    m.record_success(0.004)
+    m.record_retry()
+    m.record_timeout()
+    m.record_failure()
+    m.record_error_row()
+    m.record_rate_limited()
+    m.rate_limited += 1
+    for n in (3, 9, 4):
+        m.record_inflight(n)
+    assert (m.calls, m.successes, m.retries, m.timeouts, m.failures, m.error_rows,
+            m.rate_limited, m.inflight_peak) == (5, 2, 1, 1, 1, 1, 2, 9)
+    assert m.latency_count == 1
+    with pytest.raises(AttributeError):
+        m.typo_counter = 1  # slots: a misspelt counter is an error, not a silent new attribute
+
+
+@pytest.mark.parametrize("seed,mu,sigma", [(1, math.log(0.02), 1.0), (2, math.log(0.0005), 2.0),
+                                           (3, math.log(2.0), 0.5), (4, math.log(30.0), 1.5)])
+def test_quantiles_within_five_percent(seed, mu, sigma):
+    m, values = filled(seed, 20000, mu, sigma)
+    values = [v for v in values if HISTOGRAM_MIN <= v <= 600]
+    m = OperatorMetrics()
+    for v in values:
+        m.record_latency(v)
+    for q in (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999):
+        est, exact = m.quantile(q), exact_quantile(values, q)
+        assert abs(est - exact) / exact <= 0.05, (q, est, exact)
+    assert m.quantile(0) == min(values) and m.quantile(1) == max(values)
+    assert m.latency_mean == pytest.approx(sum(values) / len(values))
+
+
+def test_every_bucket_boundary_region_within_five_percent():
+    # values spread over the whole range, a few per bucket, including exact boundaries
+    values = []
+    k = 0
+    while HISTOGRAM_MIN * HISTOGRAM_FACTOR ** k < 600:
+        base = HISTOGRAM_MIN * HISTOGRAM_FACTOR ** k
+        values += [base, base * 1.0001, base * 1.05, base * 1.0999]
+        k += 1
+    for v in values:
+        m = OperatorMetrics()
+        m.record_latency(v * 0.5 if v > 1e-4 else v)  # keep min/max clamping out of the way:
+        m.record_latency(v)
+        m.record_latency(v * 2)
+        est = m.quantile(0.5)
+        assert abs(est - v) / v <= 0.05, (v, est)
+
+
+def test_out_of_range_latencies():
+    m = OperatorMetrics()
+    m.record_latency(0.0)
+    m.record_latency(2e-6)
+    m.record_latency(5000.0)  # beyond the last bucket
+    assert m.latency_count == 3
+    assert m.quantile(0.5) == pytest.approx(HISTOGRAM_MIN)   # underflow bucket
+    assert m.quantile(0.99) == 5000.0                       # overflow: the exact max
+    assert m.quantile(0.0) == 0.0
+    for bad in (-0.001, float("nan")):
+        with pytest.raises(ValueError, match="latency"):
+            m.record_latency(bad)
+    assert m.latency_count == 3
+    for q in (-0.1, 1.5, "0.5", None, True):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            m.quantile(q)
+
+
+def test_summary_and_str():
+    m = OperatorMetrics()
+    m.calls, m.successes, m.retries, m.timeouts = 12, 9, 2, 1
+    m.failures, m.error_rows, m.rate_limited, m.inflight_peak = 1, 1, 4, 7
+    for v in [0.010] * 50 + [0.050] * 45 + [0.400] * 5:
+        m.record_latency(v)
+    s = m.summary()
+    assert s["calls"] == 12 and s["successes"] == 9 and s["rate_limited"] == 4 and s["inflight_peak"] == 7
+    assert s["latency_count"] == 100
+    assert s["p50_ms"] == pytest.approx(10, rel=0.05)
+    assert s["p95_ms"] == pytest.approx(50, rel=0.05)
+    assert s["p99_ms"] == pytest.approx(400, rel=0.05)
+    assert s["max_ms"] == pytest.approx(400) and s["mean_ms"] == pytest.approx(47.5)
+    json.dumps(s)
+    text = str(m)
+    assert re.fullmatch(r"calls=12 ok=9 retries=2 timeouts=1 failed=1 error_rows=1 inflight_peak=7 "
+                        r"p50=\d+(\.\d+)?ms p95=\d+(\.\d+)?ms p99=\d+(\.\d+)?ms", text), text
+    p50 = float(re.search(r"p50=([\d.]+)ms", text).group(1))
+    assert p50 == pytest.approx(10, rel=0.05)
+
+
+def test_merge_sums_counters_maxes_peaks_and_merges_histograms():
+    parts = []
+    everything = []
+    rng = random.Random(7)
+    for i in range(4):
+        m = OperatorMetrics()
+        m.calls, m.successes, m.retries, m.timeouts = 10 + i, 8 + i, i, 1
+        m.failures, m.error_rows, m.rate_limited = i % 2, 1, 2 * i
+        m.record_inflight(5 * (i + 1) if i != 2 else 99)
+        values = [rng.lognormvariate(math.log(0.01 * (i + 1)), 0.7) for _ in range(2000)]
+        for v in values:
+            m.record_latency(v)
+        everything += values
+        parts.append(m)
+    job = OperatorMetrics()
+    for p in parts:
+        assert job.merge(p) is job
+    assert job.calls == sum(p.calls for p in parts) == 46
+    assert job.successes == 38 and job.retries == 6 and job.timeouts == 4
+    assert job.failures == 2 and job.error_rows == 4 and job.rate_limited == 12
+    assert job.inflight_peak == 99
+    assert job.latency_count == 8000
+    direct = OperatorMetrics()
+    for v in everything:
+        direct.record_latency(v)
+    for q in (0.5, 0.95, 0.99):
+        assert job.quantile(q) == direct.quantile(q)
+        exact = exact_quantile(everything, q)
+        assert abs(job.quantile(q) - exact) / exact <= 0.05
+    assert job.latency_min == min(everything) and job.latency_max == max(everything)
+    assert OperatorMetrics.merged(parts) == job
+    with pytest.raises(TypeError):
+        job.merge({"calls": 1})
+
+
+def test_merge_with_empty_keeps_latency_state():
+    m, _ = filled(3, 100)
+    before = m.to_dict()
+    m.merge(OperatorMetrics())
+    assert m.to_dict() == before
+    empty = OperatorMetrics().merge(m)
+    assert empty == m and empty.latency_min == m.latency_min
+
+
+def test_to_dict_from_dict_round_trip_through_json():
+    m, _ = filled(11, 3000)
+    m.calls, m.successes, m.retries, m.rate_limited, m.inflight_peak = 3010, 2990, 10, 17, 64
+    wire = json.dumps(m.to_dict())
+    back = OperatorMetrics.from_dict(json.loads(wire))
+    assert back == m
+    assert str(back) == str(m)
+    for q in (0.5, 0.9, 0.99):
+        assert back.quantile(q) == m.quantile(q)
+    assert len(wire) < 8000  # sparse: only occupied buckets travel
+    empty = OperatorMetrics.from_dict(json.loads(json.dumps(OperatorMetrics().to_dict())))
+    assert empty == OperatorMetrics() and empty.quantile(0.5) is None
+
+
+def test_from_dict_rejects_garbage():
+    good = filled(5, 50)[0].to_dict()
+    with pytest.raises(TypeError):
+        OperatorMetrics.from_dict([1, 2])
+    with pytest.raises(ValueError, match="version"):
+        OperatorMetrics.from_dict({**good, "version": 99})
+    with pytest.raises(ValueError, match="calls"):
+        OperatorMetrics.from_dict({**good, "calls": -1})
+    with pytest.raises(ValueError):
+        OperatorMetrics.from_dict({k: v for k, v in good.items() if k != "successes"})
+    bad_layout = json.loads(json.dumps(good))
+    bad_layout["latency"]["factor"] = 1.2
+    with pytest.raises(ValueError, match="layout"):
+        OperatorMetrics.from_dict(bad_layout)
+    bad_count = json.loads(json.dumps(good))
+    bad_count["latency"]["count"] += 1
+    with pytest.raises(ValueError, match="add up"):
+        OperatorMetrics.from_dict(bad_count)
+    bad_bucket = json.loads(json.dumps(good))
+    bad_bucket["latency"]["counts"].append([10_000, 1])
+    with pytest.raises(ValueError, match="bucket"):
+        OperatorMetrics.from_dict(bad_bucket)
+
+
+def test_pickle_and_copy():
+    m, _ = filled(9, 500)
+    m.calls = 500
+    assert pickle.loads(pickle.dumps(m)) == m
+    c = m.copy()
+    assert c == m and c is not m
+    c.calls += 1
+    assert c != m
+
+
+def test_record_latency_is_cheap():
+    m = OperatorMetrics()
+    values = [0.0001 * (1 + i % 997) for i in range(50_000)]
+    best = float("inf")
+    for _ in range(3):  # CPU time, best of 3: other processes on the machine do not count
+        t0 = time.process_time()
+        for v in values:
+            m.record_latency(v)
+        best = min(best, (time.process_time() - t0) / len(values))
+    assert m.latency_count == 150_000
+    assert best < 3e-6, f"record_latency took {best * 1e6:.2f} µs"
