@@ -4,6 +4,9 @@ Many calls in flight per Spark task, a bounded number of them, per-call timeouts
 ordered or unordered output. The core engine (``aiospark.core``) is pure asyncio; the Spark entry
 points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
+from .core.adaptive import AdaptiveConcurrency
+from .core.metrics import OperatorMetrics
+from .core.ratelimit import RateLimit
 from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
                    OrderedQueue,
                    Record, ResultFuture, RetryStrategy, UnorderedQueue, Watermark, retry_if_empty, retry_on)
@@ -18,6 +21,7 @@ _SPARK_EXPORTS = {
     "OutputSchemaError": ("aiospark.spark.schema", "OutputSchemaError"),
     "local_session": ("aiospark.spark.session", "local_session"),
     "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
+    "Metrics": ("aiospark.spark.metrics", "Metrics"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
 }
 
@@ -34,6 +38,7 @@ def __getattr__(name: str):  # Spark entry points load pyspark only when first u
 
 
 __all__ = [
+    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit",
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
     "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Optional, Set
+from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Set
 
 from . import eager
 from .adaptive import AdaptiveConcurrency
@@ -64,7 +64,8 @@ class Attempts:
         self.plain_results = not self.returns_list and (self.retry is None or self.retry.result_predicate is None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.calls: Set[Call] = set()
-        self.cancelled: Set[asyncio.Task] = set()
+        #: cancelled attempts still unwinding -> the timer that stops waiting for them
+        self.cancelled: Dict[asyncio.Task, asyncio.TimerHandle] = {}
         self.deadlines: Deque[Call] = deque()
         self.deadline_timer: Optional[asyncio.TimerHandle] = None
         self.sampled = self.sampled_suspended = self.direct_tasks_left = 0
@@ -210,7 +211,9 @@ class Attempts:
 
     def attempt_done(self, call: Call, task: asyncio.Task) -> None:
         if call.finished or call.task is not task:
-            return  # abandoned (timeout, failure, close): its outcome no longer matters
+            if not task.cancelled():
+                task.exception()  # abandoned (timeout, failure, close): its outcome no longer matters
+            return
         call.task = None
         latency = self.loop.time() - call.attempt_started  # type: ignore[union-attr]
         if task.cancelled():
@@ -381,8 +384,17 @@ class Attempts:
             call.task = None
             if not task.done():
                 task.cancel()
-                self.cancelled.add(task)  # close() waits for it to unwind
-                task.add_done_callback(self.cancelled.discard)
+                # until it has unwound it still holds its resources (a connection): it counts
+                # against capacity, and close() waits for it -- for CLOSE_GRACE_SECONDS at most
+                self.cancelled[task] = self.loop.call_later(  # type: ignore[union-attr]
+                    CLOSE_GRACE_SECONDS, self._unwound, task)
+                task.add_done_callback(self._unwound)
+
+    def _unwound(self, task: asyncio.Task) -> None:
+        give_up = self.cancelled.pop(task, None)
+        if give_up is not None:
+            give_up.cancel()
+            self.op.room_freed()
 
     def abandon_all(self) -> None:
         """Stop everything still running (failure or close)."""
@@ -399,3 +411,6 @@ class Attempts:
         tasks = [t for t in self.cancelled if not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_GRACE_SECONDS)
+        for handle in self.cancelled.values():
+            handle.cancel()
+        self.cancelled.clear()

@@ -176,6 +176,8 @@ class AsyncWaitOperator:
             self._check()
         if self.adaptive is not None and self.inflight >= self.adaptive.limit:
             return False
+        if self._attempts.cancelled and not self._has_room():
+            return False
         entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
         if entry is None:
             return False
@@ -189,8 +191,15 @@ class AsyncWaitOperator:
         self._check()
 
     def _has_room(self) -> bool:
-        """A free queue slot, and below the adaptive concurrency limit if there is one."""
-        return len(self._queue) < self.capacity and (self.adaptive is None or self.inflight < self.adaptive.limit)
+        """A free slot (cancelled calls still unwinding hold theirs), and below the adaptive limit."""
+        return (len(self._queue) + len(self._attempts.cancelled) < self.capacity
+                and (self.adaptive is None or self.inflight < self.adaptive.limit))
+
+    def room_freed(self) -> None:
+        """A cancelled call finished unwinding: a waiting ``process_element`` may go on."""
+        waiter = self._space_waiter
+        if waiter is not None and self._has_room() and not waiter.done():
+            waiter.set_result(None)
 
     def _start(self, entry: Any, value: Any) -> None:
         self.inflight += 1

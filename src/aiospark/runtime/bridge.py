@@ -112,14 +112,20 @@ class _Pump:
             await operator.close()
 
 
+Report = Callable[[AsyncWaitOperator, int, bool], None]
+
+
 def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, capacity: int,
-                  out_rows: int = 10_000, loop: Optional[WorkerLoop] = None) -> Iterator[List[Any]]:
+                  out_rows: int = 10_000, loop: Optional[WorkerLoop] = None,
+                  report: Optional[Report] = None) -> Iterator[List[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator ``await make_operator(output)``
     builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
 
     The generator returns only once every input has been emitted (``finish()``); closing it early
-    (a failed or cancelled task) cancels the calls still in flight.
+    (a failed or cancelled task) cancels the calls still in flight. ``report(operator, rows_out,
+    final)`` is called on the feeder thread whenever output arrives, and once more at the end
+    (``final=True``, also after a failure).
     """
     wl = loop or worker_loop()
     inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
@@ -127,12 +133,16 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
     source = iter(chunks)
     future = wl.submit(pump.run())
     finished = False
+    rows = 0
     try:
         buffered: List[Any] = []
         while True:
             kind, payload = inbox.get()
             if kind == OUT:
                 buffered += payload
+                rows += len(payload)
+                if report is not None and pump.operator is not None:
+                    report(pump.operator, rows, False)
                 if len(buffered) >= out_rows:
                     out, buffered = buffered, []
                     yield out
@@ -151,3 +161,5 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
         if not finished:
             wl.loop.call_soon_threadsafe(future.cancel)
             concurrent.futures.wait([future], timeout=ABANDON_SECONDS)
+        if report is not None and pump.operator is not None:
+            report(pump.operator, rows, True)

@@ -18,6 +18,7 @@ import atexit
 import concurrent.futures
 import itertools
 import os
+import sys
 import threading
 from typing import Any, Coroutine, Dict, Optional
 
@@ -27,7 +28,7 @@ _lock = threading.Lock()
 _current: Optional["WorkerLoop"] = None
 
 #: How long shutdown waits for ``close()`` of the opened functions.
-SHUTDOWN_SECONDS = 10.0
+SHUTDOWN_SECONDS = 5.0
 
 #: While functions run on the loop, a heartbeat every HEARTBEAT_SECONDS notices when the loop
 #: was blocked for more than BLOCKED_SECONDS at once (the operator itself times first steps, which
@@ -176,7 +177,29 @@ def worker_loop() -> WorkerLoop:
     with _lock:
         if _current is None or not _current.alive():
             _current = WorkerLoop()
+            _close_before_os_exit()
         return _current
+
+
+_patched_pid: Optional[int] = None
+
+
+def _close_before_os_exit() -> None:
+    """PySpark's forked workers end with ``os._exit``, which skips ``atexit``: in a Spark worker,
+    close the opened functions (their clients, pools) first."""
+    global _patched_pid
+    if _patched_pid == os.getpid() or not ({"pyspark.daemon", "pyspark.worker"} & set(sys.modules)):
+        return
+    _patched_pid = os.getpid()
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:
+        try:
+            shutdown()
+        finally:
+            real_exit(code)
+
+    os._exit = _exit
 
 
 def shutdown() -> None:

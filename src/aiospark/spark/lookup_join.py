@@ -73,7 +73,7 @@ def _source_schema(session: Any, source: Any) -> StructType:
 def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
                 cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
                 retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
-                on_error: str = "fail") -> Any:
+                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None) -> Any:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -106,12 +106,12 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     out_schema = StructType(df.schema.fields + added)
     function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch)
     return _wait(df, function, out_schema, ordered, timeout, capacity, retry, on_error, "_error", "_input",
-                 OUTPUT_BATCH_ROWS)
+                 OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}")
 
 
 def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,
                timeout: Optional[float] = 60.0, retry: Optional[RetryStrategy] = None, batch: bool = True,
-               on_error: str = "fail") -> Any:
+               on_error: str = "fail", rate_limit: Any = None, metrics: Any = None) -> Any:
     """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
 
     Register it and join with ``inline`` (inner) or ``inline_outer`` (left)::
@@ -132,6 +132,7 @@ def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, cap
 
     columns = [f.name for f in parse_ddl_columns(source.schema)]
     function = _LookupValues(source, columns, cache, batch)
-    options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry)
+    options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
+                                 rate_limit=rate_limit, metrics=metrics, name=f"lookup {type(source).__name__}")
     return_type = f"array<struct<{source.schema}>>"
     return AsyncUDF(function, return_type, options, on_error, name=f"lookup_{type(source).__name__}")

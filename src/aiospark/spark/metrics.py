@@ -130,6 +130,18 @@ class MetricsReporter:
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+def task_reporter(metrics: Any) -> Optional[Any]:
+    """The ``report(operator, rows, final)`` callback of this task for ``run_partition``."""
+    if not isinstance(metrics, MetricsReporter):
+        return None
+    task = task_name()
+
+    def report(operator: Any, rows: int, final: bool) -> None:
+        metrics.report(task, operator.metrics, rows, operator.inflight, final)
+
+    return report
+
+
 def task_name() -> str:
     """``stage.partition.attempt`` of the running Spark task (or the pid outside Spark)."""
     try:

@@ -7,9 +7,26 @@ from typing import Any, Callable, Optional
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
 from ..core.function import check_async_function
-from ..core.operator import check_retry, check_timeout
-from ..core.queues import _check_capacity
+from ..core.operator import check_capacity, check_retry, check_timeout
+from ..core.ratelimit import RateLimit
 from ..runtime.worker_loop import WorkerLoop
+from .metrics import Metrics
+
+
+def check_rate_limit(rate_limit: Any) -> Any:
+    """``None``, calls per second (a number), a RateLimit, or a shared limiter (``async acquire()``)."""
+    if rate_limit is None or callable(getattr(rate_limit, "acquire", None)) or \
+            callable(getattr(rate_limit, "reserve", None)):
+        return rate_limit
+    return RateLimit.coerce(rate_limit)
+
+
+def check_metrics(metrics: Any, name: str) -> Metrics:
+    if metrics is None:
+        return Metrics(name)
+    if not isinstance(metrics, Metrics):
+        raise TypeError(f"metrics must be an aiospark.Metrics (or None), got {type(metrics).__name__}")
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -19,17 +36,25 @@ class CallOptions:
     function: Any
     ordered: bool
     timeout: Optional[float]
-    capacity: int
+    capacity: Any  # int, or an AdaptiveConcurrency
     retry: Optional[RetryStrategy]
+    rate_limit: Any = None
+    metrics: Optional[Metrics] = None
     #: identifies the function's definition, so every task of a worker shares one opened instance
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
     def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
-               what: str = "function") -> "CallOptions":
+               rate_limit: Any = None, metrics: Any = None, what: str = "function",
+               name: str = "aiospark") -> "CallOptions":
         check_async_function(function, what)
-        return cls(function, bool(ordered), check_timeout(timeout), _check_capacity(capacity),
-                   check_retry(retry))
+        queue_capacity, adaptive = check_capacity(capacity)
+        return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
+                   check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name))
+
+    @property
+    def max_capacity(self) -> int:
+        return check_capacity(self.capacity)[0]
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
                             on_error: Optional[Callable[[Any, BaseException], list]] = None,
@@ -38,6 +63,9 @@ class CallOptions:
         function = self.function
         if isinstance(function, AsyncFunction):
             function = await wl.opened(self.key, function)
+        rate_limit = self.rate_limit
+        if callable(getattr(rate_limit, "acquire", None)) and callable(getattr(rate_limit, "open", None)):
+            rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
-                                 on_error=on_error, manage_lifecycle=False)
+                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False)

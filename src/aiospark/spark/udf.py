@@ -18,6 +18,7 @@ from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
+from .metrics import Metrics, task_reporter
 from .schema import arrow_type, values_to_array
 
 ON_ERROR = ("fail", "null")
@@ -69,12 +70,13 @@ class _UdfRunner:
         def to_values(batch: Any) -> list:
             # Spark hands one pa.Array for a single column and a tuple of arrays for several
             if isinstance(batch, tuple):
-                return list(zip(*[a.to_pylist() for a in batch]))
-            values = batch.to_pylist()
+                return list(zip(*[a.to_pylist(maps_as_pydicts="lossy") for a in batch]))
+            values = batch.to_pylist(maps_as_pydicts="lossy")  # MAP -> dict, as PySpark does
             return [(v,) for v in values] if wrap_single else values
 
         chunks = (to_values(batch) for batch in arrays)
-        for values in run_partition(chunks, make_operator, capacity=options.capacity, out_rows=1, loop=wl):
+        for values in run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
+                                    report=task_reporter(options.metrics)):
             yield values_to_array(values, self.return_type, pa_type, self.what)
 
 
@@ -97,6 +99,8 @@ class AsyncUDF:
         self.__name__ = name or getattr(function, "__name__", "async_udf")
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
+        #: job-level call metrics of every query that used this function (see aiospark.Metrics)
+        self.metrics = options.metrics
 
     @property
     def returnType(self) -> DataType:
@@ -172,15 +176,17 @@ def _is_connect(cols: tuple) -> bool:
     return is_remote()
 
 
-def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: int = 100,
-              retry: Optional[RetryStrategy] = None, on_error: str = "fail",
-              deterministic: bool = True) -> Callable[[Callable[..., Any]], AsyncUDF]:
+def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: Any = 100,
+              retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
+              rate_limit: Any = None, metrics: Optional[Metrics] = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
     ``on_error="null"`` turns a failed call (after retries and timeout) into NULL. Like Spark's own
     UDFs it is deterministic by default; pass ``deterministic=False`` for calls that must never be
-    merged or repeated by the optimizer (Spark then refuses it inside aggregates).
+    merged or repeated by the optimizer (Spark then refuses it inside aggregates). ``capacity``,
+    ``rate_limit`` and ``metrics`` work as for :func:`aiospark.ordered_wait`; the metrics of every
+    query using the function add up in ``f.metrics``.
 
     Example::
 
@@ -206,13 +212,18 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
             raise TypeError("async_udf makes one value per row: decorate an 'async def' function; "
                             "for 0..n rows per input use aiospark.ordered_wait with an AsyncFunction")
         options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
-                                     what="async_udf function")
+                                     rate_limit=rate_limit, metrics=metrics, what="async_udf function",
+                                     name=getattr(function, "__name__", "async_udf"))
         return functools.update_wrapper(AsyncUDF(function, return_type, options, on_error, bool(deterministic)),
                                         function, updated=())
 
     # validate the shared options now, before any function is seen
-    CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry)
+    CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
+                       rate_limit=rate_limit, metrics=metrics if metrics is not None else _NO_METRICS)
     return decorate
+
+
+_NO_METRICS = Metrics("validation")
 
 
 async def _probe(value: Any) -> Any:  # stands in for the function when validating options early

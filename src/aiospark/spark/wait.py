@@ -15,6 +15,7 @@ from ..core import RetryStrategy
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
+from .metrics import Metrics, task_reporter
 from .schema import RowConverter, parse_schema
 
 ON_ERROR = ("fail", "row")
@@ -62,9 +63,9 @@ class _PartitionRunner:
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error)
 
-        chunks = (batch.to_pylist() for batch in batches)
-        for values in run_partition(chunks, make_operator, capacity=options.capacity,
-                                    out_rows=self.output_batch_rows, loop=wl):
+        chunks = (batch.to_pylist(maps_as_pydicts="lossy") for batch in batches)  # MAP -> dict, as PySpark does
+        for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
+                                    out_rows=self.output_batch_rows, loop=wl, report=task_reporter(options.metrics)):
             rows = self._rows(values, error_mode)
             if rows:
                 yield converter.to_batch(rows)
@@ -85,11 +86,13 @@ def _error_row(value: Any, exc: BaseException) -> List[Any]:
 
 def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
-          output_batch_rows: int) -> Any:
-    name = "ordered_wait" if ordered else "unordered_wait"
+          output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
+          name: Optional[str] = None) -> Any:
+    name = name or ("ordered_wait" if ordered else "unordered_wait")
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
-    options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry)
+    options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
+                                 rate_limit=rate_limit, metrics=metrics, name=name)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
@@ -112,12 +115,15 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
         ])
     runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
                               f"{name} function {describe_function(function)!r}")
-    return df.mapInArrow(runner, out_schema)
+    out = df.mapInArrow(runner, out_schema)
+    out.aiospark_metrics = options.metrics  # read after the action: print(out.aiospark_metrics)
+    return out
 
 
 def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
-                 capacity: int = 100, retry: Optional[RetryStrategy] = None, on_error: str = "fail",
-                 error_column: str = "_error", input_column: str = "_input",
+                 capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
+                 on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
+                 rate_limit: Any = None, metrics: Optional[Metrics] = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
@@ -127,6 +133,11 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     ``timeout`` (seconds, retries included) and ``retry`` work as in the core operator.
     ``on_error="row"`` keeps going on failures: each failed input yields one row whose schema
     columns are NULL, ``error_column`` holds the error text and ``input_column`` the input row.
+    ``capacity="auto"`` adapts the calls in flight (AIMD, up to 1000; or pass an
+    ``AdaptiveConcurrency(max_limit)``); ``rate_limit`` caps calls per second per task (a number
+    or ``RateLimit(rate, burst)``) or in total (``RedisRateLimit``; retries count too).
+    ``metrics`` (an :class:`aiospark.Metrics`, made for you when omitted and reachable as
+    ``out.aiospark_metrics``) sums the tasks' call counters and latencies after the action.
 
     Example::
 
@@ -137,12 +148,13 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
         out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows)
+                 output_batch_rows, rate_limit, metrics)
 
 
 def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
-                   capacity: int = 100, retry: Optional[RetryStrategy] = None, on_error: str = "fail",
-                   error_column: str = "_error", input_column: str = "_input",
+                   capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
+                   on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
+                   rate_limit: Any = None, metrics: Optional[Metrics] = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
@@ -152,4 +164,4 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
         df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows)
+                 output_batch_rows, rate_limit, metrics)

@@ -1,0 +1,1 @@
+"""Standalone-cluster suite (run with AIOSPARK_ISOLATED=cluster)."""

@@ -1,0 +1,1 @@
+"""Spark Connect suite (run with AIOSPARK_ISOLATED=connect)."""
