@@ -52,10 +52,13 @@ def _blocking_lookup(url: str):
 
 
 def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitter: float = 0.01,
-             capacity: int = 200, tasks: int = 2, show: int = 5, out: Any = print) -> Dict[str, float]:
+             capacity: int = 200, tasks: int = 2, show: int = 5, out: Any = print,
+             live: Optional[bool] = None) -> Dict[str, float]:
     """Run the demo; returns the measured figures (also printed through ``out``)."""
     from pyspark.sql import functions as F
 
+    from .progress import Progress
+    from .spark.metrics import Metrics
     from .spark.session import local_session
     from .spark.wait import unordered_wait
     from .testing.service import FaultService, ServiceConfig
@@ -73,15 +76,18 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
             service.reset_stats()
 
             out(f"\naiospark.unordered_wait: {rows:,} rows, {tasks} tasks x capacity {capacity} ...")
+            metrics = Metrics("demo")
             enriched = unordered_wait(df, enrich, "id LONG, name STRING, value LONG", capacity=capacity,
-                                      timeout=30)
+                                      timeout=30, metrics=metrics)
             t0 = time.perf_counter()
-            result = enriched.collect()
+            with Progress(metrics, live=live):
+                result = enriched.collect()
             async_seconds = time.perf_counter() - t0
             count = len(result)
             async_rate = count / async_seconds
             for row in result[:show]:
                 out(f"  {row.asDict()}")
+            out(f"  metrics: {metrics.total}")
             requests = service.stats()["requests"]
 
             lookup = _blocking_lookup(service.url)

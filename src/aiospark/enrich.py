@@ -59,12 +59,15 @@ def spark_session(master: Optional[str]) -> Any:
 def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, concurrency: int = 100,
                timeout: float = 30.0, retries: int = 3, ordered: bool = False, how: str = "left",
                input_format: Optional[str] = None, output_format: Optional[str] = None, mode: str = "error",
-               cache_rows: int = 0, master: Optional[str] = None, out: Callable[[str], Any] = print) -> Dict[str, Any]:
+               cache_rows: int = 0, master: Optional[str] = None, out: Callable[[str], Any] = print,
+               live: Optional[bool] = None) -> Dict[str, Any]:
     """Enrich ``input_path`` into ``output_path``; returns rows and seconds (also printed via ``out``)."""
     from .connectors import HttpLookup, is_retryable
     from .core import RetryStrategy
     from .lookup import LookupCache
+    from .progress import Progress
     from .spark.lookup_join import lookup_join
+    from .spark.metrics import Metrics
 
     in_fmt = guess_format(input_path, input_format, "input")
     out_fmt = output_format or (guess_format(output_path, None, "output") if "." in os.path.basename(
@@ -81,11 +84,14 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     missing = [k for k in source.key_columns if k not in df.columns]
     if missing:
         raise ValueError(f"the URL template uses {missing}, which are not columns of {input_path} ({df.columns})")
+    metrics = Metrics("enrich")
     enriched = lookup_join(df, source, on=list(source.key_columns), how=how, capacity=concurrency, timeout=timeout,
-                           retry=retry, ordered=ordered, cache=cache)
-    write(enriched, output_path, out_fmt, mode)
+                           retry=retry, ordered=ordered, cache=cache, metrics=metrics)
+    with Progress(metrics, live=live):
+        write(enriched, output_path, out_fmt, mode)
     seconds = time.perf_counter() - started
     rows = read(spark, output_path, out_fmt).count()
     out(f"enriched {input_path} ({in_fmt}) -> {output_path} ({out_fmt}): {rows:,} rows in {seconds:.1f} s "
         f"({rows / seconds:,.0f} rows/s)")
-    return {"rows": rows, "seconds": seconds}
+    out(f"metrics: {metrics.total}")
+    return {"rows": rows, "seconds": seconds, "metrics": metrics.total}

@@ -35,6 +35,11 @@ def test_enrich_csv_to_json(tmp_path):
     assert len(rows) == len(keys)
     assert {r["id"]: r["name"] for r in rows} == {k: expected_item(k)["name"] for k in keys}
     assert stats["errors_5xx"] > 0  # the retries really had something to do
+    metrics_line = [l for l in done.stdout.splitlines() if l.startswith("metrics: ")][0]
+    retries = int(metrics_line.split("retries=")[1].split()[0])
+    calls = int(metrics_line.split("calls=")[1].split()[0])
+    assert retries >= stats["errors_5xx"] - 5 and calls == len(keys) + retries  # 404s aside, one call per row
+    assert f"{len(keys):,} rows" in done.stderr  # the progress summary
 
 
 def test_enrich_missing_column_is_a_clear_error(tmp_path):
@@ -72,5 +77,6 @@ def test_demo_runs_end_to_end():
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "aiospark unordered_wait  |   3,000 |" in out and "blocking Python UDF      |      40 |" in out
+    assert "metrics: calls=3000 ok=3000" in out
     speedup = float(out.split("speed-up: ")[1].split("x")[0].replace(",", ""))
     assert speedup > 1.0, out
