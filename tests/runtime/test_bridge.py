@@ -195,3 +195,13 @@ def test_worker_loop_is_reused_and_shutdown_closes_functions():
     wl.shutdown()
     assert Closing.closed and not wl.alive()
     assert worker_loop().alive()  # the process-wide loop is another one, untouched
+
+
+def test_failure_to_build_the_operator_fails_the_partition_instead_of_hanging():
+    async def broken_factory(output):
+        raise ConnectionError("open() could not reach the service")
+
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match="could not reach"):
+        list(run_partition(iter([[1, 2]]), broken_factory, capacity=2))
+    assert time.monotonic() - t0 < 5

@@ -53,13 +53,13 @@ class Attempts:
         self.retry = op.retry
         self.returns_list = isinstance(op.function, AsyncFunction)
         self.invoke = op.function.async_invoke if self.returns_list else op.function
+        self.metrics = OperatorMetrics()
         limiter = make_limiter(rate_limit)
         self.reserve = getattr(limiter, "reserve", None)  # a synchronous limiter: O(1) reservations
         self.acquire = None if self.reserve is not None else getattr(limiter, "acquire", None)
         if self.acquire is not None:
             self.invoke = self._limited(self.invoke, self.acquire)
         self.adaptive = adaptive
-        self.metrics = OperatorMetrics()
         # a completed call needs no further checks: one output per call, no result predicate
         self.plain_results = not self.returns_list and (self.retry is None or self.retry.result_predicate is None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None

@@ -81,7 +81,11 @@ class _Pump:
             self._post((OUT, out))
 
     async def run(self) -> None:
-        operator = self.operator = await self._make_operator(self._collect)
+        try:
+            operator = self.operator = await self._make_operator(self._collect)
+        except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
+            self._post((ERROR, exc))
+            raise
         token = self._worker.track(describe_function(operator.function))
         try:
             await operator.open()
