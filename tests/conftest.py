@@ -20,7 +20,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # Connect and cluster tests need a process of their own (a JVM per kind of session): they live in
 # tests/isolated and run through tests/spark/test_isolated.py, which starts a child pytest for each.
 _ISOLATED = os.environ.get("AIOSPARK_ISOLATED")
-collect_ignore_glob = [] if _ISOLATED else ["isolated/*"]
+collect_ignore = [] if _ISOLATED else ["isolated"]
 
 
 @pytest.fixture(scope="session")

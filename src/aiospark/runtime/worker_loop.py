@@ -38,12 +38,12 @@ BLOCKED_SECONDS = 0.5
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (less CPU per call, tighter timers), else asyncio's own loop.
-
-    ``AIOSPARK_LOOP=asyncio`` (or ``uvloop``) forces the choice; on Spark executors set it with
-    ``spark.executorEnv.AIOSPARK_LOOP``.
+    """asyncio's own loop; ``AIOSPARK_LOOP=uvloop`` (or ``auto``: uvloop when installed) opts in to
+    uvloop (less CPU per call, tighter timers). On executors set it with
+    ``spark.executorEnv.AIOSPARK_LOOP``. The default stays asyncio: with uvloop one full test run
+    hung once in a way not reproduced in isolation (see docs/design.md).
     """
-    choice = os.environ.get("AIOSPARK_LOOP", "auto").strip().lower()
+    choice = os.environ.get("AIOSPARK_LOOP", "asyncio").strip().lower()
     if choice not in ("auto", "uvloop", "asyncio"):
         raise ValueError(f"AIOSPARK_LOOP must be 'auto', 'uvloop' or 'asyncio', got {choice!r}")
     if choice != "asyncio":
