@@ -202,6 +202,7 @@ def _close_before_os_exit() -> None:
     os._exit = _exit
 
 
+
 def shutdown() -> None:
     """Close every opened AsyncFunction of this process and stop its loop (also run at exit)."""
     current = _current

@@ -206,34 +206,6 @@ def test_error_rows_on_the_cluster(spark):
     assert sorted(r.id for r in rows if not r._error) == [i for i in range(40) if i != 13]
 
 
-# Keep this test last: it stops the module's session (the fixture's own stop() is then a no-op).
-def test_zz_async_function_closed_when_the_application_ends(spark, service):
-    """AsyncFunction.close() runs "once, after the last call" on every worker that opened it.
-
-    Here close() tells the service (GET /echo?closed=<pid>). The application ends gracefully with
-    spark.stop(); every Python worker that served calls must have closed its instance by the time
-    its process is gone.
-    """
-    out = aiospark.unordered_wait(keys_df(spark, 40, 2), HttpLookup(service.url, report_close=True),
-                                  "key STRING, value LONG, name STRING, pid INT", capacity=8, timeout=15)
-    pids = {r.pid for r in out.collect()}
-    assert service.stats()["item_requests"] == 40
-    spark.stop()
-    _wait_until_gone(pids, timeout=60)
-    closed = service.stats()["echo_requests"]
-    assert closed == len(pids), (f"{len(pids)} Python worker(s) {sorted(pids)} opened the AsyncFunction, "
-                                 f"{closed} closed it before exiting")
-
-
-def _wait_until_gone(pids, timeout: float) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while any(os.path.exists(f"/proc/{pid}") and not _zombie(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"Python workers {sorted(pids)} still alive {timeout}s after stop()"
-        time.sleep(0.2)
-
-
 def _zombie(pid: int) -> bool:
     try:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
