@@ -204,10 +204,3 @@ def test_error_rows_on_the_cluster(spark):
     assert len(rows) == 40
     assert [(r.id, r._input.id) for r in rows if r._error] == [(None, 13)]
     assert sorted(r.id for r in rows if not r._error) == [i for i in range(40) if i != 13]
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
