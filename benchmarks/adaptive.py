@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     with FaultService(ServiceConfig(latency=args.latency, max_concurrency=args.limit, overload_status=503),
                       process=True) as service:
         fetch = Fetch(service.url)
-        aiospark.unordered_wait(spark.range(0, 50, 1, 1), fetch, "id LONG").count()  # warm the worker
+        aiospark.unordered_wait(spark.range(0, 50, 1, 1), fetch, "id LONG", capacity=10).count()  # warm up
         for text in args.capacities.split(","):
             capacity = text if text == "auto" else int(text)
             service.reset_stats()
