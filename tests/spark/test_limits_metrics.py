@@ -77,7 +77,7 @@ def test_metrics_are_exact_under_faults(spark, ordered):
     assert (total.calls, total.retries, total.failures, total.error_rows) == (330, 30, 12, 12)
     assert total.successes == 330 - 30 - 12 and total.timeouts == 0
     assert total.latency_count == 288 and total.quantile(0.5) > 0
-    assert 1 <= total.inflight_peak <= 100
+    assert total.inflight_peak >= 1 and total.inflight_peak <= 100
     assert metrics.progress()["rows"] == 300 and "calls=330" in str(metrics)
 
 
