@@ -51,6 +51,22 @@ def _key_str(v: Any) -> str:
     return str(v)
 
 
+def redis_error(exc: BaseException, what: str, *, password: Any, password_env: Any, where: str,
+                timeout: float, source: str) -> ConnectorError:
+    """A redis-py exception as a ConnectorError naming the server, never the password."""
+    import redis.exceptions as rex
+
+    why = short(exc, password)
+    if isinstance(exc, rex.AuthenticationError) or "NOAUTH" in why or "WRONGPASS" in why:
+        hint = f"password= or ${password_env}" if password_env else "password="
+        return ConnectorError(f"authentication failed at {where} ({why}); check {hint}", source=source)
+    if isinstance(exc, (rex.TimeoutError, TimeoutError)):
+        return ConnectorTimeout(f"{what} timed out after {timeout}s at {where}", source=source)
+    if isinstance(exc, (rex.ConnectionError, OSError)):
+        return ConnectorError(f"cannot connect to {where}: {why}", source=source, retryable=True)
+    return ConnectorError(f"{what} failed: {why}", source=source)
+
+
 class RedisLookup(LookupSource):
     """Look up rows in Redis by a key template such as ``"user:{id}"``.
 
@@ -148,20 +164,8 @@ class RedisLookup(LookupSource):
     __str__ = __repr__
 
     def _error(self, exc: BaseException, what: str) -> ConnectorError:
-        import redis.exceptions as rex
-
-        why = short(exc, self._password)
-        if isinstance(exc, rex.AuthenticationError) or "NOAUTH" in why or "WRONGPASS" in why:
-            hint = f"password= or ${self._password_env}" if self._password_env else "password="
-            return ConnectorError(f"authentication failed at {self._where} ({why}); check {hint}",
-                                  source=self._name)
-        if isinstance(exc, (rex.TimeoutError, TimeoutError)):
-            return ConnectorTimeout(f"{what} timed out after {self.timeout}s at {self._where}",
-                                    source=self._name)
-        if isinstance(exc, (rex.ConnectionError, OSError)):
-            return ConnectorError(f"cannot connect to {self._where}: {why}", source=self._name,
-                                  retryable=True)
-        return ConnectorError(f"{what} failed: {why}", source=self._name)
+        return redis_error(exc, what, password=self._password, password_env=self._password_env,
+                           where=self._where, timeout=self.timeout, source=self._name)
 
     async def open(self) -> None:
         import redis.asyncio as aredis

@@ -409,17 +409,7 @@ class RedisRateLimit:
         return Reservation(starts, (tat_f, tat_f + n * self._interval_us))
 
     def _error(self, exc: BaseException, what: str) -> ConnectorError:
-        import redis.exceptions as rex
+        from .redis import redis_error
 
-        why = short(exc, self._password)
-        if isinstance(exc, rex.AuthenticationError) or "NOAUTH" in why or "WRONGPASS" in why:
-            hint = f"password= or ${self._password_env}" if self._password_env else "password="
-            return ConnectorError(f"authentication failed at {self._where} ({why}); check {hint}",
-                                  source=self._source)
-        if isinstance(exc, (rex.TimeoutError, TimeoutError)):
-            return ConnectorTimeout(f"{what} timed out after {self.timeout}s at {self._where}",
-                                    source=self._source)
-        if isinstance(exc, (rex.ConnectionError, OSError)):
-            return ConnectorError(f"cannot connect to {self._where}: {why}", source=self._source,
-                                  retryable=True)
-        return ConnectorError(f"{what} failed: {why}", source=self._source)
+        return redis_error(exc, what, password=self._password, password_env=self._password_env,
+                           where=self._where, timeout=self.timeout, source=self._source)
