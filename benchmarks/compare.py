@@ -72,6 +72,18 @@ VARIANT_TITLES = {
     "async_udf": "aiospark async_udf",
 }
 ALL_VARIANTS = ["bare", "naive", "threads", "gather", "arrow_threads", "unordered", "ordered", "async_udf"]
+LOOPS = ("asyncio", "uvloop")
+
+
+def split_variant(variant: str) -> Tuple[str, Optional[str]]:
+    """``"unordered@uvloop"`` -> ``("unordered", "uvloop")``: an aiospark variant on a chosen worker loop."""
+    base, _, loop = variant.partition("@")
+    return base, (loop or None)
+
+
+def title(variant: str) -> str:
+    base, loop = split_variant(variant)
+    return VARIANT_TITLES[base] + (f" ({loop})" if loop else "")
 
 
 # ----------------------------------------------------------------------------------------- scenarios
@@ -301,8 +313,18 @@ class Bench:
         """A fresh pool of Python workers: PySpark keys its worker pools by the function's env vars."""
         self._pool_seq += 1
         pool = f"{label}-{self._pool_seq}"
-        self.spark.sparkContext.environment[POOL_ENV] = pool
+        self._use_pool(pool)
         return pool
+
+    def _use_pool(self, pool: str) -> None:
+        """Route the next jobs to ``pool`` (and its AIOSPARK_LOOP, for ``variant@loop``)."""
+        env = self.spark.sparkContext.environment
+        env[POOL_ENV] = pool
+        loop = split_variant(pool.rsplit("-", 1)[0])[1]
+        if loop:
+            env["AIOSPARK_LOOP"] = loop
+        else:
+            env.pop("AIOSPARK_LOOP", None)
 
     # -- the service ----------------------------------------------------------------------------
     def transport(self, sc: Scenario):
@@ -348,6 +370,7 @@ class Bench:
         spark = self.spark
         df = spark.range(0, rows, 1, self.tasks)
         schema = "id long, name string"
+        variant = split_variant(variant)[0]
 
         def agg(out) -> Callable[[], Tuple[int, int]]:
             def action() -> Tuple[int, int]:
@@ -415,7 +438,7 @@ class Bench:
     def run_once(self, variant: str, pool: Optional[str], t: Any, capacity: int, rows: int) -> Result:
         if variant == "bare":
             return self.run_bare(t, capacity, rows)
-        self.spark.sparkContext.environment[POOL_ENV] = pool
+        self._use_pool(pool)
         sampler = WorkerSampler(pool)
         result = Result(variant)
         try:
@@ -489,7 +512,7 @@ class Bench:
                     res = self.run_once(variant, pools[variant], t, capacity, rows_of(variant))
                     results[variant].append(res)
                     status = f"{res.rate:,.0f} rows/s" if res.error is None else res.error
-                    print(f"  [{label} #{r + 1}] {VARIANT_TITLES[variant]:<30} {rows_of(variant):>9,} rows  {status}",
+                    print(f"  [{label} #{r + 1}] {title(variant):<30} {rows_of(variant):>9,} rows  {status}",
                           file=sys.stderr, flush=True)
         finally:
             for pool in pools.values():
@@ -513,7 +536,7 @@ class Bench:
             spark.conf.unset(BATCH_CONF)
         t = self.transport(sc)
         rows, naive_rows = self.scenario_rows(sc)
-        variants = [v for v in sc.variants if v in self.args.variants]
+        variants = [v for v in self.args.variants if split_variant(v)[0] in sc.variants]
         if "arrow_threads" in variants and not arrow_concurrency_available():
             variants.remove("arrow_threads")
         load = os.getloadavg()
@@ -530,6 +553,9 @@ class Bench:
         bound = sc.bound(tasks)
         unordered = summaries.get("unordered")
         ref = unordered.rate if unordered is not None and unordered.ok else None
+        if ref is None:  # unordered ran only on a chosen loop
+            alt = next((s for v, s in summaries.items() if split_variant(v)[0] == "unordered" and s.ok), None)
+            ref = alt.rate if alt is not None else None
         transport = {"http": "HTTP GET /item/{id} (FaultService in a child process)",
                      "sleep": "asyncio.sleep / time.sleep (no I/O)",
                      "noop": "none (returns at once)"}[t.kind]
@@ -552,7 +578,7 @@ class Bench:
         lines.append("| " + " | ".join(cols) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|")
         for s in summaries.values():
-            name = VARIANT_TITLES[s.variant]
+            name = title(s.variant)
             if not s.ok:
                 error = s.runs[-1].error if s.runs else "did not run"
                 lines.append(f"| {name} | failed: {str(error).replace('|', '/')} |" + " |" * (len(cols) - 2))
@@ -569,7 +595,7 @@ class Bench:
             lines.append("| " + " | ".join(cells) + " |")
         errors = [(s.variant, r.error) for s in summaries.values() for r in s.runs if r.error and s.ok]
         for variant, error in errors:
-            lines.append(f"\n(one run of {VARIANT_TITLES[variant]} failed: {error})")
+            lines.append(f"\n(one run of {title(variant)} failed: {error})")
         lines.append("")
         return "\n".join(lines)
 
@@ -704,7 +730,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--latency", type=float, default=None, help="override the scenario's latency (s)")
     parser.add_argument("--capacity", type=int, default=None, help="override the scenario's capacity")
     parser.add_argument("--tasks", type=int, default=2, help="Spark tasks = partitions = local[N] (default 2)")
-    parser.add_argument("--variants", default=",".join(ALL_VARIANTS), help="comma list of variants to run")
+    parser.add_argument("--variants", default=",".join(ALL_VARIANTS),
+                        help="comma list of variants to run; unordered/ordered/async_udf may end in @asyncio or "
+                             "@uvloop to run on that worker loop, side by side (e.g. unordered,unordered@uvloop)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="time every variant N times, interleaved, and report the median (default 1)")
     parser.add_argument("--bare-loop", choices=("asyncio", "uvloop"), default="asyncio",
@@ -717,9 +745,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                                                      "unless --scenario is also given)")
     args = parser.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in args.variants if v not in ALL_VARIANTS]
+    bad = [v for v in args.variants if split_variant(v)[0] not in ALL_VARIANTS or split_variant(v)[1] not in (None,) + LOOPS
+           or (split_variant(v)[1] and split_variant(v)[0] not in ("unordered", "ordered", "async_udf"))]
     if bad:
-        parser.error(f"unknown variants {bad}; choose from {ALL_VARIANTS}")
+        parser.error(f"unknown variants {bad}; choose from {ALL_VARIANTS} (aiospark ones may end in @asyncio or "
+                     "@uvloop to pick the worker loop)")
     args.scenario_given = any(a == "--scenario" or a.startswith("--scenario=") for a in (argv or sys.argv[1:]))
     return args
 
