@@ -646,7 +646,8 @@ class Bench:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper left", fontsize=9)
         fig.text(0.99, 0.01, f"python -m benchmarks.compare {' '.join(shlex.quote(a) for a in sys.argv[1:])}; "
-                 f"aiospark loop {aiospark_loop()}; load avg {load[0]:.1f}", ha="right", va="bottom", fontsize=7, color="0.4")
+                 f"aiospark loop {aiospark_loop()}; load avg {load[0]:.1f}",
+                 ha="right", va="bottom", fontsize=7, color="0.4")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.savefig(path)
@@ -745,8 +746,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                                                      "unless --scenario is also given)")
     args = parser.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in args.variants if split_variant(v)[0] not in ALL_VARIANTS or split_variant(v)[1] not in (None,) + LOOPS
-           or (split_variant(v)[1] and split_variant(v)[0] not in ("unordered", "ordered", "async_udf"))]
+    def known(v: str) -> bool:
+        base, loop = split_variant(v)
+        aiospark_variant = base in ("unordered", "ordered", "async_udf")
+        return base in ALL_VARIANTS and (loop is None or (loop in LOOPS and aiospark_variant))
+
+    bad = [v for v in args.variants if not known(v)]
     if bad:
         parser.error(f"unknown variants {bad}; choose from {ALL_VARIANTS} (aiospark ones may end in @asyncio or "
                      "@uvloop to pick the worker loop)")
