@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 import random
+import socket
 import time
 import zlib
 from collections import deque
@@ -110,23 +111,54 @@ class _Counters:
 
 
 class _CountingServer(web.Server):
-    """Low-level aiohttp server that counts open TCP connections."""
+    """Low-level aiohttp server that counts open TCP connections.
+
+    A new peak is only recorded after checking the kernel's view of the connections already counted:
+    a client that closes one connection and then opens another sends its FIN before its SYN, but the
+    event loop may handle the accept before the EOF (both are ready in the same pass). Connections
+    whose peer has already closed (EOF waiting, nothing unread) are therefore not counted in the peak.
+    """
 
     def __init__(self, handler: Any, *, counters: _Counters, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._counters = counters
+        self._transports: Dict[int, asyncio.Transport] = {}
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
         c = self._counters
+        self._transports[id(handler)] = transport
         c.connections_open += 1
         c.connections_total += 1
         if c.connections_open > c.peak_connections:
-            c.peak_connections = c.connections_open
+            c.peak_connections = max(c.peak_connections, self._peer_open_count())
 
     def connection_lost(self, handler: RequestHandler, exc: Optional[BaseException] = None) -> None:
         super().connection_lost(handler, exc)
+        self._transports.pop(id(handler), None)
         self._counters.connections_open -= 1
+
+    def _peer_open_count(self) -> int:
+        return sum(1 for t in self._transports.values() if not _peer_closed(t))
+
+
+def _peer_closed(transport: asyncio.Transport) -> bool:
+    """True when the peer's FIN is waiting on this connection with no data before it."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.fileno() < 0:
+        return True
+    try:
+        dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
+    except OSError:
+        return True
+    try:
+        return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        dup.close()
 
 
 class ServiceCore:
