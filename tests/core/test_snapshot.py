@@ -7,7 +7,7 @@ import pytest
 
 from aiospark.core import AsyncFunction, AsyncWaitOperator, Record, Watermark
 
-from ._util import Collector, Gates, feed, run, run_operator, safe_close, settle
+from ._util import Collector, Gates, feed, run, safe_close, settle
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -41,7 +41,7 @@ from typing import Any, Deque, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..core.ratelimit import check_burst, check_rate
-from ._common import ConnectorError, ConnectorTimeout, Secret, check_positive, resolve_secret, short
+from ._common import ConnectorError, Secret, check_positive, resolve_secret
 
 __all__ = ["RedisRateLimit", "Reservation", "GCRA_SCRIPT"]
 

@@ -62,6 +62,8 @@ class Attempts:
         self.adaptive = adaptive
         # a completed call needs no further checks: one output per call, no result predicate
         self.plain_results = not self.returns_list and (self.retry is None or self.retry.result_predicate is None)
+        # a call that completes while it is started may be emitted without ever being queued
+        self.emit_direct = adaptive is None and (self.retry is None or self.retry.result_predicate is None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.calls: Set[Call] = set()
         #: cancelled attempts still unwinding -> the timer that stops waiting for them
@@ -87,16 +89,21 @@ class Attempts:
         return limited
 
     # ------------------------------------------------------------------ first attempts
-    def start(self, entry: Any, value: Any) -> None:
-        """Start the first attempt for a newly queued element."""
+    def start(self, value: Any, timestamp: Any) -> None:
+        """Start the first attempt for a new element (the operator has checked for room).
+
+        The element is queued (``op.enqueue``) unless its call completes during its first step
+        and the operator can emit it at once (``op.emit_now``): the common no-op/cache-hit case.
+        """
         loop = self.loop
         started = loop.time()  # type: ignore[union-attr]
         metrics = self.metrics
+        op = self.op
         if self.reserve is not None:
             delay = self.reserve()
             if delay > 0.0:
                 metrics.rate_limited += 1
-                call = self._new_call(entry, started)
+                call = self._new_call(op.enqueue(value, timestamp), started)
                 call.permit = True
                 call.backoff = loop.call_at(started + delay, self.attempt, call)  # type: ignore[union-attr]
                 return
@@ -106,7 +113,7 @@ class Attempts:
             if self.direct_tasks_left:
                 # recent calls all suspended: an eager first step would only add cost
                 self.direct_tasks_left -= 1
-                call = self._new_call(entry, started)
+                call = self._new_call(op.enqueue(value, timestamp), started)
                 call.task = loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
                 return
             begun = _perf_counter()
@@ -128,14 +135,21 @@ class Attempts:
         if kind == eager.DONE:
             metrics.successes += 1
             metrics.record_latency(took)
+            if self.emit_direct:
+                if not self.returns_list:
+                    if op.emit_now((payload,), timestamp):
+                        return
+                elif type(payload) is list and op.emit_now(payload, timestamp):
+                    return
+            entry = op.enqueue(value, timestamp)
             if self.plain_results and self.adaptive is None:
-                self.op.element_done(entry, [payload])
+                op.element_done(entry, [payload])
             else:
                 self._on_result(entry, None, started, payload, took)
         elif kind == eager.FAILED:
-            self._on_exception(entry, None, started, payload, took)
+            self._on_exception(op.enqueue(value, timestamp), None, started, payload, took)
         else:
-            self._attach(self._new_call(entry, started), payload)
+            self._attach(self._new_call(op.enqueue(value, timestamp), started), payload)
 
     async def _drive(self, call: Call, coro: Any) -> None:
         """Run a first attempt in its own Task and take its outcome (no done-callback hop)."""

@@ -160,11 +160,9 @@ class AsyncWaitOperator:
         """Start the call for ``value``; waits only while the queue is full (backpressure)."""
         if self._failure is not None or self._loop is None:
             self._check()
-        record = Record(value, timestamp)
         while not self._has_room():
             await self._wait_for_space()
-        entry = self._queue.try_put(record)
-        self._start(entry, value)
+        self._attempts.start(value, timestamp)
 
     def try_process(self, value: Any, timestamp: Any = None) -> bool:
         """Start the call for ``value`` now if the queue has space; ``False`` when it is full.
@@ -176,12 +174,9 @@ class AsyncWaitOperator:
             self._check()
         if self.adaptive is not None and self.inflight >= self.adaptive.limit:
             return False
-        if self._attempts.cancelled and not self._has_room():
+        if len(self._queue) + len(self._attempts.cancelled) >= self.capacity:
             return False
-        entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
-        if entry is None:
-            return False
-        self._start(entry, value)
+        self._attempts.start(value, timestamp)
         return True
 
     async def wait_for_space(self) -> None:
@@ -201,11 +196,31 @@ class AsyncWaitOperator:
         if waiter is not None and self._has_room() and not waiter.done():
             waiter.set_result(None)
 
-    def _start(self, entry: Any, value: Any) -> None:
+    # ------------------------------------------------------------------ started calls (from Attempts)
+    def enqueue(self, value: Any, timestamp: Any) -> Any:
+        """Hold the element whose call was just started; returns its queue entry."""
+        entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
         self.inflight += 1
-        if self.inflight > self._attempts.metrics.inflight_peak:
-            self._attempts.metrics.inflight_peak = self.inflight
-        self._attempts.start(entry, value)
+        metrics = self._attempts.metrics
+        if self.inflight > metrics.inflight_peak:
+            metrics.inflight_peak = self.inflight
+        return entry
+
+    def emit_now(self, results: List[Any], timestamp: Any) -> bool:
+        """Emit the results of a call that completed while it was being started, without queueing
+        it, if nothing held has to be emitted first; ``False`` (nothing done) otherwise."""
+        if self._draining or not self._queue.emits_immediately():
+            return False
+        metrics = self._attempts.metrics
+        if self.inflight >= metrics.inflight_peak:
+            metrics.inflight_peak = self.inflight + 1
+        output = self._output
+        try:
+            for result in results:
+                output(_new_record(Record, (result, timestamp)))
+        except BaseException as exc:
+            self.fail("(the element being emitted)", exc, "the output callable")
+        return True
 
     # ------------------------------------------------------------------ element outcomes
     def element_done(self, entry: Any, results: List[Any]) -> None:

@@ -64,6 +64,10 @@ class OrderedQueue:
         if self.on_complete is not None:
             self.on_complete()
 
+    def emits_immediately(self) -> bool:
+        """True when an element completed now could be emitted at once (nothing held goes first)."""
+        return not self._entries
+
     def has_completed(self) -> bool:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
         return bool(self._entries) and self._entries[0]._done
@@ -154,6 +158,15 @@ class UnorderedQueue:
         segment.completed.append(entry)
         if self.on_complete is not None and segment is self._segments[0]:
             self.on_complete()
+
+    def emits_immediately(self) -> bool:
+        """True when a record completed now could be emitted at once: no watermark is held, so
+        the record would join the head segment, and that segment has nothing completed waiting."""
+        segments = self._segments
+        if not segments:
+            return True
+        head = segments[0]
+        return len(segments) == 1 and head.watermark is None and not head.completed
 
     def has_completed(self) -> bool:
         """True when the first segment has something to emit."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from pyspark.sql.types import ArrayType, StructType
+from pyspark.sql.types import StructType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..lookup import LookupCache, Lookuper, LookupSource

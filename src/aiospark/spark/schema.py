@@ -1,7 +1,7 @@
 """Schemas: parse user schemas on the driver, and turn Python outputs into Arrow with clear errors."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
