@@ -107,6 +107,7 @@ class _Pump:
                         await operator.wait_for_space()
             await operator.finish()
             self._flush()
+            self._worker.untrack(token)  # before DONE: the task's thread may go on at once
             self._post((DONE, None))
         except BaseException as exc:
             self._post((ERROR, exc))

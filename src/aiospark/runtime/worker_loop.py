@@ -23,6 +23,7 @@ import threading
 from typing import Any, Coroutine, Dict, Optional
 
 from ..core.errors import warn_blocking
+from .gc_policy import GcPolicy, threshold_from_env
 
 _lock = threading.Lock()
 _current: Optional["WorkerLoop"] = None
@@ -70,6 +71,8 @@ class WorkerLoop:
         self._heartbeat: Optional[asyncio.TimerHandle] = None
         self._expected = 0.0
         self._late_beats = 0
+        #: raised gen-0 GC threshold while partitions run (see gc_policy)
+        self.gc = GcPolicy(threshold_from_env())
         #: seconds the loop was seen blocked, per function name (cumulative, for metrics)
         self.blocked_seconds: Dict[str, float] = {}
         started = threading.Event()
@@ -116,16 +119,20 @@ class WorkerLoop:
 
     # ---------------------------------------------------------------- blocked-loop detection
     def track(self, name: str) -> int:
-        """Note that calls of the function ``name`` run now (loop thread); returns a token."""
+        """Note that calls of the function ``name`` run now (loop thread); returns a token.
+
+        While anything is tracked, the loop watches for blocking and the GC policy is in force."""
         token = next(self._tokens)
         self._running[token] = name
+        self.gc.enter()
         if self._heartbeat is None:
             self._expected = self.loop.time() + HEARTBEAT_SECONDS
             self._heartbeat = self.loop.call_at(self._expected, self._beat)
         return token
 
     def untrack(self, token: int) -> None:
-        self._running.pop(token, None)
+        if self._running.pop(token, None) is not None:
+            self.gc.exit()
         if not self._running and self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
