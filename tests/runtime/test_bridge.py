@@ -32,20 +32,36 @@ def test_all_rows_in_order_across_chunks():
     assert out == [2 * i for i in range(70)]
 
 
-def test_input_is_pulled_only_when_needed():
+def test_input_is_pulled_only_while_there_is_capacity():
     pulled = []
+    release = threading.Event()
 
     def chunks():
         for i in range(100):
             pulled.append(i)
             yield [i] * 10
 
-    gen = run_partition(chunks(), make(double, capacity=20), capacity=20, out_rows=10)
-    first = next(gen)
-    assert len(first) >= 10
-    # capacity 20 and chunks of 10: the loop never holds more than ~capacity + a chunk queued
-    assert len(pulled) < 10
-    assert sum(len(b) for b in gen) + len(first) == 1000
+    async def held(x):
+        while not release.is_set():  # no call completes until released
+            await asyncio.sleep(0.005)
+        return x
+
+    gen = run_partition(chunks(), make(held, capacity=20), capacity=20, out_rows=10)
+    first = []
+    reader = threading.Thread(target=lambda: first.append(next(gen)))
+    reader.start()
+    try:
+        time.sleep(0.3)
+        # capacity 20, chunks of 10: 2 chunks in flight, then chunks are queued only while fewer
+        # than capacity rows wait (2 more), plus the one requested meanwhile -- and nothing beyond
+        assert 2 <= len(pulled) <= 5, pulled
+        time.sleep(0.2)
+        assert len(pulled) <= 5, pulled
+    finally:
+        release.set()
+        reader.join(5)
+    assert len(first[0]) >= 10
+    assert sum(len(b) for b in gen) + len(first[0]) == 1000
 
 
 def test_error_fails_the_partition():
@@ -205,3 +221,23 @@ def test_failure_to_build_the_operator_fails_the_partition_instead_of_hanging():
     with pytest.raises(ConnectionError, match="could not reach"):
         list(run_partition(iter([[1, 2]]), broken_factory, capacity=2))
     assert time.monotonic() - t0 < 5
+
+
+def test_a_trickle_of_output_is_not_held_back_waiting_for_a_full_post():
+    """Output is posted in bulk, but a lone completed row still reaches the task's thread at once
+    (FLUSH_SECONDS), while the other calls are still running."""
+    release = threading.Event()
+
+    async def one_fast(x):
+        while x and not release.is_set():
+            await asyncio.sleep(0.005)
+        return x
+
+    gen = run_partition(iter([[0, 1, 2]]), make(one_fast, capacity=5, ordered=False), capacity=5, out_rows=1)
+    try:
+        t0 = time.monotonic()
+        assert next(gen) == [0]
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        release.set()
+    assert sorted(v for batch in gen for v in batch) == [1, 2]

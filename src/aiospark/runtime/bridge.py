@@ -4,8 +4,10 @@ Two threads cooperate. The task's thread (Spark's, "the feeder") pulls input bat
 loop asks for more (``NEED``: fewer than ``capacity`` rows are queued), hands over whole chunks, and
 yields output chunks as they arrive (``OUT``). The loop thread runs the operator. Both wait by
 blocking on what the other sends (a ``SimpleQueue`` one way, ``call_soon_threadsafe`` the other):
-no polling, no timeouts. Output is collected per loop iteration, so completions cross threads in
-bulk, and memory stays bounded by ``capacity`` plus one input and one output chunk.
+no polling, no timeouts. Output crosses threads in bulk: the loop posts what completed once
+POST_ROWS rows are pending or FLUSH_SECONDS after the first of them (each post wakes the task's
+thread, which costs more than a row), and memory stays bounded by ``capacity`` plus one input and
+one output chunk.
 
 Example (the mapInArrow adapter does this)::
 
@@ -29,6 +31,11 @@ NEED, OUT, DONE, ERROR = range(4)
 
 MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
 
+#: The loop posts output to the task's thread when this many rows are pending...
+POST_ROWS = 1024
+#: ...or this long after the first pending row (bounds the delay; metrics progress goes with it).
+FLUSH_SECONDS = 0.005
+
 #: How long an abandoned partition (a failed or cancelled task) waits for its calls to be cancelled.
 ABANDON_SECONDS = 10.0
 
@@ -49,6 +56,7 @@ class _Pump:
         self._input_ended = False
         self._waiter: Optional[asyncio.Future] = None
         self._out: List[Any] = []
+        self._flush_timer: Optional[asyncio.TimerHandle] = None
         self.operator: Optional[AsyncWaitOperator] = None
 
     # called on the loop thread, via call_soon_threadsafe from the feeder
@@ -71,11 +79,17 @@ class _Pump:
 
     def _collect(self, element: Record) -> None:
         # only records reach here: the bridge never sends watermarks
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(element.value)
+        out = self._out
+        out.append(element.value)
+        if len(out) == 1:
+            self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
+        elif len(out) >= POST_ROWS:
+            self._flush()
 
     def _flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
         if self._out:
             out, self._out = self._out, []
             self._post((OUT, out))
@@ -113,6 +127,8 @@ class _Pump:
             self._post((ERROR, exc))
             raise
         finally:
+            if self._flush_timer is not None:
+                self._flush_timer.cancel()
             self._worker.untrack(token)
             await operator.close()
 
