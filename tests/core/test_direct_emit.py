@@ -1,6 +1,8 @@
 """Calls that complete during their first step are emitted at once, never queued -- but only when
 nothing held has to be emitted before them (ordering and watermark barriers still hold)."""
 
+import asyncio
+
 import pytest
 
 from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, Record, Watermark
@@ -192,4 +194,76 @@ def test_output_feeding_the_operator_again_keeps_input_order():
         await op.close()
 
     op = None
+    run(main())
+
+
+def gated_fn(gates, keys):
+    async def fn(x):
+        if x in keys:
+            await gates[x].wait()
+        return x
+    return fn
+
+
+def test_unordered_completion_of_the_last_record_before_a_watermark_releases_the_barrier():
+    out = Collector()
+
+    async def main():
+        gates = Gates()
+        op = AsyncWaitOperator(gated_fn(gates, {0, 1}), out, ordered=False, capacity=10)
+        await op.open()
+        await op.process_element(0, 1)
+        await op.process_watermark(2)
+        await op.process_element(1, 3)
+        gates.open(0)
+        await settle()
+        assert out == [Record(0, 1), Watermark(2)] and len(op) == 1
+        gates.open(1)
+        await op.finish()
+        assert out[-1] == Record(1, 3) and len(op) == 0
+        await op.close()
+
+    run(main())
+
+
+def test_ordered_completion_of_the_head_also_emits_the_completed_ones_behind_it():
+    out = Collector()
+
+    async def main():
+        gates = Gates()
+        op = AsyncWaitOperator(gated_fn(gates, {0, 1, 2}), out, ordered=True, capacity=10)
+        await op.open()
+        for v in range(3):
+            await op.process_element(v)
+        gates.open(1)
+        await settle()
+        assert out == [] and len(op) == 3
+        gates.open(0)
+        await settle()
+        assert out.values() == [0, 1] and len(op) == 1
+        gates.open(2)
+        await op.finish()
+        assert out.values() == [0, 1, 2]
+        await op.close()
+
+    run(main())
+
+
+def test_a_waiting_producer_is_woken_by_a_directly_emitted_completion():
+    out = Collector()
+
+    async def main():
+        gates = Gates()
+        op = AsyncWaitOperator(gated_fn(gates, {0}), out, ordered=False, capacity=1)
+        await op.open()
+        await op.process_element(0)
+        blocked = asyncio.ensure_future(op.process_element(1))
+        await settle()
+        assert not blocked.done()
+        gates.open(0)
+        await asyncio.wait_for(blocked, 1)
+        await op.finish()
+        assert out.values() == [0, 1]
+        await op.close()
+
     run(main())

@@ -65,6 +65,7 @@ class Attempts:
         # a call that completes while it is started may be emitted without ever being queued
         self.emit_direct = adaptive is None and (self.retry is None or self.retry.result_predicate is None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.clock: Any = None  # loop.time, or time.monotonic itself for asyncio's own loops
         self.calls: Set[Call] = set()
         #: cancelled attempts still unwinding -> the timer that stops waiting for them
         self.cancelled: Dict[asyncio.Task, asyncio.TimerHandle] = {}
@@ -75,6 +76,13 @@ class Attempts:
         self.blocked_seconds = 0.0
         self.slow_streak = 0
         self.warned_blocking = False
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make calls on ``loop`` (the operator's ``open()``)."""
+        self.loop = loop
+        # asyncio's BaseEventLoop.time() is a Python-level wrapper of time.monotonic()
+        plain = getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time
+        self.clock = time.monotonic if plain else loop.time
 
     def _limited(self, invoke: Any, acquire: Any) -> Any:
         metrics = self.metrics
@@ -96,7 +104,7 @@ class Attempts:
         and the operator can emit it at once (``op.emit_now``): the common no-op/cache-hit case.
         """
         loop = self.loop
-        started = loop.time()  # type: ignore[union-attr]
+        started = self.clock()
         metrics = self.metrics
         op = self.op
         if self.reserve is not None:
@@ -162,16 +170,16 @@ class Attempts:
                 call.task = None
                 if isinstance(exc, asyncio.CancelledError):
                     exc = asyncio.CancelledError("the async call was cancelled")
-                self._on_exception(call.entry, call, call.started, exc, self.loop.time() - call.started)  # type: ignore
+                self._on_exception(call.entry, call, call.started, exc, self.clock() - call.started)
             return
         if not (call.finished or call.timing_out or call.task is None or call.retries):
             call.task = None
-            latency = self.loop.time() - call.started  # type: ignore[union-attr]
+            latency = self.clock() - call.started
             self.metrics.successes += 1
             self.metrics.record_latency(latency)
             if self.plain_results and self.adaptive is None:
                 self._retire(call)
-                self.op.element_done(call.entry, [result])
+                self.op.element_result(call.entry, result)
             else:
                 self._on_result(call.entry, call, call.started, result, latency)
 

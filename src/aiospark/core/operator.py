@@ -125,7 +125,8 @@ class AsyncWaitOperator:
     # ------------------------------------------------------------------ lifecycle
     async def open(self, restored: Optional[Iterable[StreamElement]] = None) -> None:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
-        self._loop = self._attempts.loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
+        self._attempts.bind(self._loop)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
@@ -223,6 +224,24 @@ class AsyncWaitOperator:
         return True
 
     # ------------------------------------------------------------------ element outcomes
+    def element_result(self, entry: Any, result: Any) -> None:
+        """An element's call is over with one ``result``: emitted at once when nothing held goes
+        first (the hot path of calls that suspend), else completed in the queue."""
+        self.inflight -= 1
+        queue = self._queue
+        if self._draining or self._failure is not None or not queue.take_if_next(entry):
+            entry.complete([result])
+            return
+        try:
+            self._output(_new_record(Record, (result, entry.element[1])))
+        except BaseException as exc:
+            self.fail("(the element being emitted)", exc, "the output callable")
+            return
+        if queue.has_completed():
+            self._drain()
+        else:
+            self._wake_after_emit()
+
     def element_done(self, entry: Any, results: List[Any]) -> None:
         """An element's call is over with ``results`` (called by :class:`Attempts`)."""
         self.inflight -= 1
@@ -311,8 +330,12 @@ class AsyncWaitOperator:
             self.fail("(the element being emitted)", exc, "the output callable")
         finally:
             self._draining = False
+        self._wake_after_emit()
+
+    def _wake_after_emit(self) -> None:
         waiter = self._space_waiter
         if waiter is not None and self._has_room() and not waiter.done():
             waiter.set_result(None)
-        if self._idle_waiter is not None and queue.is_empty() and not self._idle_waiter.done():
-            self._idle_waiter.set_result(None)
+        idle = self._idle_waiter
+        if idle is not None and self._queue.is_empty() and not idle.done():
+            idle.set_result(None)

@@ -68,6 +68,16 @@ class OrderedQueue:
         """True when an element completed now could be emitted at once (nothing held goes first)."""
         return not self._entries
 
+    def take_if_next(self, entry: ResultFuture) -> bool:
+        """Remove ``entry`` (not yet completed) if it would be emitted first once complete; the
+        caller then emits its results itself. ``False`` (nothing changed) otherwise."""
+        entries = self._entries
+        if not entries or entries[0] is not entry:
+            return False
+        entries.popleft()
+        entry._done = True
+        return True
+
     def has_completed(self) -> bool:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
         return bool(self._entries) and self._entries[0]._done
@@ -167,6 +177,20 @@ class UnorderedQueue:
             return True
         head = segments[0]
         return len(segments) == 1 and head.watermark is None and not head.completed
+
+    def take_if_next(self, entry: ResultFuture) -> bool:
+        """Remove ``entry`` (not yet completed) if it would be emitted next once complete: it is
+        in the head segment and nothing completed waits there. The caller emits its results."""
+        segments = self._segments
+        segment = entry._segment
+        if segment is not segments[0] or segment.completed:
+            return False
+        del segment.incomplete[entry]
+        self._size -= 1
+        entry._done = True
+        if not segment.incomplete and len(segments) > 1:
+            segments.popleft()  # the barrier behind it is now emittable (has_completed says so)
+        return True
 
     def has_completed(self) -> bool:
         """True when the first segment has something to emit."""
