@@ -113,16 +113,18 @@ class _Counters:
 class _CountingServer(web.Server):
     """Low-level aiohttp server that counts open TCP connections.
 
-    A new peak is only recorded after checking the kernel's view of the connections already counted:
-    a client that closes one connection and then opens another sends its FIN before its SYN, but the
-    event loop may handle the accept before the EOF (both are ready in the same pass). Connections
-    whose peer has already closed (EOF waiting, nothing unread) are therefore not counted in the peak.
+    A new peak is only recorded after checking the kernel's view of the connections counted: a
+    client may already have closed a connection whose EOF the server has not acted on yet (the
+    loop handled a new accept first, or a hung handler keeps a half-closed connection), so
+    connections whose peer has closed (EOF waiting, nothing unread) are not counted in the peak.
+    A connection once seen closed by its peer stays so, and is not looked at again.
     """
 
     def __init__(self, handler: Any, *, counters: _Counters, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._counters = counters
         self._transports: Dict[int, asyncio.Transport] = {}
+        self._peer_gone: set = set()
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
@@ -130,16 +132,21 @@ class _CountingServer(web.Server):
         self._transports[id(handler)] = transport
         c.connections_open += 1
         c.connections_total += 1
-        if c.connections_open > c.peak_connections:
+        if c.connections_open - len(self._peer_gone) > c.peak_connections:
             c.peak_connections = max(c.peak_connections, self._peer_open_count())
 
     def connection_lost(self, handler: RequestHandler, exc: Optional[BaseException] = None) -> None:
         super().connection_lost(handler, exc)
         self._transports.pop(id(handler), None)
+        self._peer_gone.discard(id(handler))
         self._counters.connections_open -= 1
 
     def _peer_open_count(self) -> int:
-        return sum(1 for t in self._transports.values() if not _peer_closed(t))
+        gone = self._peer_gone
+        for key, transport in self._transports.items():
+            if key not in gone and _peer_closed(transport):
+                gone.add(key)
+        return len(self._transports) - len(gone)
 
 
 def _peer_closed(transport: asyncio.Transport) -> bool:
