@@ -41,8 +41,8 @@ BLOCKED_SECONDS = 0.5
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """asyncio's own loop; ``AIOSPARK_LOOP=uvloop`` (or ``auto``: uvloop when installed) opts in to
     uvloop (less CPU per call, tighter timers). On executors set it with
-    ``spark.executorEnv.AIOSPARK_LOOP``. The default stays asyncio: with uvloop one full test run
-    hung once in a way not reproduced in isolation (see docs/design.md).
+    ``spark.executorEnv.AIOSPARK_LOOP``. The default stays asyncio: under uvloop, full test runs
+    hung inside Spark with the loop idle and a cross-thread wake-up never run (docs/design.md).
     """
     choice = os.environ.get("AIOSPARK_LOOP", "asyncio").strip().lower()
     if choice not in ("auto", "uvloop", "asyncio"):
