@@ -85,6 +85,8 @@ def _encode(v: Any) -> str:
 
 
 def _key_text(v: Any) -> str:
+    if type(v) is int:  # the common case; what json.dumps would give
+        return str(v)
     return v if isinstance(v, str) else json.dumps(v, default=str)
 
 

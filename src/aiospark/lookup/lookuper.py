@@ -11,8 +11,9 @@ This is what a lookup join calls once per input row. Per key it:
    ``max_batch_delay`` seconds after its first key arrived (one loop timer per
    batch, no polling).
 
-Loads are shielded: cancelling one waiter never cancels the load others wait on.
-A failed load raises the same exception in every waiter and is not cached.
+Every waiter has a future of its own, which the load completes: cancelling one waiter never
+cancels the load others wait on (what ``asyncio.shield`` would give, at a third of the loop
+callbacks). A failed load raises the same exception in every waiter and is not cached.
 
 Example::
 
@@ -103,8 +104,10 @@ class Lookuper:
         if self._opened:
             return
         self._loop = asyncio.get_running_loop()
-        self._inflight: dict[tuple, asyncio.Future] = {}
-        self._pending: dict[tuple, asyncio.Future] = {}
+        #: key -> the futures of the lookups waiting for its load (the load is running or batched)
+        self._inflight: dict[tuple, list[asyncio.Future]] = {}
+        #: keys of the next batch, in arrival order
+        self._pending: dict[tuple, None] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         await self.source.open()
@@ -118,17 +121,16 @@ class Lookuper:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            fut.cancel()
+        self._pending = {}
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        for fut in self._inflight.values():
-            fut.cancel()
-        self._inflight.clear()
+        inflight, self._inflight = self._inflight, {}
+        for waiters in inflight.values():
+            for waiter in waiters:
+                waiter.cancel()
         await self.source.close()
 
     async def __aenter__(self) -> "Lookuper":
@@ -161,12 +163,15 @@ class Lookuper:
                 return rows
         if not self._opened or self._loop is not asyncio.get_running_loop():
             self._not_open()
-        fut = self._inflight.get(key)
-        if fut is None:
-            fut = self._start_load(key)
+        waiter = self._loop.create_future()
+        waiters = self._inflight.get(key)
+        if waiters is None:
+            self._inflight[key] = [waiter]
+            self._start_load(key)
         else:
+            waiters.append(waiter)
             self.coalesced += 1
-        return await asyncio.shield(fut)
+        return await waiter
 
     async def lookup_many(self, keys: Iterable[Any]) -> list[list[dict]]:
         """Look up many keys concurrently; results in the order of ``keys``."""
@@ -178,27 +183,37 @@ class Lookuper:
         raise RuntimeError(f"{type(self).__name__} was opened on another event loop: close() it and "
                            "open() it on the loop that calls lookup()")
 
-    def _start_load(self, key: tuple) -> asyncio.Future:
+    def _start_load(self, key: tuple) -> None:
         if not self.batch:
             task = self._loop.create_task(self._load_one(key))
-            self._inflight[key] = task
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
-            return task
-        fut = self._loop.create_future()
-        self._inflight[key] = fut
+            return
         pending = self._pending
-        pending[key] = fut
+        pending[key] = None
         if len(pending) >= self.max_batch_size:
             self._flush()
         elif len(pending) == 1:
             self._timer = self._loop.call_later(self.max_batch_delay, self._flush)
-        return fut
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled():
-            task.exception()  # mark retrieved: waiters may all have been cancelled
+            task.exception()  # mark retrieved: its waiters got the exception already
+
+    def _deliver(self, key: tuple, rows: list) -> None:
+        for waiter in self._inflight.pop(key, ()):
+            if not waiter.done():  # a cancelled lookup
+                waiter.set_result(rows)
+
+    def _fail(self, key: tuple, exc: BaseException) -> None:
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        for waiter in self._inflight.pop(key, ()):
+            if not waiter.done():
+                if cancelled:
+                    waiter.cancel()
+                else:
+                    waiter.set_exception(exc)
 
     async def _load_one(self, key: tuple) -> list[dict]:
         self.source_calls += 1
@@ -207,13 +222,11 @@ class Lookuper:
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 self.errors += 1
-            if self._inflight.get(key) is asyncio.current_task():
-                del self._inflight[key]
+            self._fail(key, exc)
             raise
         if self.cache is not None:
             self.cache.put(key, rows)
-        if self._inflight.get(key) is asyncio.current_task():
-            del self._inflight[key]
+        self._deliver(key, rows)
         return rows
 
     def _flush(self) -> None:
@@ -222,42 +235,30 @@ class Lookuper:
             self._timer = None
         batch, self._pending = self._pending, {}
         if batch:
-            task = self._loop.create_task(self._run_batch(batch))
+            task = self._loop.create_task(self._run_batch(list(batch)))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
 
-    async def _run_batch(self, batch: dict[tuple, asyncio.Future]) -> None:
+    async def _run_batch(self, keys: list[tuple]) -> None:
         self.source_calls += 1
         self.batches += 1
-        self.batched_keys += len(batch)
-        inflight = self._inflight
+        self.batched_keys += len(keys)
         try:
-            result = await self.source.lookup_batch(list(batch))
+            result = await self.source.lookup_batch(keys)
             if result is None:
                 result = {}
             get = result.get
         except BaseException as exc:
-            cancelled = isinstance(exc, asyncio.CancelledError)
-            self.errors += not cancelled
-            for key, fut in batch.items():
-                if inflight.get(key) is fut:
-                    del inflight[key]
-                if not fut.done():
-                    if cancelled:
-                        fut.cancel()
-                    else:
-                        fut.set_exception(exc)
-                        fut.exception()  # mark retrieved (all waiters may be gone)
+            self.errors += not isinstance(exc, asyncio.CancelledError)
+            for key in keys:
+                self._fail(key, exc)
             raise
         cache = self.cache
-        for key, fut in batch.items():
+        for key in keys:
             rows = _as_rows(get(key))
             if cache is not None:
                 cache.put(key, rows)
-            if inflight.get(key) is fut:
-                del inflight[key]
-            if not fut.done():
-                fut.set_result(rows)
+            self._deliver(key, rows)
 
     # --- metrics -------------------------------------------------------------------------
 
