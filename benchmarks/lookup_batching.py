@@ -3,10 +3,13 @@
 
 Runs against a real redis-server (started on 127.0.0.1 in a temp dir) and a local
 aiohttp endpoint that takes 5 ms per request (in a subprocess), with a fixed number
-of lookups in flight, like the Spark operator's async capacity.
+of lookups in flight, like the Spark operator's async capacity (256, 600 and 1000 by default:
+batches of 100 need several batches in flight, and concurrent lookups of hot keys coalesce more
+as concurrency grows, which lifts the uncached baseline).
 
-    python3 benchmarks/lookup_batching.py            # full run (~30 s)
-    python3 benchmarks/lookup_batching.py --quick    # smaller counts
+    python3 benchmarks/lookup_batching.py                     # full run (~6 min)
+    python3 benchmarks/lookup_batching.py --concurrency 600   # one level
+    python3 benchmarks/lookup_batching.py --quick             # smaller counts
 """
 
 from __future__ import annotations
@@ -91,13 +94,19 @@ def hot_cold_keys(n: int, hot: int, hit_rate: float, cold_start: int, seed: int 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts")
-    ap.add_argument("--concurrency", type=int, default=256, help="lookups in flight (default 256)")
+    ap.add_argument("--concurrency", default="256,600,1000",
+                    help="lookups in flight, or a comma list run one after the other (default 256,600,1000)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per scenario, best kept (default 2)")
     args = ap.parse_args()
     n_redis = 10_000 if args.quick else 50_000
-    n_http = 3_000 if args.quick else 10_000
+    n_http = 3_000 if args.quick else 30_000
     n_cache = 20_000 if args.quick else 50_000
-    c = args.concurrency
+    try:
+        levels = [int(x) for x in str(args.concurrency).split(",")]
+        if min(levels) < 1:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--concurrency takes ints >= 1 separated by commas, got {args.concurrency!r}")
     rows: list[tuple] = []
 
     def best(make_coro) -> tuple[float, dict]:
@@ -106,7 +115,7 @@ def main() -> None:
 
     def record(name: str, n: int, elapsed: float, stats: dict, base: float | None = None) -> float:
         rate = n / elapsed
-        rows.append((name, n, stats.get("source_calls", 0), elapsed, rate,
+        rows.append((name, f"{c:,}", n, stats.get("source_calls", 0), elapsed, rate,
                      f"{rate / base:.1f}x" if base else "1.0x"))
         print(f"  {name}: {rate:,.0f} lookups/s", file=sys.stderr, flush=True)
         return rate
@@ -123,28 +132,29 @@ def main() -> None:
             return RedisLookup("bench:{id}", "id STRING, v BIGINT", url=redis_srv.url, kind="json",
                                max_connections=64, password_env=None)
 
-        keys = list(range(n_redis))
-        random.Random(1).shuffle(keys)
-        e, s = best(lambda: drive(Lookuper(redis_source(), batch=False), keys, c))
-        base = record("redis  GET per key (no batch)", n_redis, e, s)
-        e, s = best(lambda: drive(Lookuper(redis_source(), batch=True, max_batch_size=100), keys, c))
-        record("redis  MGET batches of <=100", n_redis, e, s, base)
+        for c in levels:
+            keys = list(range(n_redis))
+            random.Random(1).shuffle(keys)
+            e, s = best(lambda: drive(Lookuper(redis_source(), batch=False), keys, c))
+            base = record("redis  GET per key (no batch)", n_redis, e, s)
+            e, s = best(lambda: drive(Lookuper(redis_source(), batch=True, max_batch_size=100), keys, c))
+            record("redis  MGET batches of <=100", n_redis, e, s, base)
 
-        hot = 1_000
-        stream = hot_cold_keys(n_cache, hot, 0.9, cold_start=hot)
-        e, s = best(lambda: warm_then_drive(Lookuper(redis_source(), batch=False), [], stream, c))
-        base = record("redis  no cache, no batch (90%-hit stream)", n_cache, e, s)
-        e, s = best(lambda: warm_then_drive(
-            Lookuper(redis_source(), cache=LookupCache(max_rows=50_000), batch=False),
-            list(range(hot)), stream, c))
-        hit = s["cache_hits"] / max(1, s["cache_hits"] + s["cache_misses"])
-        record(f"redis  warm cache ({hit:.0%} hits), no batch", n_cache, e, s, base)
-        e, s = best(lambda: warm_then_drive(Lookuper(redis_source(), batch=True), [], stream, c))
-        record("redis  no cache, batched", n_cache, e, s, base)
-        e, s = best(lambda: warm_then_drive(
-            Lookuper(redis_source(), cache=LookupCache(max_rows=50_000), batch=True),
-            list(range(hot)), stream, c))
-        record("redis  warm cache + batched", n_cache, e, s, base)
+            hot = 1_000
+            stream = hot_cold_keys(n_cache, hot, 0.9, cold_start=hot)
+            e, s = best(lambda: warm_then_drive(Lookuper(redis_source(), batch=False), [], stream, c))
+            base = record("redis  no cache, no batch (90%-hit stream)", n_cache, e, s)
+            e, s = best(lambda: warm_then_drive(
+                Lookuper(redis_source(), cache=LookupCache(max_rows=50_000), batch=False),
+                list(range(hot)), stream, c))
+            hit = s["cache_hits"] / max(1, s["cache_hits"] + s["cache_misses"])
+            record(f"redis  warm cache ({hit:.0%} hits), no batch", n_cache, e, s, base)
+            e, s = best(lambda: warm_then_drive(Lookuper(redis_source(), batch=True), [], stream, c))
+            record("redis  no cache, batched", n_cache, e, s, base)
+            e, s = best(lambda: warm_then_drive(
+                Lookuper(redis_source(), cache=LookupCache(max_rows=50_000), batch=True),
+                list(range(hot)), stream, c))
+            record("redis  warm cache + batched", n_cache, e, s, base)
 
     proc = subprocess.Popen([sys.executable, "-c", HTTP_SERVER, "0.005"], stdout=subprocess.PIPE, text=True)
     try:
@@ -155,29 +165,31 @@ def main() -> None:
             return HttpLookup(url + "/item/{id}", "id STRING, v BIGINT", batch_url=url + "/batch",
                               max_connections=100)
 
-        keys = list(range(n_http))
-        e, s = best(lambda: drive(Lookuper(http_source(), batch=False), keys, c))
-        base = record("http5ms GET per key (no batch)", n_http, e, s)
-        keys = list(range(n_http, 2 * n_http))
-        e, s = best(lambda: drive(Lookuper(http_source(), batch=True, max_batch_size=100), keys, c))
-        record("http5ms POST batches of <=100", n_http, e, s, base)
-        stream = hot_cold_keys(n_http, 500, 0.9, cold_start=3 * n_http)
-        e, s = best(lambda: warm_then_drive(Lookuper(http_source(), batch=False), [], stream, c))
-        base = record("http5ms no cache, no batch (90%-hit stream)", n_http, e, s)
-        e, s = best(lambda: warm_then_drive(
-            Lookuper(http_source(), cache=LookupCache(max_rows=50_000), batch=False),
-            list(range(500)), stream, c))
-        record("http5ms warm cache (90% hits), no batch", n_http, e, s, base)
+        for c in levels:
+            keys = list(range(n_http))
+            e, s = best(lambda: drive(Lookuper(http_source(), batch=False), keys, c))
+            base = record("http5ms GET per key (no batch)", n_http, e, s)
+            keys = list(range(n_http, 2 * n_http))
+            e, s = best(lambda: drive(Lookuper(http_source(), batch=True, max_batch_size=100), keys, c))
+            record("http5ms POST batches of <=100", n_http, e, s, base)
+            stream = hot_cold_keys(n_http, 500, 0.9, cold_start=3 * n_http)
+            e, s = best(lambda: warm_then_drive(Lookuper(http_source(), batch=False), [], stream, c))
+            base = record("http5ms no cache, no batch (90%-hit stream)", n_http, e, s)
+            e, s = best(lambda: warm_then_drive(
+                Lookuper(http_source(), cache=LookupCache(max_rows=50_000), batch=False),
+                list(range(500)), stream, c))
+            record("http5ms warm cache (90% hits), no batch", n_http, e, s, base)
     finally:
         proc.terminate()
         proc.wait(10)
 
     print(f"\n$ python3 benchmarks/lookup_batching.py{' --quick' if args.quick else ''}"
-          f"{'' if c == 256 else f' --concurrency {c}'}")
-    print(f"({os.cpu_count()} CPUs, {c} lookups in flight, Python {sys.version.split()[0]})\n")
-    head = ("scenario", "lookups", "source calls", "seconds", "lookups/s", "vs baseline")
-    table = [head] + [(name, f"{n:,}", f"{calls:,}", f"{sec:.2f}", f"{rate:,.0f}", speed)
-                      for name, n, calls, sec, rate, speed in rows]
+          f"{'' if args.concurrency == '256,600,1000' else f' --concurrency {args.concurrency}'}")
+    print(f"({os.cpu_count()} CPUs, Python {sys.version.split()[0]}; 'vs baseline': the no-batch, no-cache "
+          "row above it at the same number in flight)\n")
+    head = ("scenario", "in flight", "lookups", "source calls", "seconds", "lookups/s", "vs baseline")
+    table = [head] + [(name, inflight, f"{n:,}", f"{calls:,}", f"{sec:.2f}", f"{rate:,.0f}", speed)
+                      for name, inflight, n, calls, sec, rate, speed in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     for i, r in enumerate(table):
         print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
