@@ -117,22 +117,30 @@ def test_requests_in_flight_never_exceed_capacity(hang_run):
     assert hang_run["at_end"]["peak_in_flight"] <= CAPACITY
 
 
-def test_open_connections_never_exceed_capacity(hang_run):
-    """Counted on both ends: the service's peak of open TCP connections, and on the worker the peak
-    of attempts alive at once (an attempt holds its connection until its cancellation has unwound
-    through aiohttp, which closes it).
+#: Connections the service may still count after the client closed them: asyncio closes a socket
+#: one loop pass after ``transport.close()``, and the service handles a closed connection's EOF and
+#: a new connection's accept in whatever order its loop sees them.
+CLOSING_SLACK = 2
 
-    The service does not count a connection whose FIN is already waiting when it records a peak (its
-    loop may handle a new accept before an old EOF). Fails on aiospark 0.1.0 (client side every time): a
-    timed-out element frees its queue slot as soon as ``task.cancel()`` is *requested*
-    (core/attempts.py ``Attempts._on_timeout``), so the feeder starts the next calls -- eagerly, their
-    connect() goes out at once -- while the cancelled attempts still hold their connections.
+
+def test_open_connections_never_exceed_capacity(hang_run):
+    """Counted on both ends: on the worker, the peak of attempts alive at once (an attempt holds its
+    connection until its cancellation has unwound through aiohttp, which closes it) -- exactly
+    bounded by capacity; and the service's peak of open TCP connections, which may lag the
+    client's closes by CLOSING_SLACK.
+
+    Fails on aiospark 0.1.0 (client side every time, service side up to 2 x capacity): a timed-out
+    element freed its queue slot as soon as ``task.cancel()`` was *requested* (core/attempts.py
+    ``Attempts._on_timeout``), so the feeder started the next calls -- eagerly, their connect() goes
+    out at once -- while the cancelled attempts still held their connections.
     """
     peak = hang_run["at_end"]["peak_connections"]
     client_peak = hang_run["client_peak"]
-    assert peak <= CAPACITY and client_peak <= CAPACITY, (
-        f"capacity={CAPACITY}, but the service saw up to {peak} connections open at once and the "
-        f"worker had up to {client_peak} attempts (each holding a connection) alive at once")
+    assert client_peak <= CAPACITY, (
+        f"capacity={CAPACITY}, but the worker had up to {client_peak} attempts (each holding a "
+        "connection) alive at once")
+    assert peak <= CAPACITY + CLOSING_SLACK, (
+        f"capacity={CAPACITY}, but the service saw up to {peak} connections open at once")
 
 
 def test_connections_are_closed_after_the_job(hang_run):

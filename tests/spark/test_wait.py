@@ -255,6 +255,13 @@ class TestDefinitionTimeValidation:
         with pytest.raises(TypeError, match="timeout"):
             aiospark.ordered_wait(spark.range(3), square, "id LONG, sq LONG", timeout="5s")
 
+    def test_bad_gc_threshold_in_the_environment(self, spark, monkeypatch):
+        monkeypatch.setenv("AIOSPARK_GC_THRESHOLD", "lots")
+        with pytest.raises(ValueError, match="AIOSPARK_GC_THRESHOLD must be an int >= 0"):
+            aiospark.unordered_wait(spark.range(3), square, "id LONG, sq LONG")
+        with pytest.raises(ValueError, match="AIOSPARK_GC_THRESHOLD"):
+            aiospark.async_udf("long")(square)
+
     def test_schema_does_not_parse(self, spark):
         with pytest.raises(ValueError, match="does not parse"):
             aiospark.unordered_wait(spark.range(3), square, "id LONG,, sq")

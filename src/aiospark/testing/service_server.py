@@ -13,7 +13,6 @@ import asyncio
 import json
 import math
 import random
-import socket
 import time
 import zlib
 from collections import deque
@@ -111,61 +110,23 @@ class _Counters:
 
 
 class _CountingServer(web.Server):
-    """Low-level aiohttp server that counts open TCP connections.
-
-    A new peak is only recorded after checking the kernel's view of the connections counted: a
-    client may already have closed a connection whose EOF the server has not acted on yet (the
-    loop handled a new accept first, or a hung handler keeps a half-closed connection), so
-    connections whose peer has closed (EOF waiting, nothing unread) are not counted in the peak.
-    A connection once seen closed by its peer stays so, and is not looked at again.
-    """
+    """Low-level aiohttp server that counts open TCP connections."""
 
     def __init__(self, handler: Any, *, counters: _Counters, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._counters = counters
-        self._transports: Dict[int, asyncio.Transport] = {}
-        self._peer_gone: set = set()
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
         c = self._counters
-        self._transports[id(handler)] = transport
         c.connections_open += 1
         c.connections_total += 1
-        if c.connections_open - len(self._peer_gone) > c.peak_connections:
-            c.peak_connections = max(c.peak_connections, self._peer_open_count())
+        if c.connections_open > c.peak_connections:
+            c.peak_connections = c.connections_open
 
     def connection_lost(self, handler: RequestHandler, exc: Optional[BaseException] = None) -> None:
         super().connection_lost(handler, exc)
-        self._transports.pop(id(handler), None)
-        self._peer_gone.discard(id(handler))
         self._counters.connections_open -= 1
-
-    def _peer_open_count(self) -> int:
-        gone = self._peer_gone
-        for key, transport in self._transports.items():
-            if key not in gone and _peer_closed(transport):
-                gone.add(key)
-        return len(self._transports) - len(gone)
-
-
-def _peer_closed(transport: asyncio.Transport) -> bool:
-    """True when the peer's FIN is waiting on this connection with no data before it."""
-    sock = transport.get_extra_info("socket")
-    if sock is None or sock.fileno() < 0:
-        return True
-    try:
-        dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
-    except OSError:
-        return True
-    try:
-        return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True
-    finally:
-        dup.close()
 
 
 class ServiceCore:
