@@ -14,6 +14,15 @@ async def instant(x):
     return x
 
 
+def gated_fn(gates, keys):
+    """Calls of ``keys`` wait for their gate; the others complete in their first step."""
+    async def fn(x):
+        if x in keys:
+            await gates[x].wait()
+        return x
+    return fn
+
+
 def test_instant_call_is_emitted_during_process_element_and_never_held():
     out = Collector()
 
@@ -36,14 +45,7 @@ def test_ordered_instant_call_waits_behind_a_pending_one():
 
     async def main():
         gates = Gates()
-        slow = {0: gates[0]}
-
-        async def fn(x):
-            if x in slow:
-                await slow[x].wait()
-            return x
-
-        op = AsyncWaitOperator(fn, out, ordered=True, capacity=10)
+        op = AsyncWaitOperator(gated_fn(gates, {0}), out, ordered=True, capacity=10)
         await op.open()
         await op.process_element(0)
         await op.process_element(1)
@@ -63,14 +65,7 @@ def test_unordered_instant_call_overtakes_pending_ones_in_its_segment():
 
     async def main():
         gates = Gates()
-        slow = {0: gates[0]}
-
-        async def fn(x):
-            if x in slow:
-                await slow[x].wait()
-            return x
-
-        op = AsyncWaitOperator(fn, out, ordered=False, capacity=10)
+        op = AsyncWaitOperator(gated_fn(gates, {0}), out, ordered=False, capacity=10)
         await op.open()
         await op.process_element(0)
         await op.process_element(1)
@@ -88,14 +83,7 @@ def test_unordered_instant_call_after_a_watermark_waits_for_the_barrier():
 
     async def main():
         gates = Gates()
-        slow = {0: gates[0]}
-
-        async def fn(x):
-            if x in slow:
-                await slow[x].wait()
-            return x
-
-        op = AsyncWaitOperator(fn, out, ordered=False, capacity=10)
+        op = AsyncWaitOperator(gated_fn(gates, {0}), out, ordered=False, capacity=10)
         await op.open()
         await op.process_element(0, 1)
         await op.process_watermark(5)
@@ -197,14 +185,6 @@ def test_output_feeding_the_operator_again_keeps_input_order():
     run(main())
 
 
-def gated_fn(gates, keys):
-    async def fn(x):
-        if x in keys:
-            await gates[x].wait()
-        return x
-    return fn
-
-
 def test_unordered_completion_of_the_last_record_before_a_watermark_releases_the_barrier():
     out = Collector()
 
@@ -264,6 +244,35 @@ def test_a_waiting_producer_is_woken_by_a_directly_emitted_completion():
         await asyncio.wait_for(blocked, 1)
         await op.finish()
         assert out.values() == [0, 1]
+        await op.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_output_callable_failing_on_a_completion_fails_the_operator(ordered):
+    """The same for a call that suspends and is emitted straight from its completion."""
+    emitted = []
+
+    def output(element):
+        if element.value == 1:
+            raise ValueError("sink is full")
+        emitted.append(element.value)
+
+    async def main():
+        gates = Gates()
+        op = AsyncWaitOperator(gated_fn(gates, {1, 2}), output, ordered=ordered, capacity=5)
+        await op.open()
+        for v in range(3):
+            await op.process_element(v)
+        gates.open(1)
+        await settle()
+        with pytest.raises(AsyncFunctionError, match="output callable") as info:
+            await op.finish()
+        assert isinstance(info.value.__cause__, ValueError)
+        gates.open(2)
+        await settle()
+        assert emitted == [0]  # nothing after the failure
         await op.close()
 
     run(main())

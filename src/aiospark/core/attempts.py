@@ -143,12 +143,11 @@ class Attempts:
         if kind == eager.DONE:
             metrics.successes += 1
             metrics.record_latency(took)
-            if self.emit_direct:
-                if not self.returns_list:
-                    if op.emit_now((payload,), timestamp):
-                        return
-                elif type(payload) is list and op.emit_now(payload, timestamp):
-                    return
+            # emitted without queueing when possible (an AsyncFunction's non-list result goes the
+            # long way, which reports it)
+            if self.emit_direct and (not self.returns_list or type(payload) is list) \
+                    and op.emit_now(payload if self.returns_list else (payload,), timestamp):
+                return
             entry = op.enqueue(value, timestamp)
             if self.plain_results and self.adaptive is None:
                 op.element_done(entry, [payload])

@@ -202,9 +202,7 @@ class AsyncWaitOperator:
         """Hold the element whose call was just started; returns its queue entry."""
         entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
         self.inflight += 1
-        metrics = self._attempts.metrics
-        if self.inflight > metrics.inflight_peak:
-            metrics.inflight_peak = self.inflight
+        self._attempts.metrics.record_inflight(self.inflight)
         return entry
 
     def emit_now(self, results: List[Any], timestamp: Any) -> bool:
@@ -212,15 +210,20 @@ class AsyncWaitOperator:
         it, if nothing held has to be emitted first; ``False`` (nothing done) otherwise."""
         if self._draining or not self._queue.emits_immediately():
             return False
-        metrics = self._attempts.metrics
-        if self.inflight >= metrics.inflight_peak:
-            metrics.inflight_peak = self.inflight + 1
+        self._attempts.metrics.record_inflight(self.inflight + 1)  # it was in flight for a moment
+        self._emit(results, timestamp)
+        return True
+
+    def _emit(self, results: Iterable[Any], timestamp: Any) -> bool:
+        """Pass ``results`` to the output as Records, bypassing the queue; ``False`` if the output
+        callable failed (the operator has failed then)."""
         output = self._output
         try:
             for result in results:
                 output(_new_record(Record, (result, timestamp)))
         except BaseException as exc:
             self.fail("(the element being emitted)", exc, "the output callable")
+            return False
         return True
 
     # ------------------------------------------------------------------ element outcomes
@@ -232,10 +235,7 @@ class AsyncWaitOperator:
         if self._draining or self._failure is not None or not queue.take_if_next(entry):
             entry.complete([result])
             return
-        try:
-            self._output(_new_record(Record, (result, entry.element[1])))
-        except BaseException as exc:
-            self.fail("(the element being emitted)", exc, "the output callable")
+        if not self._emit((result,), entry.element[1]):
             return
         if queue.has_completed():
             self._drain()

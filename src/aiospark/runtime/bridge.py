@@ -81,9 +81,10 @@ class _Pump:
         # only records reach here: the bridge never sends watermarks
         out = self._out
         out.append(element.value)
-        if len(out) == 1:
+        pending = len(out)
+        if pending == 1:
             self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
-        elif len(out) >= POST_ROWS:
+        elif pending >= POST_ROWS:
             self._flush()
 
     def _flush(self) -> None:
