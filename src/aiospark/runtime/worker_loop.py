@@ -23,6 +23,7 @@ import threading
 from typing import Any, Coroutine, Dict, Optional
 
 from ..core.errors import warn_blocking
+from .event_loop import WorkerEventLoop, supported
 from .gc_policy import GcPolicy, threshold_from_env
 
 _lock = threading.Lock()
@@ -38,16 +39,30 @@ HEARTBEAT_SECONDS = 0.05
 BLOCKED_SECONDS = 0.5
 
 
+LOOP_CHOICES = ("aiospark", "asyncio", "uvloop", "auto")
+
+
+def loop_choice() -> str:
+    """``AIOSPARK_LOOP``, validated: which event loop the worker runs (see :func:`new_event_loop`)."""
+    choice = os.environ.get("AIOSPARK_LOOP", "aiospark").strip().lower() or "aiospark"
+    if choice not in LOOP_CHOICES:
+        raise ValueError(f"AIOSPARK_LOOP must be one of {', '.join(LOOP_CHOICES)}, got {choice!r}")
+    return choice
+
+
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """asyncio's own loop; ``AIOSPARK_LOOP=uvloop`` (or ``auto``: uvloop when installed) opts in to
-    uvloop (less CPU per call, tighter timers). On executors set it with
-    ``spark.executorEnv.AIOSPARK_LOOP``. The default stays asyncio: under uvloop, full test runs
-    hung inside Spark with the loop idle and a cross-thread wake-up never run (docs/design.md).
+    """The worker's loop, chosen by ``AIOSPARK_LOOP`` (on executors:
+    ``spark.executorEnv.AIOSPARK_LOOP``):
+
+    * ``aiospark`` (default): :class:`~aiospark.runtime.event_loop.WorkerEventLoop`, asyncio's
+      selector loop with cheaper callbacks and timers (asyncio's own loop where it cannot be used);
+    * ``asyncio``: asyncio's own loop, unchanged;
+    * ``uvloop`` / ``auto`` (uvloop when installed): opt in to uvloop, the least CPU per call, but
+      full test runs hung inside Spark with the loop idle and a cross-thread wake-up never run
+      (docs/design.md).
     """
-    choice = os.environ.get("AIOSPARK_LOOP", "asyncio").strip().lower()
-    if choice not in ("auto", "uvloop", "asyncio"):
-        raise ValueError(f"AIOSPARK_LOOP must be 'auto', 'uvloop' or 'asyncio', got {choice!r}")
-    if choice != "asyncio":
+    choice = loop_choice()
+    if choice in ("auto", "uvloop"):
         try:
             import uvloop
         except ImportError:
@@ -55,7 +70,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
                 raise ImportError("AIOSPARK_LOOP=uvloop but uvloop is not installed: pip install uvloop") from None
         else:
             return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    if choice == "asyncio" or not supported():
+        return asyncio.new_event_loop()
+    return WorkerEventLoop()
 
 
 class WorkerLoop:

@@ -10,7 +10,7 @@ from ..core.function import check_async_function
 from ..core.operator import check_capacity, check_retry, check_timeout
 from ..core.ratelimit import RateLimit
 from ..runtime.gc_policy import threshold_from_env
-from ..runtime.worker_loop import WorkerLoop
+from ..runtime.worker_loop import WorkerLoop, loop_choice
 from .metrics import Metrics
 
 
@@ -49,7 +49,8 @@ class CallOptions:
                rate_limit: Any = None, metrics: Any = None, what: str = "function",
                name: str = "aiospark") -> "CallOptions":
         check_async_function(function, what)
-        threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD fails here, not in every task
+        threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
+        loop_choice()
         queue_capacity, adaptive = check_capacity(capacity)
         return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
                    check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name))
