@@ -202,3 +202,26 @@ def test_a_bad_loop_choice_says_what_to_set(monkeypatch):
     monkeypatch.setenv("AIOSPARK_LOOP", "tokio")
     with pytest.raises(ValueError, match="AIOSPARK_LOOP must be one of aiospark, asyncio, uvloop, auto"):
         loop_choice()
+
+
+def test_create_task_keeps_names_contexts_factories_and_closed_checks(loop):
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def read():
+        return var.get()
+
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "ctx")
+    named = loop.create_task(read(), name="mine")
+    in_ctx = loop.create_task(read(), context=ctx)
+    assert named.get_name() == "mine"
+    assert loop.run_until_complete(asyncio.gather(named, in_ctx)) == ["unset", "ctx"]
+    made = []
+    loop.set_task_factory(lambda lp, coro, **kw: made.append(1) or asyncio.Task(coro, loop=lp, **kw))
+    assert loop.run_until_complete(loop.create_task(read())) == "unset" and made == [1]
+    lp = WorkerEventLoop()
+    lp.close()
+    coro = read()
+    with pytest.raises(RuntimeError, match="closed"):
+        lp.create_task(coro)
+    coro.close()

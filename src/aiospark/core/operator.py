@@ -110,6 +110,8 @@ class AsyncWaitOperator:
         self._idle_waiter: Optional[asyncio.Future] = None
         #: elements whose call is not over yet (started, not completed nor failed)
         self.inflight = 0
+        #: entries held by the queue (== len(self._queue), kept here: checked for every element)
+        self._held = 0
         self._closed = False
 
     @property
@@ -175,7 +177,7 @@ class AsyncWaitOperator:
             self._check()
         if self.adaptive is not None and self.inflight >= self.adaptive.limit:
             return False
-        if len(self._queue) + len(self._attempts.cancelled) >= self.capacity:
+        if self._held + len(self._attempts.cancelled) >= self.capacity:
             return False
         self._attempts.start(value, timestamp)
         return True
@@ -188,7 +190,7 @@ class AsyncWaitOperator:
 
     def _has_room(self) -> bool:
         """A free slot (cancelled calls still unwinding hold theirs), and below the adaptive limit."""
-        return (len(self._queue) + len(self._attempts.cancelled) < self.capacity
+        return (self._held + len(self._attempts.cancelled) < self.capacity
                 and (self.adaptive is None or self.inflight < self.adaptive.limit))
 
     def room_freed(self) -> None:
@@ -201,8 +203,11 @@ class AsyncWaitOperator:
     def enqueue(self, value: Any, timestamp: Any) -> Any:
         """Hold the element whose call was just started; returns its queue entry."""
         entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
-        self.inflight += 1
-        self._attempts.metrics.record_inflight(self.inflight)
+        self._held += 1
+        self.inflight = inflight = self.inflight + 1
+        metrics = self._attempts.metrics
+        if inflight > metrics.inflight_peak:  # metrics.record_inflight, inlined: once per element
+            metrics.inflight_peak = inflight
         return entry
 
     def emit_now(self, results: List[Any], timestamp: Any) -> bool:
@@ -235,11 +240,12 @@ class AsyncWaitOperator:
         if self._draining or self._failure is not None or not queue.take_if_next(entry):
             entry.complete([result])
             return
+        self._held -= 1
         if not self._emit((result,), entry.element[1]):
             return
         if queue.has_completed():
             self._drain()
-        else:
+        elif self._space_waiter is not None or self._idle_waiter is not None:
             self._wake_after_emit()
 
     def element_done(self, entry: Any, results: List[Any]) -> None:
@@ -277,9 +283,10 @@ class AsyncWaitOperator:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
         watermark = Watermark(timestamp)
-        while len(self._queue) >= self.capacity:
+        while self._held >= self.capacity:
             await self._wait_for_space()
         self._queue.try_put(watermark)
+        self._held += 1
         self._drain()
 
     def snapshot_state(self) -> List[StreamElement]:
@@ -325,8 +332,9 @@ class AsyncWaitOperator:
         self._draining = True
         queue = self._queue
         try:
-            queue.emit_completed(self._output)
+            self._held -= queue.emit_completed(self._output)
         except BaseException as exc:
+            self._held = len(queue)
             self.fail("(the element being emitted)", exc, "the output callable")
         finally:
             self._draining = False

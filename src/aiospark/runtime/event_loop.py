@@ -39,6 +39,7 @@ _copy_context = contextvars.copy_context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
 _new = object.__new__
+_Task = asyncio.Task
 
 #: Longest select() timeout (asyncio's own limit: a day).
 MAX_SELECT_SECONDS = 24 * 3600.0
@@ -142,6 +143,17 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
         _heappush(self._timers, (when, self._next_seq(), timer))
         timer._scheduled = True
         return timer
+
+    def create_task(self, coro: Any, *, name: Optional[str] = None,
+                    context: Optional[contextvars.Context] = None) -> "asyncio.Task[Any]":
+        # context= only when given: Python 3.10's Task and create_task do not take it
+        if self._task_factory is not None or self._debug or self._closed:
+            if context is None:
+                return super().create_task(coro, name=name)
+            return super().create_task(coro, name=name, context=context)
+        if context is None:
+            return _Task(coro, loop=self, name=name)
+        return _Task(coro, loop=self, name=name, context=context)
 
     def close(self) -> None:
         super().close()
