@@ -51,9 +51,13 @@ class _Pump:
         self._worker = worker
         self._loop = worker.loop
         self._chunks: Deque[List[Any]] = deque()
-        self._queued = 0
+        self._chunk: List[Any] = []  # the chunk being fed, from index _pos on
+        self._pos = 0
+        self._queued = 0  # rows received, in chunks not started yet
         self._requested = False
         self._input_ended = False
+        self._feeding = False  # _fill runs (it is re-entered through the operator's room listener)
+        self._error: Optional[BaseException] = None
         self._waiter: Optional[asyncio.Future] = None
         self._out: List[Any] = []
         self._flush_timer: Optional[asyncio.TimerHandle] = None
@@ -68,6 +72,9 @@ class _Pump:
             self._chunks.append(chunk)
             self._queued += len(chunk)
             self._request_more()
+        self._wake_run()
+
+    def _wake_run(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -76,6 +83,41 @@ class _Pump:
         if not self._requested and not self._input_ended and self._queued < self._capacity:
             self._requested = True
             self._post((NEED, None))
+
+    def _fed_all(self) -> bool:
+        return not self._chunks and self._pos == len(self._chunk)
+
+    def _fill(self) -> None:
+        """Start calls for the input received while the operator has room. Also the operator's
+        room listener: a slot freed by a completing call is refilled in the same loop step."""
+        operator = self.operator
+        if self._feeding or operator is None:
+            return
+        if operator.failure is not None or self._error is not None:
+            self._wake_run()
+            return
+        self._feeding = True
+        chunk, pos = self._chunk, self._pos
+        try:
+            try_process = operator.try_process
+            while True:
+                if pos == len(chunk):
+                    if not self._chunks:
+                        break
+                    chunk, pos = self._chunks.popleft(), 0
+                    self._queued -= len(chunk)
+                    self._request_more()
+                elif try_process(chunk[pos]):
+                    pos += 1
+                else:
+                    break
+        except BaseException as exc:  # the operator failed meanwhile: run() raises it
+            self._error = exc
+        finally:
+            self._chunk, self._pos = chunk, pos
+            self._feeding = False
+        if self._error is not None or (self._input_ended and self._fed_all()):
+            self._wake_run()
 
     def _collect(self, element: Record) -> None:
         # only records reach here: the bridge never sends watermarks
@@ -104,22 +146,20 @@ class _Pump:
         token = self._worker.track(describe_function(operator.function))
         try:
             await operator.open()
+            operator.on_room(self._fill)
             self._request_more()
             while True:
-                if not self._chunks:
-                    if self._input_ended:
-                        break
-                    self._waiter = self._loop.create_future()
-                    await self._waiter
-                    self._waiter = None
-                    continue
-                chunk = self._chunks.popleft()
-                self._queued -= len(chunk)
-                self._request_more()
-                try_process = operator.try_process
-                for value in chunk:
-                    while not try_process(value):
-                        await operator.wait_for_space()
+                self._fill()
+                if operator.failure is not None:
+                    raise operator.failure
+                if self._error is not None:
+                    raise self._error
+                if self._input_ended and self._fed_all():
+                    break
+                # new input arrives through accept(); room is refilled by _fill as calls end
+                self._waiter = self._loop.create_future()
+                await self._waiter
+                self._waiter = None
             await operator.finish()
             self._flush()
             self._worker.untrack(token)  # before DONE: the task's thread may go on at once
@@ -128,6 +168,7 @@ class _Pump:
             self._post((ERROR, exc))
             raise
         finally:
+            operator.on_room(None)  # nothing new starts while it closes
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
             self._worker.untrack(token)
