@@ -17,7 +17,7 @@ Example::
         await op.finish()
         await op.close()
 
-    asyncio.run(main())
+    asyncio.get_event_loop_policy().new_event_loop().run_until_complete(main())  # or await main()
 """
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, AsyncTimeoutError, BlockedLoopWarning

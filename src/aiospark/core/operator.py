@@ -218,11 +218,7 @@ class AsyncWaitOperator:
 
     def room_freed(self) -> None:
         """A cancelled call finished unwinding: a waiting ``process_element`` may go on."""
-        waiter = self._space_waiter
-        if waiter is not None and self._has_room() and not waiter.done():
-            waiter.set_result(None)
-        if self._room_listener is not None:
-            self._room_listener()
+        self._wake_after_emit()
 
     # ------------------------------------------------------------------ started calls (from Attempts)
     def enqueue(self, value: Any, timestamp: Any) -> Any:

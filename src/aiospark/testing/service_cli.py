@@ -103,7 +103,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = ServiceConfig.from_dict({**base, **flags})
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
-    asyncio.run(_serve(config, args.exit_on_stdin_eof))
+    loop = asyncio.new_event_loop()  # this process's one loop, for its whole life
+    try:
+        loop.run_until_complete(_serve(config, args.exit_on_stdin_eof))
+    finally:
+        loop.close()
     return 0
 
 

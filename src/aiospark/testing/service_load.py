@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import aiohttp
 
+from ..runtime.worker_loop import worker_loop
 from .service import FaultService
 from .service_config import ServiceConfig
 
@@ -79,7 +80,7 @@ def measure_throughput(config: Optional[ServiceConfig] = None, *, concurrency: i
         assert report["server_cpu_utilization"] < 0.9   # the service kept up
     """
     with FaultService(config or ServiceConfig(), process=True) as svc:
-        return asyncio.run(_drive(svc, concurrency, seconds, warmup))
+        return worker_loop().submit(_drive(svc, concurrency, seconds, warmup)).result()  # the process's one loop
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
