@@ -2,19 +2,20 @@
 
 :class:`Attempts` is the call-making half of :class:`~aiospark.core.operator.AsyncWaitOperator`
 (the operator keeps the queue, the emission and the failure state). For every element it starts
-the first attempt (eagerly: a call that completes without suspending never gets a Task), keeps a
-:class:`~aiospark.core.calls.Call` only for calls that suspend or need more attempts, schedules
-back-offs and rate-limited starts with ``loop.call_at``, fires timeouts from one loop timer over a
-FIFO of deadlines, feeds an optional adaptive concurrency limit, and counts everything in
+the first attempt (eagerly: a call that completes without suspending never gets a Task; once
+calls keep suspending, straight in a Task), works on the queued
+:class:`~aiospark.core.calls.Call` (the element's queue entry and call state in one object),
+schedules back-offs and rate-limited starts with ``loop.call_at``, fires timeouts from one loop
+timer set for the oldest call still running (calls are queued in start order, so are their
+deadlines), feeds an optional adaptive concurrency limit, and counts everything in
 :class:`~aiospark.core.metrics.OperatorMetrics`. It reports each element's end to the operator:
-``element_done(entry, results)`` or ``element_failed(entry, exc)``.
+``element_result(call, result)``, ``element_done(call, results)`` or ``element_failed(call, exc)``.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import eager
 from .adaptive import AdaptiveConcurrency
@@ -42,6 +43,11 @@ DIRECT_TASK_RUN = 1024
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
+#: Latencies are buffered and added to the histogram this many at a time.
+LATENCY_BATCH = 256
+
+_STARTING: Any = object()  # Call.task while its Task is being created
+
 
 class Attempts:
     """Makes the calls of one operator (see the module docstring)."""
@@ -60,17 +66,20 @@ class Attempts:
         if self.acquire is not None:
             self.invoke = self._limited(self.invoke, self.acquire)
         self.adaptive = adaptive
-        # a completed call needs no further checks: one output per call, no result predicate
-        self.plain_results = not self.returns_list and (self.retry is None or self.retry.result_predicate is None)
+        # a completed call needs no further checks: one output per call, no result predicate, no
+        # adaptive limit to feed
+        self.plain = adaptive is None and not self.returns_list and (
+            self.retry is None or self.retry.result_predicate is None)
         # a call that completes while it is started may be emitted without ever being queued
         self.emit_direct = adaptive is None and (self.retry is None or self.retry.result_predicate is None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.clock: Any = None  # loop.time, or time.monotonic itself for asyncio's own loops
-        self.calls: Set[Call] = set()
         #: cancelled attempts still unwinding -> the timer that stops waiting for them
         self.cancelled: Dict[asyncio.Task, asyncio.TimerHandle] = {}
-        self.deadlines: Deque[Call] = deque()
+        #: fires at the oldest running call's deadline (armed whenever a call starts without one)
         self.deadline_timer: Optional[asyncio.TimerHandle] = None
+        #: latencies not yet in the histogram (flush_latencies)
+        self.latencies: List[float] = []
         self.sampled = self.sampled_suspended = self.direct_tasks_left = 0
         #: seconds first steps spent blocking the loop (see BlockedLoopWarning)
         self.blocked_seconds = 0.0
@@ -103,96 +112,112 @@ class Attempts:
         The element is queued (``op.enqueue``) unless its call completes during its first step
         and the operator can emit it at once (``op.emit_now``): the common no-op/cache-hit case.
         """
-        loop = self.loop
-        started = self.clock()
-        metrics = self.metrics
         op = self.op
+        started = self.clock()
+        if self.deadline_timer is None and self.timeout is not None:
+            self.deadline_timer = self.loop.call_at(started + self.timeout, self._on_deadline)  # type: ignore
         if self.reserve is not None:
             delay = self.reserve()
             if delay > 0.0:
-                metrics.rate_limited += 1
-                call = self._new_call(op.enqueue(value, timestamp), started)
+                self.metrics.rate_limited += 1
+                call = op.enqueue(value, timestamp, started)
                 call.permit = True
-                call.backoff = loop.call_at(started + delay, self.attempt, call)  # type: ignore[union-attr]
+                call.backoff = self.loop.call_at(started + delay, self.attempt, call)  # type: ignore[union-attr]
                 return
-        metrics.calls += 1
+        self.metrics.calls += 1
         try:
             coro = self.invoke(value)
-            if self.direct_tasks_left:
-                # recent calls all suspended: an eager first step would only add cost
-                self.direct_tasks_left -= 1
-                call = self._new_call(op.enqueue(value, timestamp), started)
-                call.task = loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
-                return
-            begun = _perf_counter()
-            kind, payload = eager.start(coro, loop)
-            took = _perf_counter() - begun
-            if took > BLOCKING_STEP_SECONDS:
-                self._blocking_step(took)
-            elif self.slow_streak:
-                self.slow_streak = 0
-            self.sampled += 1
-            if kind == eager.PENDING:
-                self.sampled_suspended += 1
-            if self.sampled == SAMPLE_WINDOW:
-                if self.sampled_suspended == SAMPLE_WINDOW:
-                    self.direct_tasks_left = DIRECT_TASK_RUN
-                self.sampled = self.sampled_suspended = 0
         except Exception as exc:  # the call could not even be created (e.g. wrong arity)
-            kind, payload, took = eager.FAILED, exc, 0.0
+            self._on_exception(op.enqueue(value, timestamp, started), exc, 0.0)
+            return
+        if self.direct_tasks_left:
+            # recent calls all suspended: an eager first step would only add cost
+            self.direct_tasks_left -= 1
+            call = op.enqueue(value, timestamp, started)
+            call.task = _STARTING  # not None: a Task started eagerly (a task factory) may end at once
+            call.task = self.loop.create_task(self._drive(call, coro))  # type: ignore[union-attr]
+            return
+        begun = _perf_counter()
+        kind, payload = eager.start(coro, self.loop)
+        took = _perf_counter() - begun
+        if took > BLOCKING_STEP_SECONDS:
+            self._blocking_step(took)
+        elif self.slow_streak:
+            self.slow_streak = 0
+        self.sampled += 1
+        if kind == eager.PENDING:
+            self.sampled_suspended += 1
+        if self.sampled == SAMPLE_WINDOW:
+            if self.sampled_suspended == SAMPLE_WINDOW:
+                self.direct_tasks_left = DIRECT_TASK_RUN
+            self.sampled = self.sampled_suspended = 0
         if kind == eager.DONE:
-            metrics.successes += 1
-            metrics.record_latency(took)
+            self.metrics.successes += 1
+            latencies = self.latencies
+            latencies.append(took)
+            if len(latencies) >= LATENCY_BATCH:
+                self.flush_latencies()
             # emitted without queueing when possible (an AsyncFunction's non-list result goes the
             # long way, which reports it)
             if self.emit_direct and (not self.returns_list or type(payload) is list) \
                     and op.emit_now(payload if self.returns_list else (payload,), timestamp):
                 return
-            entry = op.enqueue(value, timestamp)
-            if self.plain_results and self.adaptive is None:
-                op.element_done(entry, [payload])
+            call = op.enqueue(value, timestamp, started)
+            if self.plain:
+                call.finished = True
+                op.element_done(call, [payload])
             else:
-                self._on_result(entry, None, started, payload, took)
+                self._on_result(call, payload, took)
         elif kind == eager.FAILED:
-            self._on_exception(op.enqueue(value, timestamp), None, started, payload, took)
+            self._on_exception(op.enqueue(value, timestamp, started), payload, took)
         else:
-            self._attach(self._new_call(op.enqueue(value, timestamp), started), payload)
+            self._attach(op.enqueue(value, timestamp, started), payload)
 
     async def _drive(self, call: Call, coro: Any) -> None:
-        """Run a first attempt in its own Task and take its outcome (no done-callback hop)."""
+        """Run a first attempt in its own Task and take its outcome (no done-callback hop).
+
+        ``call.task`` is None once the attempt was abandoned (timeout, failure, close), and
+        ``timing_out`` is set while the timeout handler decides: then the outcome is ignored.
+        """
         try:
             result = await coro
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            if not (call.finished or call.timing_out or call.task is None or call.retries):
+            if call.task is not None and not call.timing_out:
                 call.task = None
                 if isinstance(exc, asyncio.CancelledError):
                     exc = asyncio.CancelledError("the async call was cancelled")
-                self._on_exception(call.entry, call, call.started, exc, self.clock() - call.started)
+                self._on_exception(call, exc, self.clock() - call.started)
             return
-        if not (call.finished or call.timing_out or call.task is None or call.retries):
-            call.task = None
-            latency = self.clock() - call.started
-            self.metrics.successes += 1
-            self.metrics.record_latency(latency)
-            if self.plain_results and self.adaptive is None:
-                self._retire(call)
-                self.op.element_result(call.entry, result)
-            else:
-                self._on_result(call.entry, call, call.started, result, latency)
+        if call.task is None or call.timing_out:
+            return
+        call.task = None
+        latency = self.clock() - call.started
+        self.metrics.successes += 1
+        latencies = self.latencies
+        latencies.append(latency)
+        if len(latencies) >= LATENCY_BATCH:
+            self.flush_latencies()
+        if self.plain:
+            call.finished = True
+            self.op.element_result(call, result)
+        else:
+            self._on_result(call, result, latency)
 
-    def _new_call(self, entry: Any, started: float) -> Call:
-        call = Call(self, entry, started)
-        self.calls.add(call)
-        if self.timeout is not None:
-            # Deadlines are first-attempt time + a constant, so they arrive in order: a FIFO and
-            # one loop timer for its head replace a heap push/cancel per element.
-            call.deadline = started + self.timeout
-            self.deadlines.append(call)
-            if self.deadline_timer is None:
-                self.deadline_timer = self.loop.call_at(call.deadline, self._on_deadline)  # type: ignore
-        return call
+    def idle(self) -> None:
+        """Nothing is held any more (the operator's ``finish()``): no timer is left armed and the
+        histogram is complete."""
+        if self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+            self.deadline_timer = None
+        self.flush_latencies()
+
+    def flush_latencies(self) -> None:
+        """Move the buffered latencies into the histogram (the hot path buffers them; O(1) each)."""
+        if self.latencies:
+            latencies, self.latencies = self.latencies, []
+            self.metrics.record_latencies(latencies)
 
     def _attach(self, call: Call, task: asyncio.Task) -> None:
         call.task = task
@@ -224,9 +249,9 @@ class Attempts:
         if kind == eager.DONE:
             self.metrics.successes += 1
             self.metrics.record_latency(loop.time() - call.attempt_started)  # type: ignore[union-attr]
-            self._on_result(call.entry, call, call.started, payload, 0.0)
+            self._on_result(call, payload, 0.0)
         elif kind == eager.FAILED:
-            self._on_exception(call.entry, call, call.started, payload, 0.0)
+            self._on_exception(call, payload, 0.0)
         else:
             self._attach(call, payload)
 
@@ -238,19 +263,18 @@ class Attempts:
         call.task = None
         latency = self.loop.time() - call.attempt_started  # type: ignore[union-attr]
         if task.cancelled():
-            self._on_exception(call.entry, call, call.started,
-                               asyncio.CancelledError("the async call was cancelled"), latency)
+            self._on_exception(call, asyncio.CancelledError("the async call was cancelled"), latency)
             return
         exc = task.exception()
         if exc is not None:
-            self._on_exception(call.entry, call, call.started, exc, latency)
+            self._on_exception(call, exc, latency)
         else:
             self.metrics.successes += 1
             self.metrics.record_latency(latency)
-            self._on_result(call.entry, call, call.started, task.result(), latency)
+            self._on_result(call, task.result(), latency)
 
     # ------------------------------------------------------------------ outcomes
-    def _on_result(self, entry: Any, call: Optional[Call], started: float, result: Any, latency: float) -> None:
+    def _on_result(self, call: Call, result: Any, latency: float) -> None:
         if self.adaptive is not None:
             self.adaptive.on_success(latency, self.op.inflight)
         if self.returns_list:
@@ -259,7 +283,7 @@ class Attempts:
             elif isinstance(result, (list, tuple)):
                 results = list(result)
             else:
-                self._final_failure(entry, call, TypeError(
+                self._final_failure(call, TypeError(
                     f"{type(self.function).__name__}.async_invoke must return a list of outputs "
                     f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}"))
                 return
@@ -270,16 +294,14 @@ class Attempts:
             try:
                 again = retry.should_retry_result(results)
             except BaseException as exc:
-                self.op.fail(entry.element.value, exc, "retry result_predicate")
+                self.op.fail(call.value, exc, "retry result_predicate")
                 return
-            if again and self._schedule_retry(entry, call, started, None):
+            if again and self._schedule_retry(call, None):
                 return
-        if call is not None:
-            self._retire(call)
-        self.op.element_done(entry, results)
+        self._retire(call)
+        self.op.element_done(call, results)
 
-    def _on_exception(self, entry: Any, call: Optional[Call], started: float, exc: BaseException,
-                      latency: float) -> None:
+    def _on_exception(self, call: Call, exc: BaseException, latency: float) -> None:
         if self.adaptive is not None:
             self.adaptive.on_failure(exc, latency)
         retry = self.retry
@@ -287,16 +309,13 @@ class Attempts:
             try:
                 again = retry.should_retry_exception(exc)
             except BaseException as pred_exc:
-                self.op.fail(entry.element.value, pred_exc, "retry exception_predicate")
+                self.op.fail(call.value, pred_exc, "retry exception_predicate")
                 return
-            if again and self._schedule_retry(entry, call, started, exc):
+            if again and self._schedule_retry(call, exc):
                 return
-        self._final_failure(entry, call, exc)
+        self._final_failure(call, exc)
 
-    def _schedule_retry(self, entry: Any, call: Optional[Call], started: float,
-                        exc: Optional[BaseException]) -> bool:
-        if call is None:
-            call = self._new_call(entry, started)
+    def _schedule_retry(self, call: Call, exc: Optional[BaseException]) -> bool:
         delay = call.next_delay(self.retry)  # type: ignore[arg-type]
         if delay is None:
             return False
@@ -309,11 +328,10 @@ class Attempts:
         call.backoff = loop.call_at(loop.time() + delay, self.attempt, call)  # type: ignore[union-attr]
         return True
 
-    def _final_failure(self, entry: Any, call: Optional[Call], exc: BaseException) -> None:
-        if call is not None:
-            self._retire(call)
+    def _final_failure(self, call: Call, exc: BaseException) -> None:
+        self._retire(call)
         self.metrics.failures += 1
-        self.op.element_failed(entry, exc)
+        self.op.element_failed(call, exc)
 
     def _blocking_step(self, seconds: float) -> None:
         self.blocked_seconds += seconds
@@ -325,19 +343,26 @@ class Attempts:
 
     # ------------------------------------------------------------------ timeouts
     def _on_deadline(self) -> None:
+        """Time out every call past its deadline, then wait for the oldest one left.
+
+        Deadlines are first-attempt start + a constant and the queue holds calls in start order,
+        so the expired calls are the oldest pending ones: no per-call timer, no heap.
+        """
         self.deadline_timer = None
-        deadlines = self.deadlines
-        now = self.loop.time()  # type: ignore[union-attr]
-        while deadlines:
-            call = deadlines[0]
-            if call.finished:
-                deadlines.popleft()
-            elif call.deadline <= now:
-                deadlines.popleft()
-                self._on_timeout(call)
-            else:
-                self.deadline_timer = self.loop.call_at(call.deadline, self._on_deadline)  # type: ignore
-                return
+        loop = self.loop
+        now = loop.time()  # type: ignore[union-attr]
+        timeout = self.timeout
+        expired = []
+        for call in self.op.pending_calls():
+            if call.finished or call.timing_out:
+                continue
+            deadline = call.started + timeout  # type: ignore[operator]
+            if deadline > now:
+                self.deadline_timer = loop.call_at(deadline, self._on_deadline)  # type: ignore[union-attr]
+                break
+            expired.append(call)
+        for call in expired:
+            self._on_timeout(call)
 
     def _on_timeout(self, call: Call) -> None:
         if call.finished or call.timing_out:
@@ -366,34 +391,27 @@ class Attempts:
                     raise payload
                 outcome = payload
         except BaseException as exc:
-            self._final_failure(call.entry, call, exc)
+            self._final_failure(call, exc)
             return
         self.timeout_handled(call, outcome)
 
     def timeout_handled(self, call: Call, outcome: Any) -> None:
         """The (never retried) result of ``function.timeout(value)``."""
         if not isinstance(outcome, (list, tuple)):
-            self._final_failure(call.entry, call, TypeError(
+            self._final_failure(call, TypeError(
                 f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
                 f"got {type(outcome).__name__}"))
             return
         self._retire(call)
-        self.op.element_done(call.entry, list(outcome))
+        self.op.element_done(call, list(outcome))
 
     def timeout_failed(self, call: Call, exc: BaseException) -> None:
-        self._final_failure(call.entry, call, exc)
+        self._final_failure(call, exc)
 
     # ------------------------------------------------------------------ bookkeeping
     def _retire(self, call: Call) -> None:
-        """The call is over: forget it (its deadline entry is dropped when it reaches the head)."""
+        """The call is over: later outcomes of its attempts are ignored."""
         call.finished = True
-        self.calls.discard(call)
-        deadlines = self.deadlines
-        while deadlines and deadlines[0].finished:
-            deadlines.popleft()
-        if not deadlines and self.deadline_timer is not None:
-            self.deadline_timer.cancel()
-            self.deadline_timer = None
 
     def stop_attempt(self, call: Call) -> None:
         """Cancel the running attempt or pending back-off of ``call``."""
@@ -410,6 +428,7 @@ class Attempts:
                 self.cancelled[task] = self.loop.call_later(  # type: ignore[union-attr]
                     CLOSE_GRACE_SECONDS, self._unwound, task)
                 task.add_done_callback(self._unwound)
+                self.op.update_room()
 
     def _unwound(self, task: asyncio.Task) -> None:
         give_up = self.cancelled.pop(task, None)
@@ -419,7 +438,7 @@ class Attempts:
 
     def abandon_all(self) -> None:
         """Stop everything still running (failure or close)."""
-        for call in list(self.calls):
+        for call in list(self.op.pending_calls()):
             self.stop_attempt(call)
             self._retire(call)
 
@@ -428,10 +447,11 @@ class Attempts:
         if self.deadline_timer is not None:
             self.deadline_timer.cancel()
             self.deadline_timer = None
-        self.deadlines.clear()
         tasks = [t for t in self.cancelled if not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_GRACE_SECONDS)
         for handle in self.cancelled.values():
             handle.cancel()
         self.cancelled.clear()
+        self.op.update_room()
+        self.flush_latencies()

@@ -21,6 +21,9 @@ Example::
 from __future__ import annotations
 
 import math
+from bisect import bisect_right as _bisect
+from collections import Counter
+from itertools import repeat
 from typing import Any, Dict, Iterable, List, Optional
 
 __all__ = ["OperatorMetrics"]
@@ -32,12 +35,11 @@ HISTOGRAM_MIN = 1e-5
 HISTOGRAM_FACTOR = 1.1
 #: Regular buckets: 10 µs * 1.1**189 = 11 min; slower samples share one overflow bucket.
 HISTOGRAM_BUCKETS = 189
-_LOG_FACTOR = math.log(HISTOGRAM_FACTOR)
-_INV_LOG_FACTOR = 1.0 / _LOG_FACTOR
-_INV_MIN = 1.0 / HISTOGRAM_MIN
 _OVERFLOW = HISTOGRAM_BUCKETS + 1
 _SIZE = HISTOGRAM_BUCKETS + 2   # [0] underflow, [1..N] regular, [N+1] overflow
-_log = math.log
+# _UPPER[k] is the upper bound of bucket k, so bucket = bisect_right(_UPPER, seconds): bucket 0 is
+# [0, 10 µs), bucket k is [10 µs * 1.1**(k-1), 10 µs * 1.1**k), the last one is open-ended.
+_UPPER = [HISTOGRAM_MIN * HISTOGRAM_FACTOR ** k for k in range(HISTOGRAM_BUCKETS + 1)]
 
 COUNTERS = ("calls", "successes", "retries", "timeouts", "failures", "error_rows", "rate_limited")
 FORMAT_VERSION = 1
@@ -82,20 +84,33 @@ class OperatorMetrics:
 
     # ------------------------------------------------------------------ recording (hot path)
     def record_latency(self, seconds: float) -> None:
-        """Add one attempt's latency in seconds (O(1): one log, one list increment)."""
-        if seconds >= HISTOGRAM_MIN:
-            i = int(_log(seconds * _INV_MIN) * _INV_LOG_FACTOR) + 1
-            self._counts[i if i <= HISTOGRAM_BUCKETS else _OVERFLOW] += 1
-        elif seconds >= 0.0:
-            self._counts[0] += 1
-        else:  # negative or NaN: a caller bug, do not poison the histogram
+        """Add one attempt's latency in seconds (O(log buckets), in C)."""
+        if not seconds >= 0.0:  # negative or NaN: a caller bug, do not poison the histogram
             raise ValueError(f"latency must be seconds >= 0, got {seconds!r}")
+        self._counts[_bisect(_UPPER, seconds)] += 1
         self._count += 1
         self._sum += seconds
         if seconds < self._min:
             self._min = seconds
         if seconds > self._max:
             self._max = seconds
+
+    def record_latencies(self, seconds: List[float]) -> None:
+        """Add many latencies at once (what the operator does: it buffers them per call)."""
+        if not seconds:
+            return
+        low, high = min(seconds), max(seconds)
+        if not low >= 0.0 or high != high:
+            raise ValueError(f"latencies must be seconds >= 0, got {low!r}..{high!r}")
+        counts = self._counts
+        for bucket, n in Counter(map(_bisect, repeat(_UPPER, len(seconds)), seconds)).items():
+            counts[bucket] += n
+        self._count += len(seconds)
+        self._sum += sum(seconds)
+        if low < self._min:
+            self._min = low
+        if high > self._max:
+            self._max = high
 
     def record_call(self) -> None:
         self.calls += 1

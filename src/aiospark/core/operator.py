@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Callable, Iterable, List, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from .adaptive import AdaptiveConcurrency
 from .attempts import CLOSE_GRACE_SECONDS, DIRECT_TASK_RUN, SAMPLE_WINDOW, Attempts  # noqa: F401
+from .calls import Call
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
@@ -113,11 +114,21 @@ class AsyncWaitOperator:
         self.inflight = 0
         #: entries held by the queue (== len(self._queue), kept here: checked for every element)
         self._held = 0
+        #: a new call may start while _held < _limit: capacity minus the slots of cancelled calls
+        #: still unwinding; 0 while not open or after a failure (update_room)
+        self._limit = 0
         self._closed = False
 
     @property
     def metrics(self) -> OperatorMetrics:
-        """Counters and latency histogram of this operator's calls."""
+        """Counters and latency histogram of this operator's calls.
+
+        Read from another thread while the loop runs (a progress report), the latency histogram
+        may lack the last few hundred samples; counters are exact.
+        """
+        loop = self._loop
+        if loop is None or not loop.is_running() or asyncio._get_running_loop() is loop:
+            self._attempts.flush_latencies()
         return self._attempts.metrics
 
     @property
@@ -130,6 +141,7 @@ class AsyncWaitOperator:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
         self._loop = asyncio.get_running_loop()
         self._attempts.bind(self._loop)
+        self.update_room()
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
@@ -148,12 +160,14 @@ class AsyncWaitOperator:
             self._idle_waiter = self._loop.create_future()  # type: ignore[union-attr]
             await self._idle_waiter
             self._check()
+        self._attempts.idle()
 
     async def close(self) -> None:
         """Cancel whatever still runs, wait briefly for it to unwind, then ``function.close()``."""
         if self._closed:
             return
         self._closed = True
+        self._limit = 0
         await self._attempts.close()
         self._wake()
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
@@ -174,20 +188,18 @@ class AsyncWaitOperator:
         The non-blocking half of :meth:`process_element`, for drivers feeding many elements
         (``while not op.try_process(v): await op.wait_for_space()``).
         """
-        if self._failure is not None or self._loop is None:
+        if self._held < self._limit and (self.adaptive is None or self.inflight < self.adaptive.limit):
+            self._attempts.start(value, timestamp)
+            return True
+        if not self._limit:  # not open, failed or closed (or every slot held by unwinding calls)
             self._check()
-        if self.adaptive is not None and self.inflight >= self.adaptive.limit:
-            return False
-        if self._held + len(self._attempts.cancelled) >= self.capacity:
-            return False
-        self._attempts.start(value, timestamp)
-        return True
+        return False
 
     async def wait_for_space(self) -> None:
         """Wait until another call may start (raises if the operator failed meanwhile)."""
+        self._check()
         while not self._has_room():
             await self._wait_for_space()
-        self._check()
 
     def on_room(self, listener: Optional[Callable[[], None]]) -> None:
         """Call ``listener()`` on the loop whenever room may have appeared (a call ended, a
@@ -213,23 +225,36 @@ class AsyncWaitOperator:
 
     def _has_room(self) -> bool:
         """A free slot (cancelled calls still unwinding hold theirs), and below the adaptive limit."""
-        return (self._held + len(self._attempts.cancelled) < self.capacity
-                and (self.adaptive is None or self.inflight < self.adaptive.limit))
+        return self._held < self._limit and (self.adaptive is None or self.inflight < self.adaptive.limit)
+
+    def update_room(self) -> None:
+        """Recompute how many entries may be held (after a cancelled call started or stopped
+        unwinding, on open and on failure)."""
+        if self._failure is not None or self._loop is None or self._closed:
+            self._limit = 0
+        else:
+            self._limit = self.capacity - len(self._attempts.cancelled)
 
     def room_freed(self) -> None:
         """A cancelled call finished unwinding: a waiting ``process_element`` may go on."""
+        self.update_room()
         self._wake_after_emit()
 
+    def pending_calls(self) -> Iterator[Call]:
+        """Held elements not completed yet, oldest first (do not start or end calls while iterating)."""
+        return self._queue.pending()  # type: ignore[return-value]
+
     # ------------------------------------------------------------------ started calls (from Attempts)
-    def enqueue(self, value: Any, timestamp: Any) -> Any:
-        """Hold the element whose call was just started; returns its queue entry."""
-        entry = self._queue.try_put(_new_record(Record, (value, timestamp)))
+    def enqueue(self, value: Any, timestamp: Any, started: float) -> Call:
+        """Hold the element whose call starts now; returns its :class:`Call` (the queue entry)."""
+        call = Call(self._attempts, _new_record(Record, (value, timestamp)), started)
+        self._queue.add(call)
         self._held += 1
         self.inflight = inflight = self.inflight + 1
         metrics = self._attempts.metrics
         if inflight > metrics.inflight_peak:  # metrics.record_inflight, inlined: once per element
             metrics.inflight_peak = inflight
-        return entry
+        return call
 
     def emit_now(self, results: List[Any], timestamp: Any) -> bool:
         """Emit the results of a call that completed while it was being started, without queueing
@@ -253,21 +278,30 @@ class AsyncWaitOperator:
         return True
 
     # ------------------------------------------------------------------ element outcomes
-    def element_result(self, entry: Any, result: Any) -> None:
+    def element_result(self, entry: Call, result: Any) -> None:
         """An element's call is over with one ``result``: emitted at once when nothing held goes
         first (the hot path of calls that suspend), else completed in the queue."""
         self.inflight -= 1
-        queue = self._queue
-        if self._draining or self._failure is not None or not queue.take_if_next(entry):
+        more = None if self._draining or self._failure is not None else self._queue.take_if_next(entry)
+        if more is None:
             entry.complete([result])
             return
         self._held -= 1
-        if not self._emit((result,), entry.element[1]):
+        try:
+            self._output(_new_record(Record, (result, entry.element[1])))
+        except BaseException as exc:
+            self.fail("(the element being emitted)", exc, "the output callable")
             return
-        if queue.has_completed():
+        if more:
             self._drain()
-        elif self._space_waiter is not None or self._idle_waiter is not None or self._room_listener is not None:
-            self._wake_after_emit()
+            return
+        # _wake_after_emit, inlined: once per element
+        if self._space_waiter is not None or self._idle_waiter is not None:
+            self._wake_waiters()
+        listener = self._room_listener
+        if listener is not None and self._held < self._limit and (
+                self.adaptive is None or self.inflight < self.adaptive.limit):
+            listener()
 
     def element_done(self, entry: Any, results: List[Any]) -> None:
         """An element's call is over with ``results`` (called by :class:`Attempts`)."""
@@ -297,7 +331,9 @@ class AsyncWaitOperator:
         if self._failure is not None:
             return
         self._failure = function_error(value, exc, what)
+        self._limit = 0
         self._attempts.abandon_all()
+        self._attempts.flush_latencies()
         self._wake()
 
     async def process_watermark(self, timestamp: Any) -> None:
@@ -328,6 +364,8 @@ class AsyncWaitOperator:
             raise self._failure
         if self._loop is None:
             raise RuntimeError("AsyncWaitOperator is not open: 'await op.open()' first")
+        if self._closed:
+            raise RuntimeError("AsyncWaitOperator is closed")
 
     async def _wait_for_space(self) -> None:
         self._space_waiter = waiter = self._loop.create_future()  # type: ignore[union-attr]
@@ -363,12 +401,18 @@ class AsyncWaitOperator:
             self._draining = False
         self._wake_after_emit()
 
-    def _wake_after_emit(self) -> None:
+    def _wake_waiters(self) -> None:
         waiter = self._space_waiter
         if waiter is not None and self._has_room() and not waiter.done():
             waiter.set_result(None)
         idle = self._idle_waiter
         if idle is not None and self._queue.is_empty() and not idle.done():
             idle.set_result(None)
-        if self._room_listener is not None and self._has_room():
-            self._room_listener()
+
+    def _wake_after_emit(self) -> None:
+        if self._space_waiter is not None or self._idle_waiter is not None:
+            self._wake_waiters()
+        listener = self._room_listener
+        if listener is not None and self._held < self._limit and (
+                self.adaptive is None or self.inflight < self.adaptive.limit):
+            listener()

@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Callable, Deque, Dict, Iterator, List, Optional
 
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
@@ -53,12 +53,19 @@ class OrderedQueue:
         if len(self._entries) >= self.capacity:
             return None
         if type(element) is Record:
-            entry = ResultFuture(element, self._completed)
-        else:
-            _check_element(element)
-            entry = watermark_entry(element)  # type: ignore[arg-type]
+            entry = ResultFuture(element)
+            self.add(entry)
+            return entry
+        _check_element(element)
+        entry = watermark_entry(element)  # type: ignore[arg-type]
         self._entries.append(entry)
         return entry
+
+    def add(self, entry: ResultFuture) -> None:
+        """Hold a record's ``entry`` made by the caller (a :class:`ResultFuture`, or a subclass
+        carrying more state, as the operator's calls do). The caller has checked for room."""
+        entry._listener = self._completed
+        self._entries.append(entry)
 
     def _completed(self, entry: ResultFuture) -> None:
         if self.on_complete is not None:
@@ -68,15 +75,16 @@ class OrderedQueue:
         """True when an element completed now could be emitted at once (nothing held goes first)."""
         return not self._entries
 
-    def take_if_next(self, entry: ResultFuture) -> bool:
+    def take_if_next(self, entry: ResultFuture) -> Optional[bool]:
         """Remove ``entry`` (not yet completed) if it would be emitted first once complete; the
-        caller then emits its results itself. ``False`` (nothing changed) otherwise."""
+        caller then emits its results itself. Returns ``None`` (nothing changed) if it would not,
+        else whether more entries are emittable now."""
         entries = self._entries
         if not entries or entries[0] is not entry:
-            return False
+            return None
         entries.popleft()
         entry._done = True
-        return True
+        return bool(entries) and entries[0]._done
 
     def has_completed(self) -> bool:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
@@ -106,6 +114,11 @@ class OrderedQueue:
     def values(self) -> List[StreamElement]:
         """Input elements of every held entry, in insertion order (for snapshots)."""
         return [entry.element for entry in self._entries]
+
+    def pending(self) -> Iterator[ResultFuture]:
+        """Held record entries not completed yet, in insertion order (do not change the queue
+        while iterating)."""
+        return (entry for entry in self._entries if not entry._done)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -139,28 +152,38 @@ class UnorderedQueue:
         self.capacity = _check_capacity(capacity)
         self.on_complete = on_complete
         self._segments: Deque[_Segment] = deque()
+        self._tail: Optional[_Segment] = None  # the last segment if it takes records (no watermark)
         self._size = 0
 
     def try_put(self, element: StreamElement) -> Optional[ResultFuture]:
         """Add ``element``; returns its handle, or ``None`` when the queue is full."""
         if self._size >= self.capacity:
             return None
-        segments = self._segments
         if type(element) is Record:
-            if not segments or segments[-1].watermark is not None:
-                segments.append(_Segment())
-            segment = segments[-1]
-            entry = ResultFuture(element, self._completed)
-            entry._segment = segment
-            segment.incomplete[entry] = None
-        else:
-            _check_element(element)
-            if segments and segments[-1].is_empty():
-                segments.pop()
-            entry = watermark_entry(element)  # type: ignore[arg-type]
-            segments.append(_Segment(entry))
+            entry = ResultFuture(element)
+            self.add(entry)
+            return entry
+        _check_element(element)
+        segments = self._segments
+        if segments and segments[-1].is_empty():
+            segments.pop()
+        entry = watermark_entry(element)  # type: ignore[arg-type]
+        segments.append(_Segment(entry))
+        self._tail = None
         self._size += 1
         return entry
+
+    def add(self, entry: ResultFuture) -> None:
+        """Hold a record's ``entry`` made by the caller (a :class:`ResultFuture`, or a subclass
+        carrying more state, as the operator's calls do). The caller has checked for room."""
+        segment = self._tail
+        if segment is None:
+            self._tail = segment = _Segment()
+            self._segments.append(segment)
+        entry._listener = self._completed
+        entry._segment = segment
+        segment.incomplete[entry] = None
+        self._size += 1
 
     def _completed(self, entry: ResultFuture) -> None:
         segment = entry._segment
@@ -178,19 +201,21 @@ class UnorderedQueue:
         head = segments[0]
         return len(segments) == 1 and head.watermark is None and not head.completed
 
-    def take_if_next(self, entry: ResultFuture) -> bool:
+    def take_if_next(self, entry: ResultFuture) -> Optional[bool]:
         """Remove ``entry`` (not yet completed) if it would be emitted next once complete: it is
-        in the head segment and nothing completed waits there. The caller emits its results."""
+        in the head segment and nothing completed waits there. The caller emits its results.
+        Returns ``None`` (nothing changed) otherwise, else whether more is emittable now."""
         segments = self._segments
         segment = entry._segment
         if segment is not segments[0] or segment.completed:
-            return False
+            return None
         del segment.incomplete[entry]
         self._size -= 1
         entry._done = True
         if not segment.incomplete and len(segments) > 1:
-            segments.popleft()  # the barrier behind it is now emittable (has_completed says so)
-        return True
+            segments.popleft()
+            return True  # the watermark behind it is emittable now
+        return False
 
     def has_completed(self) -> bool:
         """True when the first segment has something to emit."""
@@ -239,6 +264,11 @@ class UnorderedQueue:
                 break
             segments.popleft()
         return count
+
+    def pending(self) -> Iterator[ResultFuture]:
+        """Held record entries not completed yet, in insertion order (do not change the queue
+        while iterating)."""
+        return (entry for segment in self._segments for entry in segment.incomplete)
 
     def values(self) -> List[StreamElement]:
         """Input elements of every held entry, segment by segment (for snapshots)."""

@@ -93,9 +93,10 @@ class _Pump:
         operator = self.operator
         if self._feeding or operator is None:
             return
-        if operator.failure is not None or self._error is not None:
+        if self._error is not None:
             self._wake_run()
             return
+        # a failed operator raises from try_process: caught below, run() raises it
         self._feeding = True
         chunk, pos = self._chunk, self._pos
         try:
