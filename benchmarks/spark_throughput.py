@@ -6,7 +6,8 @@ Run:  python benchmarks/spark_throughput.py [--rows 100000] [--latency 0.02] [--
 Both sides run ``await asyncio.sleep(latency)`` per row with ``capacity`` calls in flight per task:
 bare asyncio in ``tasks`` separate processes (one loop each, a done-callback refilling the window),
 aiospark as ``unordered_wait`` / ``ordered_wait`` / ``async_udf`` on ``local[tasks]`` with ``tasks``
-partitions. Spark's Python workers are warmed up first.
+partitions. Spark's Python workers and the JVM's JIT are warmed up first (``--warmup`` no-op jobs
+through every measured mode).
 
 Two rates per Spark variant: *wall* = rows / the wall time of the action (job scheduling and task
 start-up included), and *active* = rows / (last call completed - first call started), timed inside
@@ -85,7 +86,8 @@ def main(argv=None) -> None:
     parser.add_argument("--capacity", type=int, default=100)
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--modes", default="unordered,ordered,udf")
-    parser.add_argument("--warmup", type=int, default=2, help="no-op jobs of 400k rows run first (JIT warm-up)")
+    parser.add_argument("--warmup", type=int, default=4,
+                        help="no-op jobs of 400k rows run first through every mode measured (JIT warm-up)")
     args = parser.parse_args(argv)
 
     import aiospark
@@ -99,30 +101,36 @@ def main(argv=None) -> None:
         return row
 
     df = spark.range(0, args.rows, 1, args.tasks)
-    # Warm up the Python workers (reused across jobs) and the JVM's JIT: without this the JIT
-    # compiles the Arrow paths during the first measured run (~0.4 of a core for seconds).
+    per_task = args.rows // args.tasks
+    stamps = tempfile.mkdtemp(prefix="aiospark-bench-")
+
+    def make_job(mode: str, fn, frame):
+        if mode == "unordered":
+            return lambda: aiospark.unordered_wait(frame, fn, "id LONG", capacity=capacity).count()
+        if mode == "ordered":
+            return lambda: aiospark.ordered_wait(frame, fn, "id LONG", capacity=capacity).count()
+        column_fn = aiospark.async_udf("long", capacity=capacity)(fn)
+        return lambda: frame.select(F.sum(column_fn("id"))).collect()
+
     async def noop(row):
         return row
 
+    modes = args.modes.split(",")
+    # Warm up the Python workers (reused across jobs) and the JVM's JIT for every plan measured
+    # (mapInArrow and the Arrow UDF compile different code): without this the JIT compiles them
+    # during the measured runs, taking a large share of the two cores from the tasks.
     aiospark.unordered_wait(spark.range(0, 1000, 1, args.tasks), sleepy, "id LONG").count()
-    for _ in range(args.warmup):
-        aiospark.unordered_wait(spark.range(0, 400_000, 1, args.tasks), noop, "id LONG").count()
+    warm_df = spark.range(0, 400_000, 1, args.tasks)
+    for mode in modes:
+        for _ in range(args.warmup):
+            make_job(mode, noop, warm_df)()
 
     bound = args.tasks * capacity / latency if latency > 0 else float("inf")
     results = []
     bare = bare_asyncio(args.rows, latency, capacity, args.tasks)
     results.append(("bare asyncio", bare, bare))
-    stamps = tempfile.mkdtemp(prefix="aiospark-bench-")
-    per_task = args.rows // args.tasks
-    for mode in args.modes.split(","):
-        timed = _timed(latency, stamps, per_task)
-        if mode == "unordered":
-            job = lambda: aiospark.unordered_wait(df, timed, "id LONG", capacity=capacity).count()
-        elif mode == "ordered":
-            job = lambda: aiospark.ordered_wait(df, timed, "id LONG", capacity=capacity).count()
-        else:
-            timed_udf = aiospark.async_udf("long", capacity=capacity)(_timed(latency, stamps, per_task, scalar=True))
-            job = lambda: df.select(F.sum(timed_udf("id"))).collect()
+    for mode in modes:
+        job = make_job(mode, _timed(latency, stamps, per_task), df)
         for old in glob.glob(os.path.join(stamps, "*.json")):
             os.remove(old)
         t0 = time.perf_counter()
@@ -147,7 +155,7 @@ def main(argv=None) -> None:
     spark.stop()
 
 
-def _timed(latency: float, stamps: str, per_task: int, scalar: bool = False):
+def _timed(latency: float, stamps: str, per_task: int):
     """``await asyncio.sleep(latency)``, noting when the task's first call started and its last ended."""
     state = {}  # one per task: Spark unpickles its own copy of the function for every task
 

@@ -183,6 +183,13 @@ def test_debug_mode_uses_asyncio_handles_and_reports_slow_callbacks(loop, caplog
     assert loop._timer_cancelled_count == 1
 
 
+def test_create_future_makes_futures_of_this_loop(loop):
+    fut = loop.create_future()
+    assert type(fut) is asyncio.Future and fut.get_loop() is loop
+    loop.call_soon(fut.set_result, 7)
+    assert loop.run_until_complete(fut) == 7
+
+
 def test_time_is_the_monotonic_clock(loop):
     assert abs(loop.time() - time.monotonic()) < 0.01
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import heapq
 import itertools
 import logging
@@ -85,22 +86,20 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
         super().__init__(selector)
         self._timers: List[TimerEntry] = []
         self._next_seq = itertools.count().__next__
+        # asyncio.sleep() and friends call this once per await: a C partial, not a Python method
+        self.create_future = functools.partial(asyncio.Future, loop=self)  # type: ignore[method-assign]
 
     # time.monotonic itself, not a Python method around it
     time = staticmethod(_monotonic)
 
     def call_soon(self, callback: Callable[..., Any], *args: Any,
                   context: Optional[contextvars.Context] = None) -> events.Handle:
+        # the handle is filled here, not in _call_soon: tasks and futures call this one (twice
+        # per suspending call), and a frame less per callback shows
         if self._debug:
             return super().call_soon(callback, *args, context=context)
         if self._closed:
             raise RuntimeError("Event loop is closed")
-        return self._call_soon(callback, args, context)
-
-    def _call_soon(self, callback: Callable[..., Any], args: Tuple[Any, ...],
-                   context: Optional[contextvars.Context]) -> events.Handle:
-        if self._debug:
-            return super()._call_soon(callback, args, context)
         handle = _new(_Handle)
         handle._callback = callback
         handle._args = args
@@ -111,6 +110,13 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
         handle._source_traceback = None
         self._ready.append(handle)
         return handle
+
+    def _call_soon(self, callback: Callable[..., Any], args: Tuple[Any, ...],
+                   context: Optional[contextvars.Context]) -> events.Handle:
+        # asyncio's own entry (call_soon_threadsafe, the base class), after their closed check
+        if self._debug:
+            return super()._call_soon(callback, args, context)
+        return self.call_soon(callback, *args, context=context)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
                    context: Optional[contextvars.Context] = None) -> events.TimerHandle:
