@@ -477,6 +477,20 @@ def test_close_without_finish_emits_nothing_more():
     assert run(main()) == []
 
 
+def test_a_closed_operator_refuses_new_elements():
+    async def main():
+        op = AsyncWaitOperator(Hanging(), Collector())
+        await op.open()
+        await op.close()
+        for attempt in (lambda: op.try_process(1), lambda: op.process_element(1), op.wait_for_space):
+            with pytest.raises(RuntimeError, match="closed"):
+                result = attempt()
+                if asyncio.iscoroutine(result):
+                    await result
+
+    run(main())
+
+
 # --------------------------------------------------------------------------- on_error
 
 

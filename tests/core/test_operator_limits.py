@@ -119,3 +119,32 @@ def test_metrics_count_successes_failures_and_error_rows():
     run(drive(op, range(10)))
     m = op.metrics
     assert (m.calls, m.successes, m.failures, m.error_rows, m.latency_count) == (10, 5, 5, 5, 5)
+
+
+def test_latency_histogram_is_complete_after_finish_and_when_read_on_the_loop():
+    """Latencies are buffered on the hot path; reading metrics on the loop, or after finish(),
+    sees every one of them."""
+
+    async def fast(v):
+        return v
+
+    async def slow(v):
+        await asyncio.sleep(0)
+        return v
+
+    async def main(fn):
+        op = AsyncWaitOperator(fn, lambda e: None, capacity=50)
+        await op.open()
+        for i in range(300):
+            await op.process_element(i)
+        mid = op.metrics.latency_count, op.metrics.successes
+        for i in range(700):
+            await op.process_element(i)
+        await op.finish()
+        await op.close()
+        return mid, op.metrics
+
+    for fn in (fast, slow):
+        (mid_latencies, mid_successes), m = asyncio.run(main(fn))
+        assert mid_latencies == mid_successes >= 250
+        assert m.latency_count == m.successes == m.calls == 1000

@@ -411,3 +411,73 @@ def test_timeout_failure_is_async_function_error():
         await safe_close(op)
 
     run(main())
+
+
+class SleepFor(AsyncFunction):
+    """Sleeps ``value`` seconds (a dict: {"id", "s"}); timeout() answers "T<id>"."""
+
+    async def async_invoke(self, value):
+        await asyncio.sleep(value["s"])
+        return [value["id"]]
+
+    def timeout(self, value):
+        return [f"T{value['id']}"]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_many_calls_time_out_together_and_later_ones_keep_their_own_deadline(ordered):
+    """60 hanging calls expire in one go; 20 calls started 30 ms later finish before theirs."""
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(SleepFor(), out, timeout=0.08, ordered=ordered, capacity=100)
+        await op.open()
+        await feed(op, [{"id": i, "s": 10} for i in range(60)])
+        await asyncio.sleep(0.03)
+        await feed(op, [{"id": 100 + i, "s": 0.07} for i in range(20)])  # done at 100 ms < 110 ms
+        await op.finish()
+        await op.close()
+        return out.values()
+
+    values = run(main())
+    expected = [f"T{i}" for i in range(60)] + [100 + i for i in range(20)]
+    assert (values if ordered else sorted(values, key=str)) == (expected if ordered else sorted(expected, key=str))
+
+
+def test_ordered_completed_calls_behind_a_hanging_head_are_not_timed_out():
+    """The head hangs and times out; the calls behind it completed long before (held, not
+    emitted): they keep their own results, emitted in order after the head's fallback."""
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(SleepFor(), out, timeout=0.05, ordered=True)
+        await op.open()
+        await feed(op, [{"id": 0, "s": 10}] + [{"id": i, "s": 0.001} for i in range(1, 6)])
+        await op.finish()
+        await op.close()
+        return out.values()
+
+    assert run(main()) == ["T0", 1, 2, 3, 4, 5]
+
+
+def test_the_timeout_timer_is_set_again_after_an_idle_spell():
+    """After every held call ended (the timer may fire with nothing to do), a new call still
+    gets its timeout."""
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(SleepFor(), out, timeout=0.03, ordered=False)
+        await op.open()
+        await op.process_element({"id": 1, "s": 0})
+        await asyncio.sleep(0.06)  # the first deadline passed with nothing held
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await op.process_element({"id": 2, "s": 10})
+        await op.finish()
+        took = loop.time() - started
+        await op.close()
+        return out.values(), took
+
+    values, took = run(main())
+    assert values == [1, "T2"]
+    assert 0.03 - EPS <= took < 2.0

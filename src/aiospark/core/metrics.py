@@ -99,14 +99,14 @@ class OperatorMetrics:
         """Add many latencies at once (what the operator does: it buffers them per call)."""
         if not seconds:
             return
-        low, high = min(seconds), max(seconds)
-        if not low >= 0.0 or high != high:
-            raise ValueError(f"latencies must be seconds >= 0, got {low!r}..{high!r}")
+        low, high, total = min(seconds), max(seconds), sum(seconds)
+        if not low >= 0.0 or total != total:  # a negative or NaN latency: a caller bug
+            raise ValueError(f"latencies must be seconds >= 0, got min {low!r}, sum {total!r}")
         counts = self._counts
         for bucket, n in Counter(map(_bisect, repeat(_UPPER, len(seconds)), seconds)).items():
             counts[bucket] += n
         self._count += len(seconds)
-        self._sum += sum(seconds)
+        self._sum += total
         if low < self._min:
             self._min = low
         if high > self._max:

@@ -176,7 +176,7 @@ class AsyncWaitOperator:
     # ------------------------------------------------------------------ input
     async def process_element(self, value: Any, timestamp: Any = None) -> None:
         """Start the call for ``value``; waits only while the queue is full (backpressure)."""
-        if self._failure is not None or self._loop is None:
+        if not self._limit:  # not open, failed or closed (or every slot held by unwinding calls)
             self._check()
         while not self._has_room():
             await self._wait_for_space()
