@@ -9,7 +9,7 @@ schedules back-offs and rate-limited starts with ``loop.call_at``, fires timeout
 timer set for the oldest call still running (calls are queued in start order, so are their
 deadlines), feeds an optional adaptive concurrency limit, and counts everything in
 :class:`~aiospark.core.metrics.OperatorMetrics`. It reports each element's end to the operator:
-``element_result(call, result)``, ``element_done(call, results)`` or ``element_failed(call, exc)``.
+``element_results(call, results)``, ``element_done(call, results)`` or ``element_failed(call, exc)``.
 """
 from __future__ import annotations
 
@@ -201,7 +201,10 @@ class Attempts:
             self.flush_latencies()
         if self.plain:
             call.finished = True
-            self.op.element_result(call, result)
+            self.op.element_results(call, (result,))
+        elif self.emit_direct and type(result) is list:  # an AsyncFunction's results, nothing to check
+            call.finished = True
+            self.op.element_results(call, result)
         else:
             self._on_result(call, result, latency)
 

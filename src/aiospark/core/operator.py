@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .adaptive import AdaptiveConcurrency
 from .attempts import CLOSE_GRACE_SECONDS, DIRECT_TASK_RUN, SAMPLE_WINDOW, Attempts  # noqa: F401
@@ -278,17 +278,20 @@ class AsyncWaitOperator:
         return True
 
     # ------------------------------------------------------------------ element outcomes
-    def element_result(self, entry: Call, result: Any) -> None:
-        """An element's call is over with one ``result``: emitted at once when nothing held goes
-        first (the hot path of calls that suspend), else completed in the queue."""
+    def element_results(self, entry: Call, results: Sequence[Any]) -> None:
+        """An element's call is over with ``results`` (a list or tuple, checked by the caller):
+        emitted at once when nothing held goes first (the hot path of calls that suspend), else
+        completed in the queue."""
         self.inflight -= 1
         more = None if self._draining or self._failure is not None else self._queue.take_if_next(entry)
         if more is None:
-            entry.complete([result])
+            entry.complete(results)
             return
         self._held -= 1
+        output, timestamp = self._output, entry.element[1]
         try:
-            self._output(_new_record(Record, (result, entry.element[1])))
+            for result in results:
+                output(_new_record(Record, (result, timestamp)))
         except BaseException as exc:
             self.fail("(the element being emitted)", exc, "the output callable")
             return
