@@ -206,3 +206,25 @@ def test_len_counts_records_and_watermarks(queue_cls):
     q.try_put(Record(3, 3))
     assert len(q) == 3
     assert not q.is_empty()
+
+
+@parametrize_queue
+def test_pending_lists_uncompleted_records_oldest_first_and_add_takes_prebuilt_entries(queue_cls):
+    from aiospark.core import ResultFuture
+
+    q = queue_cls(10)
+    a = q.try_put(Record("a"))
+    q.try_put(Watermark(1))
+    b = ResultFuture(Record("b"))
+    q.add(b)  # an entry made by the caller joins like try_put's own
+    c = q.try_put(Record("c"))
+    assert list(q.pending()) == [a, b, c] and len(q) == 4
+    b.complete(["B"])
+    assert list(q.pending()) == [a, c]
+    a.complete(["A"])
+    c.complete(["C"])
+    out = []
+    while q.has_completed():
+        out += q.pop_completed()
+    assert out[:2] == [Record("A"), Watermark(1)] and sorted(r.value for r in out[2:]) == ["B", "C"]
+    assert list(q.pending()) == [] and q.is_empty()

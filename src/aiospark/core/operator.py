@@ -297,14 +297,8 @@ class AsyncWaitOperator:
             return
         if more:
             self._drain()
-            return
-        # _wake_after_emit, inlined: once per element
-        if self._space_waiter is not None or self._idle_waiter is not None:
-            self._wake_waiters()
-        listener = self._room_listener
-        if listener is not None and self._held < self._limit and (
-                self.adaptive is None or self.inflight < self.adaptive.limit):
-            listener()
+        else:
+            self._wake_after_emit()
 
     def element_done(self, entry: Any, results: List[Any]) -> None:
         """An element's call is over with ``results`` (called by :class:`Attempts`)."""
@@ -413,6 +407,8 @@ class AsyncWaitOperator:
             idle.set_result(None)
 
     def _wake_after_emit(self) -> None:
+        """Room may have appeared: wake waiters, call the room listener (once per element: the
+        room test is _has_room's, inlined)."""
         if self._space_waiter is not None or self._idle_waiter is not None:
             self._wake_waiters()
         listener = self._room_listener
