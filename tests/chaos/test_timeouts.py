@@ -131,7 +131,7 @@ def test_open_connections_never_exceed_capacity(hang_run):
 
     Fails on aiospark 0.1.0 (client side every time, service side up to 2 x capacity): a timed-out
     element freed its queue slot as soon as ``task.cancel()`` was *requested* (core/attempts.py
-    ``Attempts._on_timeout``), so the feeder started the next calls -- eagerly, their connect() goes
+    ``Timeouts._on_timeout``), so the feeder started the next calls -- eagerly, their connect() goes
     out at once -- while the cancelled attempts still held their connections.
     """
     peak = hang_run["at_end"]["peak_connections"]

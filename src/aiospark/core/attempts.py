@@ -5,9 +5,8 @@
 the first attempt (eagerly: a call that completes without suspending never gets a Task; once
 calls keep suspending, straight in a Task), works on the queued
 :class:`~aiospark.core.calls.Call` (the element's queue entry and call state in one object),
-schedules back-offs and rate-limited starts with ``loop.call_at``, fires timeouts from one loop
-timer set for the oldest call still running (calls are queued in start order, so are their
-deadlines), feeds an optional adaptive concurrency limit, and counts everything in
+schedules back-offs and rate-limited starts with ``loop.call_at``, arms the operator's
+:class:`~aiospark.core.timeouts.Timeouts`, feeds an optional adaptive concurrency limit, and counts everything in
 :class:`~aiospark.core.metrics.OperatorMetrics`. It reports each element's end to the operator:
 ``element_results(call, results)``, ``element_done(call, results)`` or ``element_failed(call, exc)``.
 """
@@ -20,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from . import eager
 from .adaptive import AdaptiveConcurrency
 from .calls import Call
-from .errors import AsyncTimeoutError, describe_input, warn_blocking
+from .errors import describe_input, warn_blocking
 from .function import AsyncFunction, describe_function
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
+from .timeouts import Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .operator import AsyncWaitOperator
@@ -76,8 +76,8 @@ class Attempts:
         self.clock: Any = None  # loop.time, or time.monotonic itself for asyncio's own loops
         #: cancelled attempts still unwinding -> the timer that stops waiting for them
         self.cancelled: Dict[asyncio.Task, asyncio.TimerHandle] = {}
-        #: fires at the oldest running call's deadline (armed whenever a call starts without one)
-        self.deadline_timer: Optional[asyncio.TimerHandle] = None
+        #: per-call timeouts (None without a timeout)
+        self.timeouts = Timeouts(self, self.timeout) if self.timeout is not None else None
         #: latencies not yet in the histogram (flush_latencies)
         self.latencies: List[float] = []
         self.sampled = self.sampled_suspended = self.direct_tasks_left = 0
@@ -114,8 +114,9 @@ class Attempts:
         """
         op = self.op
         started = self.clock()
-        if self.deadline_timer is None and self.timeout is not None:
-            self.deadline_timer = self.loop.call_at(started + self.timeout, self._on_deadline)  # type: ignore
+        timeouts = self.timeouts
+        if timeouts is not None and timeouts.timer is None:
+            timeouts.arm(started)
         if self.reserve is not None:
             delay = self.reserve()
             if delay > 0.0:
@@ -211,9 +212,8 @@ class Attempts:
     def idle(self) -> None:
         """Nothing is held any more (the operator's ``finish()``): no timer is left armed and the
         histogram is complete."""
-        if self.deadline_timer is not None:
-            self.deadline_timer.cancel()
-            self.deadline_timer = None
+        if self.timeouts is not None:
+            self.timeouts.idle()
         self.flush_latencies()
 
     def flush_latencies(self) -> None:
@@ -286,7 +286,7 @@ class Attempts:
             elif isinstance(result, (list, tuple)):
                 results = list(result)
             else:
-                self._final_failure(call, TypeError(
+                self.final_failure(call, TypeError(
                     f"{type(self.function).__name__}.async_invoke must return a list of outputs "
                     f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}"))
                 return
@@ -316,7 +316,7 @@ class Attempts:
                 return
             if again and self._schedule_retry(call, exc):
                 return
-        self._final_failure(call, exc)
+        self.final_failure(call, exc)
 
     def _schedule_retry(self, call: Call, exc: Optional[BaseException]) -> bool:
         delay = call.next_delay(self.retry)  # type: ignore[arg-type]
@@ -331,7 +331,8 @@ class Attempts:
         call.backoff = loop.call_at(loop.time() + delay, self.attempt, call)  # type: ignore[union-attr]
         return True
 
-    def _final_failure(self, call: Call, exc: BaseException) -> None:
+    def final_failure(self, call: Call, exc: BaseException) -> None:
+        """The element failed for good (no retry left): on_error rows or the operator's failure."""
         self._retire(call)
         self.metrics.failures += 1
         self.op.element_failed(call, exc)
@@ -343,73 +344,6 @@ class Attempts:
             self.warned_blocking = True
             name = describe_function(self.function)
             warn_blocking(name, f"a call of {name!r} ran {seconds * 1000:.0f} ms without yielding to the event loop.")
-
-    # ------------------------------------------------------------------ timeouts
-    def _on_deadline(self) -> None:
-        """Time out every call past its deadline, then wait for the oldest one left.
-
-        Deadlines are first-attempt start + a constant and the queue holds calls in start order,
-        so the expired calls are the oldest pending ones: no per-call timer, no heap.
-        """
-        self.deadline_timer = None
-        loop = self.loop
-        now = loop.time()  # type: ignore[union-attr]
-        timeout = self.timeout
-        expired = []
-        for call in self.op.pending_calls():
-            if call.finished or call.timing_out:
-                continue
-            deadline = call.started + timeout  # type: ignore[operator]
-            if deadline > now:
-                self.deadline_timer = loop.call_at(deadline, self._on_deadline)  # type: ignore[union-attr]
-                break
-            expired.append(call)
-        for call in expired:
-            self._on_timeout(call)
-
-    def _on_timeout(self, call: Call) -> None:
-        if call.finished or call.timing_out:
-            return
-        running = call.task is not None
-        self.stop_attempt(call)
-        call.timing_out = True
-        self.metrics.timeouts += 1
-        if self.adaptive is not None and running:
-            self.adaptive.on_overload(self.loop.time() - call.attempt_started)  # type: ignore[union-attr]
-        value = call.value
-        function = self.function
-        try:
-            if isinstance(function, AsyncFunction):
-                outcome = function.timeout(value)
-            else:
-                raise AsyncTimeoutError(f"async call timed out after {self.timeout} s "
-                                        f"for input {describe_input(value)}")
-            if asyncio.iscoroutine(outcome):
-                kind, payload = eager.start(outcome, self.loop)
-                if kind == eager.PENDING:
-                    call.task = payload
-                    payload.add_done_callback(call.timeout_handler_done)
-                    return
-                if kind == eager.FAILED:
-                    raise payload
-                outcome = payload
-        except BaseException as exc:
-            self._final_failure(call, exc)
-            return
-        self.timeout_handled(call, outcome)
-
-    def timeout_handled(self, call: Call, outcome: Any) -> None:
-        """The (never retried) result of ``function.timeout(value)``."""
-        if not isinstance(outcome, (list, tuple)):
-            self._final_failure(call, TypeError(
-                f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
-                f"got {type(outcome).__name__}"))
-            return
-        self._retire(call)
-        self.op.element_done(call, list(outcome))
-
-    def timeout_failed(self, call: Call, exc: BaseException) -> None:
-        self._final_failure(call, exc)
 
     # ------------------------------------------------------------------ bookkeeping
     def _retire(self, call: Call) -> None:
@@ -447,9 +381,8 @@ class Attempts:
 
     async def close(self) -> None:
         self.abandon_all()
-        if self.deadline_timer is not None:
-            self.deadline_timer.cancel()
-            self.deadline_timer = None
+        if self.timeouts is not None:
+            self.timeouts.idle()
         tasks = [t for t in self.cancelled if not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_GRACE_SECONDS)

@@ -51,16 +51,16 @@ class Call(ResultFuture):
         self.attempts.attempt_done(self, task)
 
     def timeout_handler_done(self, task: asyncio.Task) -> None:
-        attempts = self.attempts
+        timeouts = self.attempts.timeouts
         if self.finished or self.task is not task:
             return
         self.task = None
         if task.cancelled():
-            attempts.timeout_failed(self, asyncio.CancelledError("the timeout handler was cancelled"))
+            timeouts.failed(self, asyncio.CancelledError("the timeout handler was cancelled"))
         elif task.exception() is not None:
-            attempts.timeout_failed(self, task.exception())  # type: ignore[arg-type]
+            timeouts.failed(self, task.exception())  # type: ignore[arg-type]
         else:
-            attempts.timeout_handled(self, task.result())
+            timeouts.handled(self, task.result())
 
     def __repr__(self) -> str:
         state = "finished" if self.finished else "running" if self.task is not None else "pending"
