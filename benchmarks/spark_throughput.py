@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/spark_throughput.py [--rows 100000] [--latency 0.02] [--capacity 100] [--tasks 2]
       python benchmarks/spark_throughput.py --latency 0 --rows 1000000 --modes unordered   # no-op calls
+      python benchmarks/spark_throughput.py --capacity 1000 --rows 200000 --repeat 5      # medians of 5 rounds
 
 Both sides run ``await asyncio.sleep(latency)`` per row with ``capacity`` calls in flight per task:
 bare asyncio in ``tasks`` separate processes (one loop each, a done-callback refilling the window),
@@ -13,6 +14,11 @@ Two rates per Spark variant: *wall* = rows / the wall time of the action (job sc
 start-up included), and *active* = rows / (last call completed - first call started), timed inside
 the tasks the way the bare asyncio processes time themselves (their start-up is not counted
 either). Prints a table with both, efficiency against Little's law and the ratios to bare asyncio.
+
+These machines are virtual and share their host: the same job varies by +-15 % from one minute to
+the next. With ``--repeat N`` every round runs bare asyncio and then each Spark variant, a variant's
+ratio is taken against the bare run *of its own round*, and the table shows medians (min-max) over
+the rounds, plus the CPU time the hypervisor took away (steal) while they ran.
 """
 from __future__ import annotations
 
@@ -88,7 +94,11 @@ def main(argv=None) -> None:
     parser.add_argument("--modes", default="unordered,ordered,udf")
     parser.add_argument("--warmup", type=int, default=4,
                         help="no-op jobs of 400k rows run first through every mode measured (JIT warm-up)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of (bare asyncio, then every mode); medians of per-round ratios")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
 
     import aiospark
     from pyspark.sql import functions as F
@@ -126,33 +136,73 @@ def main(argv=None) -> None:
             make_job(mode, noop, warm_df)()
 
     bound = args.tasks * capacity / latency if latency > 0 else float("inf")
-    results = []
-    bare = bare_asyncio(args.rows, latency, capacity, args.tasks)
-    results.append(("bare asyncio", bare, bare))
-    for mode in modes:
-        job = make_job(mode, _timed(latency, stamps, per_task), df)
-        for old in glob.glob(os.path.join(stamps, "*.json")):
-            os.remove(old)
-        t0 = time.perf_counter()
-        job()
-        wall = args.rows / (time.perf_counter() - t0)
-        marks = [json.load(open(f)) for f in glob.glob(os.path.join(stamps, "*.json"))]
-        active = args.rows / (max(m["last"] for m in marks) - min(m["first"] for m in marks))
-        results.append((f"aiospark {mode}", wall, active))
+    names = ["bare asyncio"] + [f"aiospark {mode}" for mode in modes]
+    runs = {name: [] for name in names}  # name -> [(wall, active, active / bare of the round)]
+    steal0 = _cpu_times()
+    for _ in range(args.repeat):
+        bare = bare_asyncio(args.rows, latency, capacity, args.tasks)
+        runs["bare asyncio"].append((bare, bare, 1.0, bare / bare))
+        for mode in modes:
+            job = make_job(mode, _timed(latency, stamps, per_task), df)
+            for old in glob.glob(os.path.join(stamps, "*.json")):
+                os.remove(old)
+            t0 = time.perf_counter()
+            job()
+            wall = args.rows / (time.perf_counter() - t0)
+            marks = [json.load(open(f)) for f in glob.glob(os.path.join(stamps, "*.json"))]
+            active = args.rows / (max(m["last"] for m in marks) - min(m["first"] for m in marks))
+            runs[f"aiospark {mode}"].append((wall, active, active / bare, wall / bare))
+    steal = _steal_share(steal0, _cpu_times())
 
     print(f"command: python {' '.join(sys.argv)}")
     print(f"python {platform.python_version()}, {os.cpu_count()} cores, {args.rows} rows, latency {latency} s, "
-          f"capacity {capacity}, {args.tasks} tasks; Little's-law bound {bound:,.0f} rows/s\n")
+          f"capacity {capacity}, {args.tasks} tasks; Little's-law bound {bound:,.0f} rows/s; "
+          f"{args.repeat} round(s); CPU stolen by the hypervisor meanwhile: {steal}\n")
+    width = 18 if args.repeat > 1 else 16
     print(f"| {'variant':<20} | {'wall rows/s':>11} | {'active rows/s':>13} | {'of bound':>8} "
-          f"| {'vs bare (wall)':>14} | {'vs bare (active)':>16} |")
-    print(f"|{'-' * 22}|{'-' * 13}|{'-' * 15}|{'-' * 10}|{'-' * 16}|{'-' * 18}|")
-    for name, wall, active in results:
+          f"| {'vs bare (wall)':>{width}} | {'vs bare (active)':>{width}} |")
+    print(f"|{'-' * 22}|{'-' * 13}|{'-' * 15}|{'-' * 10}|{'-' * (width + 2)}|{'-' * (width + 2)}|")
+    for name in names:
+        rounds = runs[name]
+        wall, active = _median([r[0] for r in rounds]), _median([r[1] for r in rounds])
         of_bound = f"{active / bound:.2f}" if bound != float("inf") else "—"
         print(f"| {name:<20} | {wall:>11,.0f} | {active:>13,.0f} | {of_bound:>8} "
-              f"| {wall / bare:>14.3f} | {active / bare:>16.3f} |")
+              f"| {_spread([r[3] for r in rounds]):>{width}} | {_spread([r[2] for r in rounds]):>{width}} |")
     print("\nwall = the whole Spark action; active = first call started -> last call completed, timed in the "
           "tasks (bare asyncio is timed the same way, without its process start-up)")
+    if args.repeat > 1:
+        print("rates are medians over the rounds; ratios are medians (min-max) of each round's ratio to the "
+              "bare asyncio run of the same round")
     spark.stop()
+
+
+def _median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _spread(ratios) -> str:
+    if len(ratios) == 1:
+        return f"{ratios[0]:.3f}"
+    return f"{_median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def _cpu_times():
+    """The machine's cumulative CPU times (/proc/stat's first line), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+
+
+def _steal_share(before, after) -> str:
+    if not before or not after or len(after) < 8:
+        return "unknown"
+    delta = [b - a for a, b in zip(before, after)]
+    total = sum(delta[:8])
+    return f"{delta[7] / total * 100:.1f} %" if total else "unknown"
 
 
 def _timed(latency: float, stamps: str, per_task: int):
