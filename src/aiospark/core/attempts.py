@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import eager
 from .adaptive import AdaptiveConcurrency
@@ -72,6 +72,8 @@ class Attempts:
             self.retry is None or self.retry.result_predicate is None)
         # a call that completes while it is started may be emitted without ever being queued
         self.emit_direct = adaptive is None and (self.retry is None or self.retry.result_predicate is None)
+        # calls may be started a run at a time (start_run): no limit or check needs them one by one
+        self.batchable = self.emit_direct and self.reserve is None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.clock: Any = None  # loop.time, or time.monotonic itself for asyncio's own loops
         #: cancelled attempts still unwinding -> the timer that stops waiting for them
@@ -173,6 +175,81 @@ class Attempts:
             self._on_exception(op.enqueue(value, timestamp, started), payload, took)
         else:
             self._attach(op.enqueue(value, timestamp, started), payload)
+
+    def runs_eagerly(self) -> bool:
+        """Whether :meth:`start_run` may take the next calls: recent calls did not all suspend,
+        and nothing (a rate limit, an adaptive limit, a result predicate) needs each call alone."""
+        return self.batchable and not self.direct_tasks_left
+
+    def start_run(self, values: Sequence[Any], pos: int, end: int, timestamp: Any) -> int:
+        """Start the calls of ``values[pos:end]`` one after another while they complete during
+        their first step, emitting their results at once; the first call that fails or suspends is
+        queued as :meth:`start` would, and the run ends there. Returns the index of the first value
+        not started.
+
+        The operator has checked for room and that results completed now are emitted at once
+        (nothing held goes first); both stay true while calls complete without suspending.
+        """
+        op = self.op
+        results: List[Any] = []
+        latencies = self.latencies
+        nxt, kind, payload, took = eager.first_steps(self.invoke, values, pos, end, self.loop, results,
+                                                     latencies, BLOCKING_STEP_SECONDS)
+        done = len(results)
+        metrics = self.metrics
+        metrics.calls += done
+        if done:
+            metrics.successes += done
+            self.sampled = self.sampled_suspended = 0  # a completed call breaks the suspension window
+            if done > 1 or kind != eager.DONE or took <= BLOCKING_STEP_SECONDS:
+                self.slow_streak = 0  # at least one of them did not block
+            if len(latencies) >= LATENCY_BATCH:
+                self.flush_latencies()
+            if not self._emit_run(values, pos, results, timestamp):
+                return nxt
+        if took > BLOCKING_STEP_SECONDS:
+            self._blocking_step(took)
+        elif kind != eager.DONE and self.slow_streak:
+            self.slow_streak = 0
+        if kind == eager.DONE:
+            return nxt
+        value = values[nxt]
+        metrics.calls += 1
+        started = self.clock() - took
+        timeouts = self.timeouts
+        if timeouts is not None and timeouts.timer is None:
+            timeouts.arm(started)
+        if kind == eager.FAILED:
+            self._on_exception(op.enqueue(value, timestamp, started), payload, took)
+        else:
+            self.sampled += 1
+            self.sampled_suspended += 1
+            if self.sampled == SAMPLE_WINDOW:
+                self.direct_tasks_left = DIRECT_TASK_RUN
+                self.sampled = self.sampled_suspended = 0
+            self._attach(op.enqueue(value, timestamp, started), payload)
+        return nxt + 1
+
+    def _emit_run(self, values: Sequence[Any], pos: int, results: List[Any], timestamp: Any) -> bool:
+        """Emit the results of calls started at ``values[pos]`` that completed in their first step;
+        ``False`` if the operator failed meanwhile."""
+        op = self.op
+        if not self.returns_list:
+            return op.emit_run(results, timestamp)
+        outputs: List[Any] = []
+        for i, result in enumerate(results):
+            if type(result) is list:
+                outputs += result
+                continue
+            # an AsyncFunction's non-list result fails its element (or makes its error rows) the
+            # long way, after what completed before it
+            if not op.emit_run(outputs, timestamp):
+                return False
+            outputs = []
+            self._on_result(op.enqueue(values[pos + i], timestamp, self.clock()), result, 0.0)
+            if op.failure is not None:
+                return False
+        return op.emit_run(outputs, timestamp)
 
     async def _drive(self, call: Call, coro: Any) -> None:
         """Run a first attempt in its own Task and take its outcome (no done-callback hop).

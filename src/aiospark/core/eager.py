@@ -13,7 +13,8 @@ import asyncio
 import contextvars
 import collections.abc
 import sys
-from typing import Any, Coroutine, Optional, Tuple
+import time
+from typing import Any, Callable, Coroutine, List, Optional, Sequence, Tuple
 
 # (DONE, value) | (FAILED, exception) | (PENDING, task)
 DONE, FAILED, PENDING = 0, 1, 2
@@ -158,3 +159,80 @@ def _start_first_step(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEven
 #: ``start(coro, loop)``: run ``coro``'s first step now; returns ``(DONE, result)``,
 #: ``(FAILED, exception)`` or ``(PENDING, task)`` with the Task that now runs the rest.
 start = _start_eager_task if _HAS_EAGER_TASKS else _start_first_step
+
+
+_perf_counter = time.perf_counter
+_copy_context = contextvars.copy_context
+
+
+def _first_steps_eager_tasks(invoke: Callable[[Any], Any], values: Sequence[Any], pos: int, end: int,
+                             loop: asyncio.AbstractEventLoop, results: List[Any], latencies: List[float],
+                             slow: float) -> Tuple[int, int, Any, float]:
+    while pos < end:
+        try:
+            coro = invoke(values[pos])
+        except Exception as exc:
+            return pos, FAILED, exc, 0.0
+        begun = _perf_counter()
+        kind, payload = _start_eager_task(coro, loop)
+        took = _perf_counter() - begun
+        if kind != DONE:
+            return pos, kind, payload, took
+        results.append(payload)
+        latencies.append(took)
+        pos += 1
+        if took > slow:
+            return pos, DONE, None, took
+    return pos, DONE, None, 0.0
+
+
+def _first_steps_by_hand(invoke: Callable[[Any], Any], values: Sequence[Any], pos: int, end: int,
+                         loop: asyncio.AbstractEventLoop, results: List[Any], latencies: List[float],
+                         slow: float) -> Tuple[int, int, Any, float]:
+    current = _current_tasks
+    previous = current.get(loop)
+    while pos < end:
+        try:
+            coro = invoke(values[pos])
+        except Exception as exc:
+            return pos, FAILED, exc, 0.0
+        context = _copy_context()
+        standin = current[loop] = _FirstStepTask(loop)  # one per call: a call may keep it (current_task())
+        begun = _perf_counter()
+        try:
+            yielded = context.run(coro.send, None)
+        except StopIteration as stop:
+            took = _perf_counter() - begun
+            results.append(stop.value)
+            latencies.append(took)
+            pos += 1
+            if took > slow:
+                return pos, DONE, None, took
+            continue
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            return pos, FAILED, exc, _perf_counter() - begun
+        finally:
+            if previous is None:
+                del current[loop]
+            else:
+                current[loop] = previous
+        took = _perf_counter() - begun
+        task = loop.create_task(_Resume(coro, yielded), context=context)
+        standin._task = task
+        for _ in range(standin._cancels):
+            task.cancel(standin._cancel_msg)
+        return pos, PENDING, task, took
+    return pos, DONE, None, 0.0
+
+
+#: ``first_steps(invoke, values, pos, end, loop, results, latencies, slow)``: for ``values[pos:end]``
+#: one after another, create the call ``invoke(value)`` and run its first step now, as long as calls
+#: complete without suspending; their results and first-step durations are appended to ``results``
+#: and ``latencies``. Returns ``(next, kind, payload, took)``: ``kind`` DONE when the calls up to
+#: ``next`` all completed (``next == end``, or the last one took longer than ``slow`` seconds: then
+#: ``took`` is its duration), FAILED (``payload`` = the exception, also when the call could not be
+#: created) or PENDING (``payload`` = the Task now running it) for ``values[next]``, whose first step
+#: took ``took``. One Python frame per batch instead of several per call: the no-op / cache-hit path.
+first_steps = _first_steps_eager_tasks if _HAS_EAGER_TASKS else _first_steps_by_hand

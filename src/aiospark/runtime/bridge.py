@@ -4,10 +4,10 @@ Two threads cooperate. The task's thread (Spark's, "the feeder") pulls input bat
 loop asks for more (``NEED``: fewer than ``capacity`` rows are queued), hands over whole chunks, and
 yields output chunks as they arrive (``OUT``). The loop thread runs the operator. Both wait by
 blocking on what the other sends (a ``SimpleQueue`` one way, ``call_soon_threadsafe`` the other):
-no polling, no timeouts. Output crosses threads in bulk: the loop posts what completed once
-POST_ROWS rows are pending or FLUSH_SECONDS after the first of them (each post wakes the task's
-thread, which costs more than a row), and memory stays bounded by ``capacity`` plus one input and
-one output chunk.
+no polling, no timeouts. Output crosses threads in bulk: the loop posts what completed once a
+whole output chunk (``out_rows``, at least POST_ROWS) is pending or FLUSH_SECONDS after the first
+of them (each post wakes the task's thread and makes the two threads trade the GIL, which costs
+more than many rows), and memory stays bounded by ``capacity`` plus one input and one output chunk.
 
 Example (the mapInArrow adapter does this)::
 
@@ -31,10 +31,11 @@ NEED, OUT, DONE, ERROR = range(4)
 
 MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
 
-#: The loop posts output to the task's thread when this many rows are pending...
+#: The loop posts output to the task's thread when an output chunk, and at least this many rows,
+#: are pending...
 POST_ROWS = 1024
 #: ...or this long after the first pending row (bounds the delay; metrics progress goes with it).
-FLUSH_SECONDS = 0.005
+FLUSH_SECONDS = 0.05
 
 #: How long an abandoned partition (a failed or cancelled task) waits for its calls to be cancelled.
 ABANDON_SECONDS = 10.0
@@ -44,9 +45,10 @@ class _Pump:
     """The loop side of one partition."""
 
     def __init__(self, make_operator: MakeOperator, capacity: int, to_feeder: "queue.SimpleQueue[Any]",
-                 worker: WorkerLoop):
+                 worker: WorkerLoop, post_rows: int = POST_ROWS):
         self._make_operator = make_operator
         self._capacity = capacity
+        self._post_rows = post_rows
         self._post = to_feeder.put
         self._worker = worker
         self._loop = worker.loop
@@ -96,11 +98,11 @@ class _Pump:
         if self._error is not None:
             self._wake_run()
             return
-        # a failed operator raises from try_process: caught below, run() raises it
+        # a failed operator raises from try_process_many: caught below, run() raises it
         self._feeding = True
         chunk, pos = self._chunk, self._pos
         try:
-            try_process = operator.try_process
+            try_process_many = operator.try_process_many
             while True:
                 if pos == len(chunk):
                     if not self._chunks:
@@ -108,10 +110,11 @@ class _Pump:
                     chunk, pos = self._chunks.popleft(), 0
                     self._queued -= len(chunk)
                     self._request_more()
-                elif try_process(chunk[pos]):
-                    pos += 1
                 else:
-                    break
+                    started = try_process_many(chunk, pos)
+                    if started == pos:
+                        break
+                    pos = started
         except BaseException as exc:  # the operator failed meanwhile: run() raises it
             self._error = exc
         finally:
@@ -127,7 +130,7 @@ class _Pump:
         pending = len(out)
         if pending == 1:
             self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
-        elif pending >= POST_ROWS:
+        elif pending >= self._post_rows:
             self._flush()
 
     def _flush(self) -> None:
@@ -193,7 +196,7 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
     """
     wl = loop or worker_loop()
     inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-    pump = _Pump(make_operator, capacity, inbox, wl)
+    pump = _Pump(make_operator, capacity, inbox, wl, max(POST_ROWS, out_rows))
     source = iter(chunks)
     future = wl.submit(pump.run())
     finished = False
