@@ -331,3 +331,45 @@ def test_first_steps_reports_each_way_a_run_ends():
         assert (nxt, kind) == (1, eager.DONE) and took >= 0.0  # "slow" after the first: the run stops
 
     run(main())
+
+
+def test_output_many_takes_a_run_in_one_call_and_output_the_rest():
+    out, many = Collector(), []
+
+    async def fn(x):
+        if x == 3:
+            await asyncio.sleep(0)
+        return x
+
+    async def main():
+        op = AsyncWaitOperator(fn, out, ordered=False, capacity=5,
+                               output_many=lambda values, ts: many.append((list(values), ts)))
+        await op.open()
+        assert op.try_process_many([0, 1, 2, 3, 4, 5], 0, 9) == 6
+        await op.process_element(6, 8)  # one element alone goes through output
+        await op.finish()
+        await op.close()
+
+    run(main())
+    assert many == [([0, 1, 2], 9), ([4, 5], 9)]
+    assert out == [Record(6, 8), Record(3, 9)]
+
+
+def test_output_many_that_raises_fails_the_operator():
+    def broken(values, ts):
+        raise OSError("sink gone")
+
+    async def main():
+        op = AsyncWaitOperator(double, Collector(), capacity=5, output_many=broken)
+        await op.open()
+        with pytest.raises(AsyncFunctionError, match="sink gone"):
+            op.try_process_many([1, 2, 3])  # the run ends, the next check raises
+            op.try_process_many([4])
+        await op.close()
+
+    run(main())
+
+
+def test_output_many_must_be_callable():
+    with pytest.raises(TypeError, match="output_many must be a callable"):
+        AsyncWaitOperator(double, Collector(), output_many="list")

@@ -14,10 +14,11 @@ from aiospark import BlockedLoopWarning
 from aiospark.runtime.worker_loop import WorkerLoop
 
 
-def make(fn, *, capacity=10, ordered=True, timeout=5.0):
-    async def make_operator(output):
+def make(fn, *, capacity=10, ordered=True, timeout=5.0, many=True):
+    """The factory run_partition calls; ``many=False`` leaves the bulk output unused."""
+    async def make_operator(output, output_many):
         return AsyncWaitOperator(fn, output, ordered=ordered, capacity=capacity, timeout=timeout,
-                                 manage_lifecycle=False)
+                                 manage_lifecycle=False, output_many=output_many if many else None)
     return make_operator
 
 
@@ -214,7 +215,7 @@ def test_worker_loop_is_reused_and_shutdown_closes_functions():
 
 
 def test_failure_to_build_the_operator_fails_the_partition_instead_of_hanging():
-    async def broken_factory(output):
+    async def broken_factory(output, output_many):
         raise ConnectionError("open() could not reach the service")
 
     t0 = time.monotonic()
@@ -241,3 +242,17 @@ def test_a_trickle_of_output_is_not_held_back_waiting_for_a_full_post():
     finally:
         release.set()
     assert sorted(v for batch in gen for v in batch) == [1, 2]
+
+
+@pytest.mark.parametrize("many", [True, False])
+def test_instant_and_suspending_calls_reach_the_task_thread_either_way(many):
+    async def half_instant(x):
+        if x % 2:
+            await asyncio.sleep(0.001)
+        return x
+
+    chunks = [list(range(i, i + 250)) for i in range(0, 1000, 250)]
+    batches = list(run_partition(iter(chunks), make(half_instant, capacity=20, ordered=True, many=many),
+                                 capacity=20, out_rows=300))
+    assert [v for b in batches for v in b] == list(range(1000))
+    assert all(len(b) >= 300 for b in batches[:-1])

@@ -163,6 +163,7 @@ start = _start_eager_task if _HAS_EAGER_TASKS else _start_first_step
 
 _perf_counter = time.perf_counter
 _copy_context = contextvars.copy_context
+_new_standin = object.__new__
 
 
 def _first_steps_eager_tasks(invoke: Callable[[Any], Any], values: Sequence[Any], pos: int, end: int,
@@ -191,18 +192,24 @@ def _first_steps_by_hand(invoke: Callable[[Any], Any], values: Sequence[Any], po
                          slow: float) -> Tuple[int, int, Any, float]:
     current = _current_tasks
     previous = current.get(loop)
+    last = _perf_counter()  # one clock read per call: a call's time runs from the end of the one before
     while pos < end:
         try:
             coro = invoke(values[pos])
         except Exception as exc:
             return pos, FAILED, exc, 0.0
         context = _copy_context()
-        standin = current[loop] = _FirstStepTask(loop)  # one per call: a call may keep it (current_task())
-        begun = _perf_counter()
+        # a stand-in of its own for every call (it may keep current_task()), filled here: no __init__ frame
+        standin = current[loop] = _new_standin(_FirstStepTask)
+        standin._loop = loop
+        standin._task = standin._cancel_msg = None
+        standin._cancels = 0
         try:
             yielded = context.run(coro.send, None)
         except StopIteration as stop:
-            took = _perf_counter() - begun
+            now = _perf_counter()
+            took = now - last
+            last = now
             results.append(stop.value)
             latencies.append(took)
             pos += 1
@@ -212,13 +219,13 @@ def _first_steps_by_hand(invoke: Callable[[Any], Any], values: Sequence[Any], po
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            return pos, FAILED, exc, _perf_counter() - begun
+            return pos, FAILED, exc, _perf_counter() - last
         finally:
             if previous is None:
                 del current[loop]
             else:
                 current[loop] = previous
-        took = _perf_counter() - begun
+        took = _perf_counter() - last
         task = loop.create_task(_Resume(coro, yielded), context=context)
         standin._task = task
         for _ in range(standin._cancels):

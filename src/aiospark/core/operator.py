@@ -80,18 +80,25 @@ class AsyncWaitOperator:
 
     See the module docstring for an example and ``SPEC.md`` section 1 for the full contract.
     ``on_error(value, exc) -> list``, when given, turns a final failure into that element's results
-    instead of failing the operator. ``manage_lifecycle=False`` leaves ``function.open()`` and
+    instead of failing the operator. ``output_many(values, timestamp)``, when given, receives
+    records emitted together (the results of a run of calls that completed at once, see
+    :meth:`try_process_many`) in one call instead of one ``output(Record(value, timestamp))`` each. ``manage_lifecycle=False`` leaves ``function.open()`` and
     ``close()`` to the caller (the Spark runtime opens a function once per worker, not per task).
     """
 
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
                  timeout: Optional[float] = 60.0, capacity: Union[int, str, AdaptiveConcurrency] = 100,
                  retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None,
-                 rate_limit: Any = None, manage_lifecycle: bool = True):
+                 rate_limit: Any = None, manage_lifecycle: bool = True,
+                 output_many: Optional[Callable[[List[Any], Any], Any]] = None):
         check_async_function(function)
         self.function = function
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
+        if output_many is not None and not callable(output_many):
+            raise TypeError("output_many must be a callable (values, timestamp) receiving records emitted "
+                            f"together, or None; got {type(output_many).__name__}")
+        self._output_many = output_many
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be a callable (value, exception) -> list, got {type(on_error).__name__}")
         self._output = output
@@ -301,7 +308,14 @@ class AsyncWaitOperator:
         (:meth:`try_process_many` checked that nothing held goes first); ``False`` if the output
         callable failed."""
         self._attempts.metrics.record_inflight(self.inflight + 1)  # each was in flight for a moment
-        return self._emit(results, timestamp)
+        if self._output_many is None:
+            return self._emit(results, timestamp)
+        try:
+            self._output_many(results, timestamp)
+        except BaseException as exc:
+            self.fail("(the elements being emitted)", exc, "the output_many callable")
+            return False
+        return True
 
     def _emit(self, results: Iterable[Any], timestamp: Any) -> bool:
         """Pass ``results`` to the output as Records, bypassing the queue; ``False`` if the output

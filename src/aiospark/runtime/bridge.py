@@ -12,6 +12,9 @@ more than many rows), and memory stays bounded by ``capacity`` plus one input an
 Example (the mapInArrow adapter does this)::
 
     chunks = (batch.to_pylist() for batch in arrow_batches)
+    async def make_operator(output, output_many):
+        return AsyncWaitOperator(fn, output, output_many=output_many, capacity=100)
+
     for values in run_partition(chunks, make_operator, capacity=100):
         yield to_arrow(values)
 """
@@ -29,7 +32,9 @@ from .worker_loop import WorkerLoop, worker_loop
 
 NEED, OUT, DONE, ERROR = range(4)
 
-MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
+#: ``await make_operator(output, output_many)`` builds the partition's operator around the pump's
+#: two outputs (one record at a time, and records emitted together).
+MakeOperator = Callable[[Callable[[Any], None], Callable[[List[Any], Any], None]], Awaitable[AsyncWaitOperator]]
 
 #: The loop posts output to the task's thread when an output chunk, and at least this many rows,
 #: are pending...
@@ -133,6 +138,14 @@ class _Pump:
         elif pending >= self._post_rows:
             self._flush()
 
+    def _collect_many(self, values: List[Any], timestamp: Any) -> None:
+        out = self._out
+        if not out and values:
+            self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
+        out += values
+        if len(out) >= self._post_rows:
+            self._flush()
+
     def _flush(self) -> None:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
@@ -143,7 +156,7 @@ class _Pump:
 
     async def run(self) -> None:
         try:
-            operator = self.operator = await self._make_operator(self._collect)
+            operator = self.operator = await self._make_operator(self._collect, self._collect_many)
         except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
             self._post((ERROR, exc))
             raise
@@ -185,8 +198,8 @@ Report = Callable[[AsyncWaitOperator, int, bool], None]
 def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, capacity: int,
                   out_rows: int = 10_000, loop: Optional[WorkerLoop] = None,
                   report: Optional[Report] = None) -> Iterator[List[Any]]:
-    """Feed ``chunks`` (lists of input values) through the operator ``await make_operator(output)``
-    builds on the loop;
+    """Feed ``chunks`` (lists of input values) through the operator that
+    ``await make_operator(output, output_many)`` builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
 
     The generator returns only once every input has been emitted (``finish()``); closing it early

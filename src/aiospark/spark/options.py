@@ -61,7 +61,8 @@ class CallOptions:
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
                             on_error: Optional[Callable[[Any, BaseException], list]] = None,
-                            invoke: Optional[Callable[..., Any]] = None) -> AsyncWaitOperator:
+                            invoke: Optional[Callable[..., Any]] = None,
+                            output_many: Optional[Callable[[list, Any], None]] = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function."""
         function = self.function
         if isinstance(function, AsyncFunction):
@@ -71,4 +72,5 @@ class CallOptions:
             rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
-                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False)
+                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False,
+                                 output_many=output_many)
