@@ -24,56 +24,23 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .adaptive import AdaptiveConcurrency
-from .attempts import CLOSE_GRACE_SECONDS, DIRECT_TASK_RUN, SAMPLE_WINDOW, Attempts  # noqa: F401
+from .attempts import CLOSE_GRACE_SECONDS, Attempts  # noqa: F401
 from .calls import Call
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
 from .metrics import OperatorMetrics
-from .queues import OrderedQueue, UnorderedQueue, _check_capacity
+from .queues import OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
+from .settings import check_capacity, check_retry, check_timeout  # noqa: F401 (re-exported)
+from .starts import DIRECT_TASK_RUN, SAMPLE_WINDOW  # noqa: F401 (re-exported)
 
 OnError = Callable[[Any, BaseException], List[Any]]
 
 _new_record = tuple.__new__  # Record(value, ts) without NamedTuple's Python-level __new__
-
-#: ``capacity="auto"`` adapts up to this many calls in flight.
-AUTO_MAX_CAPACITY = 1000
-
-
-def check_timeout(timeout: Any) -> Optional[float]:
-    """``None`` or ``<= 0`` means no timeout; anything else must be a number of seconds."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    return float(timeout) if timeout > 0 else None
-
-
-def check_capacity(capacity: Any) -> "tuple[int, Optional[AdaptiveConcurrency]]":
-    """``capacity``: an int >= 1, ``"auto"`` (adaptive up to 1000) or an AdaptiveConcurrency.
-
-    Returns the queue capacity and the adaptive limit (None for a fixed capacity).
-    """
-    if isinstance(capacity, str):
-        if capacity != "auto":
-            raise ValueError(f"capacity must be an int >= 1, 'auto' or an AdaptiveConcurrency, got {capacity!r}")
-        capacity = AdaptiveConcurrency(AUTO_MAX_CAPACITY)
-    if isinstance(capacity, AdaptiveConcurrency):
-        return capacity.max_limit, capacity
-    return _check_capacity(capacity), None
-
-
-def check_retry(retry: Any) -> Optional[RetryStrategy]:
-    if retry is not None and not isinstance(retry, RetryStrategy):
-        raise TypeError("retry must be an aiospark.RetryStrategy (e.g. RetryStrategy.fixed_delay(3, 0.1)) "
-                        f"or None, got {type(retry).__name__}")
-    return retry
-
 
 class AsyncWaitOperator:
     """Runs ``function`` for every element with at most ``capacity`` elements held at once.
