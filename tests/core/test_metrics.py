@@ -242,3 +242,14 @@ def test_record_latencies_refuses_negative_and_nan_and_records_nothing():
         with pytest.raises(ValueError, match="latencies"):
             m.record_latencies(bad)
     assert m.latency_count == 0
+
+
+def test_record_latencies_in_one_bucket_and_on_bucket_bounds():
+    bound = HISTOGRAM_MIN * HISTOGRAM_FACTOR ** 7
+    cases = ([1e-6] * 300, [bound] * 50, [bound, bound, 0.5 * bound, 2 * bound], [3e-6, 0.02, 0.02, 700.0, 1e9])
+    for values in cases:
+        one, bulk = OperatorMetrics(), OperatorMetrics()
+        for v in values:
+            one.record_latency(v)
+        bulk.record_latencies(list(values))
+        assert bulk.to_dict()["latency"]["counts"] == one.to_dict()["latency"]["counts"], values

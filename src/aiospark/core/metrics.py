@@ -21,9 +21,8 @@ Example::
 from __future__ import annotations
 
 import math
+from bisect import bisect_left as _bisect_left
 from bisect import bisect_right as _bisect
-from collections import Counter
-from itertools import repeat
 from typing import Any, Dict, Iterable, List, Optional
 
 __all__ = ["OperatorMetrics"]
@@ -96,16 +95,27 @@ class OperatorMetrics:
             self._max = seconds
 
     def record_latencies(self, seconds: List[float]) -> None:
-        """Add many latencies at once (what the operator does: it buffers them per call)."""
+        """Add many latencies at once (what the operator does: it buffers them per call).
+
+        Sorted first (C), then each bucket the batch spans gets its count from one bisection:
+        a batch that falls in one bucket (calls that all complete at once, or a fixed latency)
+        costs one sort and two lookups instead of one bisection per latency.
+        """
         if not seconds:
             return
-        low, high, total = min(seconds), max(seconds), sum(seconds)
+        ordered = sorted(seconds)
+        low, high, total = ordered[0], ordered[-1], sum(ordered)
         if not low >= 0.0 or total != total:  # a negative or NaN latency: a caller bug
             raise ValueError(f"latencies must be seconds >= 0, got min {low!r}, sum {total!r}")
         counts = self._counts
-        for bucket, n in Counter(map(_bisect, repeat(_UPPER, len(seconds)), seconds)).items():
-            counts[bucket] += n
-        self._count += len(seconds)
+        first, last = _bisect(_UPPER, low), _bisect(_UPPER, high)
+        start = 0
+        for bucket in range(first, last):  # values below _UPPER[bucket] lie in this bucket or earlier
+            end = _bisect_left(ordered, _UPPER[bucket], start)
+            counts[bucket] += end - start
+            start = end
+        counts[last] += len(ordered) - start
+        self._count += len(ordered)
         self._sum += total
         if low < self._min:
             self._min = low
