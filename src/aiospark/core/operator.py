@@ -193,7 +193,9 @@ class AsyncWaitOperator:
                 if not self._limit:
                     self._check()
                 break
-            if attempts.runs_eagerly() and not self._draining and self._queue.emits_immediately():
+            # runs only while calls complete at once (not in direct-task mode) and may be emitted now
+            if attempts.batchable and not attempts.direct_tasks_left and not self._draining \
+                    and self._queue.emits_immediately():
                 pos = attempts.start_run(values, pos, end, timestamp)
             else:
                 attempts.start(values[pos], timestamp)

@@ -114,19 +114,15 @@ class Starts:
         else:
             self._attach(op.enqueue(value, timestamp, started), payload)
 
-    def runs_eagerly(self) -> bool:
-        """Whether :meth:`start_run` may take the next calls: recent calls did not all suspend,
-        and nothing (a rate limit, an adaptive limit, a result predicate) needs each call alone."""
-        return self.batchable and not self.direct_tasks_left
-
     def start_run(self, values: Sequence[Any], pos: int, end: int, timestamp: Any) -> int:
         """Start the calls of ``values[pos:end]`` one after another while they complete during
         their first step, emitting their results at once; the first call that fails or suspends is
         queued as :meth:`start` would, and the run ends there. Returns the index of the first value
         not started.
 
-        The operator has checked for room and that results completed now are emitted at once
-        (nothing held goes first); both stay true while calls complete without suspending.
+        The operator has checked for room, that ``batchable`` is set and no direct-task run is
+        under way, and that results completed now are emitted at once (nothing held goes first);
+        all stay true while calls complete without suspending.
         """
         op = self.op
         results: List[Any] = []
