@@ -373,3 +373,27 @@ def test_output_many_that_raises_fails_the_operator():
 def test_output_many_must_be_callable():
     with pytest.raises(TypeError, match="output_many must be a callable"):
         AsyncWaitOperator(double, Collector(), output_many="list")
+
+
+def test_a_call_started_when_the_output_fails_is_cancelled_not_left_running():
+    finished = []
+
+    async def fn(x):
+        if x == 2:
+            await asyncio.sleep(0.05)
+            finished.append(x)
+        return x
+
+    def output_many(values, ts):
+        raise OSError("sink gone")
+
+    async def main():
+        op = AsyncWaitOperator(fn, Collector(), capacity=5, output_many=output_many)
+        await op.open()
+        with pytest.raises(AsyncFunctionError, match="sink gone"):
+            op.try_process_many([0, 1, 2, 3])
+        await asyncio.sleep(0.1)
+        await op.close()
+
+    run(main())
+    assert finished == []

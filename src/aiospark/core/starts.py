@@ -140,6 +140,8 @@ class Starts:
             if len(latencies) >= LATENCY_BATCH:
                 self.flush_latencies()
             if not self._emit_run(values, pos, results, timestamp):
+                if kind == eager.PENDING:
+                    payload.cancel()  # the operator failed: the call that suspended is not kept
                 return nxt
         if took > BLOCKING_STEP_SECONDS:
             self._blocking_step(took)
