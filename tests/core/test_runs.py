@@ -27,6 +27,22 @@ async def feed_all(op, values, timestamp=None):
             await op.wait_for_space()
 
 
+def through(fn, values, **kwargs):
+    """Every value through a fresh operator (ordered unless told), fed as a driver does; returns
+    what was emitted and the operator's metrics."""
+    out = Collector()
+
+    async def main():
+        op = AsyncWaitOperator(fn, out, **{"ordered": True, "capacity": 3, **kwargs})
+        await op.open()
+        await feed_all(op, values)
+        await op.finish()
+        await op.close()
+        return op.metrics
+
+    return out, run(main())
+
+
 @pytest.mark.parametrize("ordered", [True, False])
 def test_a_run_of_instant_calls_is_emitted_in_order_with_its_metrics(ordered):
     out = Collector()
@@ -114,41 +130,23 @@ def test_a_failing_call_fails_the_operator_after_the_rows_before_it():
 
 
 def test_on_error_rows_keep_their_place_among_instant_results():
-    out = Collector()
-
     async def fn(x):
         if x % 4 == 1:
             raise KeyError(x)
         return x
 
-    async def main():
-        op = AsyncWaitOperator(fn, out, ordered=True, capacity=3, on_error=lambda v, e: [f"err {v}"])
-        await op.open()
-        await feed_all(op, list(range(10)))
-        await op.finish()
-        assert out.values() == [0, "err 1", 2, 3, 4, "err 5", 6, 7, 8, "err 9"]
-        assert op.metrics.error_rows == 3 and op.metrics.calls == 10
-        await op.close()
-
-    run(main())
+    out, metrics = through(fn, list(range(10)), on_error=lambda v, e: [f"err {v}"])
+    assert out.values() == [0, "err 1", 2, 3, 4, "err 5", 6, 7, 8, "err 9"]
+    assert metrics.error_rows == 3 and metrics.calls == 10
 
 
 def test_an_async_function_returning_a_non_list_fails_after_earlier_rows():
-    out = Collector()
-
     class Bad(AsyncFunction):
         async def async_invoke(self, x):
             return x if x == 3 else [x, -x]
 
-    async def main():
-        op = AsyncWaitOperator(Bad(), out, ordered=True, capacity=3, on_error=lambda v, e: [repr(e)[:9]])
-        await op.open()
-        await feed_all(op, [1, 2, 3, 4])
-        await op.finish()
-        assert out.values() == [1, -1, 2, -2, "TypeError", 4, -4]
-        await op.close()
-
-    run(main())
+    out, _ = through(Bad(), [1, 2, 3, 4], on_error=lambda v, e: [repr(e)[:9]])
+    assert out.values() == [1, -1, 2, -2, "TypeError", 4, -4]
 
 
 def test_an_output_callable_that_raises_fails_the_operator():
@@ -172,19 +170,21 @@ def test_an_output_callable_that_raises_fails_the_operator():
 
 
 def test_calls_that_cannot_be_created_fail_their_elements():
-    out = Collector()
-
     async def takes_nothing():  # called with the row: TypeError before any coroutine exists
         return 1
 
+    out, metrics = through(takes_nothing, [1, 2, 3], capacity=2, on_error=lambda v, e: [(v, type(e).__name__)])
+    assert out.values() == [(1, "TypeError"), (2, "TypeError"), (3, "TypeError")]
+    assert metrics.calls == 3 and metrics.failures == 3
+
+
+def test_a_bad_start_index_is_refused_with_what_to_pass():
     async def main():
-        op = AsyncWaitOperator(takes_nothing, out, ordered=True, capacity=2,
-                               on_error=lambda v, e: [(v, type(e).__name__)])
+        op = AsyncWaitOperator(double, Collector(), capacity=2)
         await op.open()
-        await feed_all(op, [1, 2, 3])
-        await op.finish()
-        assert out.values() == [(1, "TypeError"), (2, "TypeError"), (3, "TypeError")]
-        assert op.metrics.calls == 3 and op.metrics.failures == 3
+        for bad in (-1, 1.0, True, "0"):
+            with pytest.raises(ValueError, match="start must be an index >= 0"):
+                op.try_process_many([1, 2], bad)
         await op.close()
 
     run(main())
@@ -234,22 +234,13 @@ def test_calls_see_a_current_task_of_their_own_and_their_own_context():
 
 
 def test_a_cancel_requested_during_the_first_step_reaches_the_task():
-    out = Collector()
-
     async def fn(x):
         if x == 1:
             asyncio.current_task().cancel()
             await asyncio.sleep(1)
         return x
 
-    async def main():
-        op = AsyncWaitOperator(fn, out, ordered=True, capacity=3, on_error=lambda v, e: [type(e).__name__])
-        await op.open()
-        await feed_all(op, [0, 1, 2])
-        await op.finish()
-        await op.close()
-
-    run(main())
+    out, _ = through(fn, [0, 1, 2], on_error=lambda v, e: [type(e).__name__])
     assert out.values() == [0, "CancelledError", 2]
 
 

@@ -146,6 +146,13 @@ def _start_first_step(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEven
             del current[loop]
         else:
             current[loop] = previous
+    return PENDING, _hand_over(coro, yielded, context, standin, loop)
+
+
+def _hand_over(coro: Coroutine[Any, Any, Any], yielded: Any, context: contextvars.Context,
+               standin: _FirstStepTask, loop: asyncio.AbstractEventLoop) -> asyncio.Task:
+    """A coroutine suspended in its first step: a Task (in the step's context) takes it over, the
+    stand-in forwards to it from now on, and cancellations asked for during the step are replayed."""
     if sys.version_info >= (3, 11):
         task = loop.create_task(_Resume(coro, yielded), context=context)
     else:  # pragma: no cover - 3.10 has no context= argument
@@ -153,7 +160,7 @@ def _start_first_step(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEven
     standin._task = task
     for _ in range(standin._cancels):
         task.cancel(standin._cancel_msg)
-    return PENDING, task
+    return task
 
 
 #: ``start(coro, loop)``: run ``coro``'s first step now; returns ``(DONE, result)``,
@@ -226,11 +233,7 @@ def _first_steps_by_hand(invoke: Callable[[Any], Any], values: Sequence[Any], po
             else:
                 current[loop] = previous
         took = _perf_counter() - last
-        task = loop.create_task(_Resume(coro, yielded), context=context)
-        standin._task = task
-        for _ in range(standin._cancels):
-            task.cancel(standin._cancel_msg)
-        return pos, PENDING, task, took
+        return pos, PENDING, _hand_over(coro, yielded, context, standin, loop), took
     return pos, DONE, None, 0.0
 
 

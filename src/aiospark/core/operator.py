@@ -185,6 +185,8 @@ class AsyncWaitOperator:
                 if pos < len(values):
                     await op.wait_for_space()
         """
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"try_process_many: start must be an index >= 0 into values, got {start!r}")
         attempts = self._attempts
         end = len(values)
         pos = start
