@@ -57,6 +57,41 @@ def test_call_soon_is_fifo_and_new_callbacks_wait_for_the_next_iteration(loop):
     assert order == ["first", "second", "added by first"]
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_after_callbacks_run_once_the_iterations_callbacks_have_run(loop, debug):
+    loop.set_debug(debug)
+    order = []
+
+    def callback(name):
+        order.append(name)
+        loop.call_after_callbacks(lambda: order.append(f"after {name}"))
+
+    def after_all():
+        order.append("after-all")
+        loop.call_soon(order.append, "scheduled by after-all")  # runs in the next iteration
+
+    loop.call_soon(callback, "a")
+    loop.call_soon(callback, "b")
+    loop.call_soon(loop.call_after_callbacks, after_all)
+    loop.call_later(0.001, callback, "timer")
+    time.sleep(0.002)  # the timer is due by the first iteration
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.run_until_complete(asyncio.sleep(0))
+    assert order == ["a", "b", "timer", "after a", "after b", "after-all", "after timer",
+                     "scheduled by after-all"]
+
+
+def test_a_failing_after_callback_goes_to_the_exception_handler_and_the_others_run(loop):
+    seen, ran = [], []
+    loop.set_exception_handler(lambda lp, ctx: seen.append(ctx))
+    loop.call_soon(loop.call_after_callbacks, lambda: 1 / 0)
+    loop.call_soon(loop.call_after_callbacks, lambda: ran.append("second"))
+    loop.run_until_complete(asyncio.sleep(0.001))
+    assert ran == ["second"]
+    assert [type(c["exception"]) for c in seen] == [ZeroDivisionError]
+    assert "Exception in callback" in seen[0]["message"]
+
+
 def test_cancelled_handles_and_timers_never_run(loop):
     ran = []
     loop.call_soon(ran.append, "soon").cancel()

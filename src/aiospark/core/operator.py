@@ -196,8 +196,17 @@ class AsyncWaitOperator:
                     self._check()
                 break
             # runs only while calls complete at once (not in direct-task mode) and may be emitted now
-            if attempts.batchable and not attempts.direct_tasks_left and not self._draining \
-                    and self._queue.emits_immediately():
+            if attempts.direct_tasks_left:
+                if attempts.reserve is None:  # start what fits (a rate limiter reserves call by call)
+                    room = self._limit - self._held
+                    if self.adaptive is not None:
+                        room = min(room, self.adaptive.limit - self.inflight)
+                    pos = attempts.start_tasks(values, pos, min(end, pos + room, pos + attempts.direct_tasks_left),
+                                               timestamp)
+                else:
+                    attempts.start(values[pos], timestamp)
+                    pos += 1
+            elif attempts.batchable and not self._draining and self._queue.emits_immediately():
                 pos = attempts.start_run(values, pos, end, timestamp)
             else:
                 attempts.start(values[pos], timestamp)

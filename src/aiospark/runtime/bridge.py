@@ -68,6 +68,10 @@ class _Pump:
         self._waiter: Optional[asyncio.Future] = None
         self._out: List[Any] = []
         self._flush_timer: Optional[asyncio.TimerHandle] = None
+        # the worker loop runs room refills once per iteration, after the completions that made room
+        self._after_callbacks = getattr(self._loop, "call_after_callbacks", None)
+        self._refill_due = False
+        self._running = False  # the room listener is installed
         self.operator: Optional[AsyncWaitOperator] = None
 
     # called on the loop thread, via call_soon_threadsafe from the feeder
@@ -95,8 +99,8 @@ class _Pump:
         return not self._chunks and self._pos == len(self._chunk)
 
     def _fill(self) -> None:
-        """Start calls for the input received while the operator has room. Also the operator's
-        room listener: a slot freed by a completing call is refilled in the same loop step."""
+        """Start calls for the input received while the operator has room (also when room
+        appears: see ``_room``)."""
         operator = self.operator
         if self._feeding or operator is None:
             return
@@ -127,6 +131,21 @@ class _Pump:
             self._feeding = False
         if self._error is not None or (self._input_ended and self._fed_all()):
             self._wake_run()
+
+    def _room(self) -> None:
+        """The operator's room listener: calls ended, so more may start. On the worker loop the
+        refill waits for the end of the loop iteration (one refill for all the calls that ended in
+        it; the Tasks it creates step in the next iteration either way)."""
+        if self._after_callbacks is None:
+            self._fill()
+        elif not self._refill_due:
+            self._refill_due = True
+            self._after_callbacks(self._refill)
+
+    def _refill(self) -> None:
+        self._refill_due = False
+        if self._running:
+            self._fill()
 
     def _collect(self, element: Record) -> None:
         # only records reach here: the bridge never sends watermarks
@@ -163,7 +182,8 @@ class _Pump:
         token = self._worker.track(describe_function(operator.function))
         try:
             await operator.open()
-            operator.on_room(self._fill)
+            self._running = True
+            operator.on_room(self._room)
             self._request_more()
             while True:
                 self._fill()
@@ -185,6 +205,7 @@ class _Pump:
             self._post((ERROR, exc))
             raise
         finally:
+            self._running = False
             operator.on_room(None)  # nothing new starts while it closes
             if self._flush_timer is not None:
                 self._flush_timer.cancel()

@@ -85,6 +85,7 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
     def __init__(self, selector: Any = None) -> None:
         super().__init__(selector)
         self._timers: List[TimerEntry] = []
+        self._after_callbacks: List[Callable[[], None]] = []
         self._next_seq = itertools.count().__next__
         # asyncio.sleep() and friends call this once per await: a C partial, not a Python method
         self.create_future = functools.partial(asyncio.Future, loop=self)  # type: ignore[method-assign]
@@ -161,6 +162,18 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
             return _Task(coro, loop=self, name=name)
         return _Task(coro, loop=self, name=name, context=context)
 
+    def call_after_callbacks(self, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` once the callbacks of the current loop iteration have all run,
+        before the loop polls again (outside a loop iteration: at the end of the next one).
+
+        For work that many callbacks of one iteration each make necessary but that is cheaper done
+        once for all of them, with no iteration of delay: refilling the in-flight window after a
+        batch of completions (Tasks created then take their first step in the next iteration,
+        exactly as when they are created by the callbacks themselves). Errors go to the loop's
+        exception handler, like a callback's.
+        """
+        self._after_callbacks.append(callback)
+
     def close(self) -> None:
         super().close()
         for _, _, timer in self._timers:
@@ -210,18 +223,30 @@ class WorkerEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-typ
         if self._debug:
             for _ in range(len(ready)):
                 self._run_debug(popleft())
-            return
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
+        else:
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._callback_failed(handle, exc)
+            handle = None
+        if self._after_callbacks:
+            self._run_after_callbacks()
+
+    def _run_after_callbacks(self) -> None:
+        callbacks, self._after_callbacks = self._after_callbacks, []
+        for callback in callbacks:
             try:
-                handle._context.run(handle._callback, *handle._args)
+                callback()
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:
-                self._callback_failed(handle, exc)
-        handle = None
+                self.call_exception_handler({"message": f"Exception in callback {callback!r}", "exception": exc})
 
     def _callback_failed(self, handle: events.Handle, exc: BaseException) -> None:
         context = {"message": f"Exception in callback {handle._callback!r}{handle._args!r}",
