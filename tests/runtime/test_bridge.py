@@ -256,3 +256,28 @@ def test_instant_and_suspending_calls_reach_the_task_thread_either_way(many):
                                  capacity=20, out_rows=300))
     assert [v for b in batches for v in b] == list(range(1000))
     assert all(len(b) >= 300 for b in batches[:-1])
+
+
+@pytest.mark.parametrize("choice", ["aiospark", "asyncio"])
+def test_freed_slots_are_refilled_up_to_capacity_on_either_loop(monkeypatch, choice):
+    # aiospark's loop refills once per iteration (call_after_callbacks), asyncio's at each completion
+    monkeypatch.setenv("AIOSPARK_LOOP", choice)
+    wl = WorkerLoop()
+    live, peaks = [0], []
+
+    async def steady(x):
+        live[0] += 1
+        peaks.append(live[0])
+        await asyncio.sleep(0.002 if x % 7 else 0.004)
+        live[0] -= 1
+        return x
+
+    try:
+        chunks = [list(range(i, i + 400)) for i in range(0, 2000, 400)]
+        out = [v for b in run_partition(iter(chunks), make(steady, capacity=50, ordered=False), capacity=50,
+                                        loop=wl) for v in b]
+        assert type(wl.loop).__name__ == ("WorkerEventLoop" if choice == "aiospark" else "_UnixSelectorEventLoop")
+    finally:
+        wl.shutdown()
+    assert sorted(out) == list(range(2000))
+    assert max(peaks) == 50 and peaks.count(50) >= 20  # full again and again, never over
