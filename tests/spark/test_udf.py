@@ -153,3 +153,14 @@ class TestValidation:
 
         with pytest.raises(TypeError, match="ordered_wait"):
             aiospark.async_udf("int")(Fn())
+
+
+@aiospark.async_udf("string")
+async def describe_nested(s):
+    await asyncio.sleep(0)
+    return f"{s['n']}:{sorted(s['m'].items())}"  # a MAP inside a STRUCT is a dict, as in PySpark's UDFs
+
+
+def test_a_map_nested_in_a_struct_argument_is_a_dict(spark):
+    df = spark.sql("SELECT named_struct('n', 1, 'm', map('b', 2, 'a', 1)) AS s")
+    assert df.select(describe_nested("s")).first()[0] == "1:[('a', 1), ('b', 2)]"

