@@ -244,6 +244,39 @@ def test_a_cancel_requested_during_the_first_step_reaches_the_task():
     assert out.values() == [0, "CancelledError", 2]
 
 
+def test_a_cancel_asked_by_a_call_that_completed_at_once_does_not_reach_the_next_call():
+    async def fn(x):
+        task = asyncio.current_task()
+        if x in (0, 2):
+            task.cancel()  # then returns without suspending: nothing left to cancel
+            if x == 2:
+                task.uncancel()
+            return x
+        assert task.cancelling() == 0
+        await asyncio.sleep(0)  # suspends: a replayed cancel would end it here
+        return x
+
+    out, _ = through(fn, [0, 1, 2, 3], on_error=lambda v, e: [type(e).__name__])
+    assert out.values() == [0, 1, 2, 3]
+
+
+def test_the_task_a_call_kept_is_its_own_and_later_calls_get_others():
+    kept, seen = {}, []
+
+    async def fn(x):
+        task = asyncio.current_task()
+        seen.append((x, id(task)))
+        if x % 2 == 0:
+            kept[x] = task  # kept after the call: must never stand in for a later call
+        return x
+
+    out, _ = through(fn, list(range(8)))
+    assert out.values() == list(range(8))
+    for x, task in kept.items():
+        assert not [later for later, seen_id in seen if later > x and seen_id == id(task)]
+        assert task.get_loop() is not None and not task.cancelling()
+
+
 def test_first_steps_that_block_the_loop_warn_once():
     async def blocks_in_a_run(x):  # a name of its own: warnings are rate-limited per function name
         time.sleep(0.06)

@@ -171,6 +171,9 @@ start = _start_eager_task if _HAS_EAGER_TASKS else _start_first_step
 _perf_counter = time.perf_counter
 _copy_context = contextvars.copy_context
 _new_standin = object.__new__
+_getrefcount = sys.getrefcount
+#: references to a stand-in nobody kept: the local variable, the registry entry, getrefcount's argument
+_STANDIN_REFS = 3
 
 
 def _first_steps_eager_tasks(invoke: Callable[[Any], Any], values: Sequence[Any], pos: int, end: int,
@@ -200,41 +203,46 @@ def _first_steps_by_hand(invoke: Callable[[Any], Any], values: Sequence[Any], po
     current = _current_tasks
     previous = current.get(loop)
     last = _perf_counter()  # one clock read per call: a call's time runs from the end of the one before
-    while pos < end:
-        try:
-            coro = invoke(values[pos])
-        except Exception as exc:
-            return pos, FAILED, exc, 0.0
-        context = _copy_context()
-        # a stand-in of its own for every call (it may keep current_task()), filled here: no __init__ frame
-        standin = current[loop] = _new_standin(_FirstStepTask)
-        standin._loop = loop
-        standin._task = standin._cancel_msg = None
-        standin._cancels = 0
-        try:
-            yielded = context.run(coro.send, None)
-        except StopIteration as stop:
-            now = _perf_counter()
-            took = now - last
-            last = now
-            results.append(stop.value)
-            latencies.append(took)
-            pos += 1
-            if took > slow:
-                return pos, DONE, None, took
-            continue
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:
-            return pos, FAILED, exc, _perf_counter() - last
-        finally:
-            if previous is None:
-                del current[loop]
-            else:
-                current[loop] = previous
-        took = _perf_counter() - last
-        return pos, PENDING, _hand_over(coro, yielded, context, standin, loop), took
-    return pos, DONE, None, 0.0
+    standin: Optional[_FirstStepTask] = None
+    try:
+        while pos < end:
+            try:
+                coro = invoke(values[pos])
+            except Exception as exc:
+                return pos, FAILED, exc, 0.0
+            context = _copy_context()
+            # a stand-in of its own for every call that may have kept current_task() (more references
+            # than this frame's and the registry's) or asked to cancel; filled here, no __init__ frame
+            if standin is None or _getrefcount(standin) > _STANDIN_REFS or standin._cancels:
+                standin = _new_standin(_FirstStepTask)
+                standin._loop = loop
+                standin._task = standin._cancel_msg = None
+                standin._cancels = 0
+            current[loop] = standin
+            try:
+                yielded = context.run(coro.send, None)
+            except StopIteration as stop:
+                now = _perf_counter()
+                took = now - last
+                last = now
+                results.append(stop.value)
+                latencies.append(took)
+                pos += 1
+                if took > slow:
+                    return pos, DONE, None, took
+                continue
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:
+                return pos, FAILED, exc, _perf_counter() - last
+            took = _perf_counter() - last
+            return pos, PENDING, _hand_over(coro, yielded, context, standin, loop), took
+        return pos, DONE, None, 0.0
+    finally:  # once per batch: no other code runs on this loop between the calls
+        if previous is None:
+            current.pop(loop, None)
+        else:
+            current[loop] = previous
 
 
 #: ``first_steps(invoke, values, pos, end, loop, results, latencies, slow)``: for ``values[pos:end]``
