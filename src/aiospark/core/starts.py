@@ -184,7 +184,8 @@ class Starts:
         invoke, enqueue, drive = self.invoke, op.enqueue, self._drive
         loop = self.loop
         create_task = loop.create_task  # type: ignore[union-attr]
-        eager_factory = loop.get_task_factory() is not None  # type: ignore[union-attr]
+        # a task factory may run a call to its end inside create_task (3.12's eager tasks)
+        factory = loop.get_task_factory() is not None  # type: ignore[union-attr]
         for i in range(pos, end):
             value = values[i]
             try:
@@ -195,7 +196,7 @@ class Starts:
                 call = enqueue(value, timestamp, started)
                 call.task = _STARTING  # not None: a Task started eagerly (a task factory) may end at once
                 call.task = create_task(drive(call, coro))
-                if not eager_factory:
+                if not factory:
                     continue
             if op.failure is not None:  # nothing more starts on a failed operator
                 self.direct_tasks_left += end - i - 1
