@@ -49,8 +49,9 @@ class AsyncWaitOperator:
     ``on_error(value, exc) -> list``, when given, turns a final failure into that element's results
     instead of failing the operator. ``output_many(values, timestamp)``, when given, receives
     records emitted together (the results of a run of calls that completed at once, see
-    :meth:`try_process_many`) in one call instead of one ``output(Record(value, timestamp))`` each. ``manage_lifecycle=False`` leaves ``function.open()`` and
-    ``close()`` to the caller (the Spark runtime opens a function once per worker, not per task).
+    :meth:`try_process_many`) in one call instead of one ``output(Record(value, timestamp))`` each.
+    ``manage_lifecycle=False`` leaves ``function.open()`` and ``close()`` to the caller (the Spark
+    runtime opens a function once per worker, not per task).
     """
 
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
@@ -191,22 +192,16 @@ class AsyncWaitOperator:
         end = len(values)
         pos = start
         while pos < end:
-            if not (self._held < self._limit and (self.adaptive is None or self.inflight < self.adaptive.limit)):
+            room = self._free_slots()
+            if room <= 0:
                 if not self._limit:
                     self._check()
                 break
-            # runs only while calls complete at once (not in direct-task mode) and may be emitted now
-            if attempts.direct_tasks_left:
-                if attempts.reserve is None:  # start what fits (a rate limiter reserves call by call)
-                    room = self._limit - self._held
-                    if self.adaptive is not None:
-                        room = min(room, self.adaptive.limit - self.inflight)
-                    pos = attempts.start_tasks(values, pos, min(end, pos + room, pos + attempts.direct_tasks_left),
-                                               timestamp)
-                else:
-                    attempts.start(values[pos], timestamp)
-                    pos += 1
+            if attempts.direct_tasks_left and attempts.reserve is None:  # what fits, each in a Task
+                pos = attempts.start_tasks(values, pos, min(end, pos + room, pos + attempts.direct_tasks_left),
+                                           timestamp)
             elif attempts.batchable and not self._draining and self._queue.emits_immediately():
+                # a run, while calls complete at once and may be emitted now
                 pos = attempts.start_run(values, pos, end, timestamp)
             else:
                 attempts.start(values[pos], timestamp)
@@ -243,7 +238,14 @@ class AsyncWaitOperator:
 
     def _has_room(self) -> bool:
         """A free slot (cancelled calls still unwinding hold theirs), and below the adaptive limit."""
-        return self._held < self._limit and (self.adaptive is None or self.inflight < self.adaptive.limit)
+        return self._free_slots() > 0
+
+    def _free_slots(self) -> int:
+        """How many calls may start now: free slots, within the adaptive limit."""
+        room = self._limit - self._held
+        if self.adaptive is not None:
+            room = min(room, self.adaptive.limit - self.inflight)
+        return room
 
     def update_room(self) -> None:
         """Recompute how many entries may be held (after a cancelled call started or stopped

