@@ -52,6 +52,16 @@ async def settle(seconds=0.01):
     await asyncio.sleep(seconds)
 
 
+async def feed_all(op, values, timestamp=None):
+    """What a driver holding its input does (the Spark pump): start what fits with
+    ``try_process_many``, wait for room, go on."""
+    pos = 0
+    while pos < len(values):
+        pos = op.try_process_many(values, pos, timestamp)
+        if pos < len(values):
+            await op.wait_for_space()
+
+
 async def feed(op, inputs):
     """Feed ``inputs`` to an opened operator: a Watermark -> process_watermark, a Record ->
     process_element(value, timestamp), anything else -> process_element(value)."""

@@ -10,6 +10,8 @@ from aiospark import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, Retry
 from aiospark.core.adaptive import AdaptiveConcurrency
 from aiospark.core.operator import SAMPLE_WINDOW
 
+from ._util import feed_all
+
 N = SAMPLE_WINDOW * 4  # well past the window: most calls run in direct-task mode
 
 
@@ -90,18 +92,9 @@ def test_retries_after_a_direct_first_attempt():
     assert [r.value for r in out] == list(range(N)) and set(attempts.values()) == {3}
 
 
-async def feed_many(op, values):
-    """What the Spark bridge does: start what fits with try_process_many, wait for room, go on."""
-    pos = 0
-    while pos < len(values):
-        pos = op.try_process_many(values, pos)
-        if pos < len(values):
-            await op.wait_for_space()
-
-
 async def into_direct_mode(op):
     """A full sampling window of calls that suspend, all finished: direct-task mode is on."""
-    await feed_many(op, list(range(-SAMPLE_WINDOW, 0)))
+    await feed_all(op, list(range(-SAMPLE_WINDOW, 0)))
     while len(op):
         await asyncio.sleep(0.001)
     assert op._attempts.direct_tasks_left > 0
@@ -123,7 +116,7 @@ def test_try_process_many_starts_the_room_it_has_in_tasks_at_once(ordered):
         assert op.try_process_many(list(range(100))) == 16  # all the room, in one go
         assert len(asyncio.all_tasks()) == tasks + 16 and len(op) == 16
         assert op.try_process_many(list(range(100)), 16) == 16  # full: nothing more
-        await feed_many(op, list(range(100)))  # the 16 again, then the rest (duplicates are fine)
+        await feed_all(op, list(range(100)))  # the 16 again, then the rest (duplicates are fine)
         await op.finish()
         m = op.metrics
         await op.close()
@@ -221,7 +214,7 @@ def test_batches_of_tasks_keep_to_the_adaptive_limit_and_task_factories():
         out = []
         op = AsyncWaitOperator(f, out.append, capacity=AdaptiveConcurrency(64, initial=4))
         await op.open()
-        await feed_many(op, list(range(400)))
+        await feed_all(op, list(range(400)))
         await op.finish()
         await op.close()
         return out

@@ -11,20 +11,11 @@ import pytest
 from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, BlockedLoopWarning, Record
 from aiospark.core import eager
 
-from ._util import Collector, Gates, run
+from ._util import Collector, Gates, feed_all, run
 
 
 async def double(x):
     return 2 * x
-
-
-async def feed_all(op, values, timestamp=None):
-    """What a driver does: start what fits, wait for room, go on."""
-    pos = 0
-    while pos < len(values):
-        pos = op.try_process_many(values, pos, timestamp)
-        if pos < len(values):
-            await op.wait_for_space()
 
 
 def through(fn, values, **kwargs):
@@ -277,22 +268,28 @@ def test_the_task_a_call_kept_is_its_own_and_later_calls_get_others():
         assert task.get_loop() is not None and not task.cancelling()
 
 
+def blocking_warnings(fn, values):
+    """Start ``values`` in one try_process_many (capacity 5); returns how many started, the
+    BlockedLoopWarnings raised meanwhile and the seconds counted as blocked."""
+    async def main():
+        op = AsyncWaitOperator(fn, Collector(), capacity=5)
+        await op.open()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            started = op.try_process_many(values)
+        await op.close()
+        return started, [w for w in caught if issubclass(w.category, BlockedLoopWarning)], op.blocked_seconds
+
+    return run(main())
+
+
 def test_first_steps_that_block_the_loop_warn_once():
     async def blocks_in_a_run(x):  # a name of its own: warnings are rate-limited per function name
         time.sleep(0.06)
         return x
 
-    async def main():
-        op = AsyncWaitOperator(blocks_in_a_run, Collector(), capacity=5)
-        await op.open()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert op.try_process_many([1, 2, 3, 4]) == 4
-        assert [w for w in caught if issubclass(w.category, BlockedLoopWarning)]
-        assert op.blocked_seconds >= 0.2
-        await op.close()
-
-    run(main())
+    started, warned, blocked = blocking_warnings(blocks_in_a_run, [1, 2, 3, 4])
+    assert started == 4 and warned and blocked >= 0.2
 
 
 def test_one_blocking_step_among_fast_ones_does_not_warn():
@@ -301,16 +298,8 @@ def test_one_blocking_step_among_fast_ones_does_not_warn():
             time.sleep(0.06)
         return x
 
-    async def main():
-        op = AsyncWaitOperator(blocks_now_and_then_in_a_run, Collector(), capacity=5)
-        await op.open()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert op.try_process_many([0, 1, 2, 3, 4, 5]) == 6
-        assert not [w for w in caught if issubclass(w.category, BlockedLoopWarning)]
-        await op.close()
-
-    run(main())
+    started, warned, _ = blocking_warnings(blocks_now_and_then_in_a_run, [0, 1, 2, 3, 4, 5])
+    assert started == 6 and not warned
 
 
 def test_calls_that_always_suspend_switch_to_direct_tasks_and_still_complete():
