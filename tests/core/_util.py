@@ -54,11 +54,9 @@ async def settle(seconds=0.01):
 
 async def feed_all(op, values, timestamp=None):
     """What a driver holding its input does (the Spark pump): start what fits with
-    ``try_process_many``, wait for room, go on."""
-    pos = 0
-    while pos < len(values):
-        pos = op.try_process_many(values, pos, timestamp)
-        if pos < len(values):
+    ``try_process``, wait for room, go on."""
+    for value in values:
+        while not op.try_process(value, timestamp):
             await op.wait_for_space()
 
 

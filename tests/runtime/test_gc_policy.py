@@ -91,7 +91,7 @@ def test_in_force_exactly_while_a_partition_runs(default_thresholds, monkeypatch
         seen.append(gc.get_threshold()[0])
         return x
 
-    async def make_operator(output, output_many):
+    async def make_operator(output):
         return AsyncWaitOperator(probe, output, capacity=4, manage_lifecycle=False)
 
     try:

@@ -1,67 +1,284 @@
-"""One element held by the operator: its queue entry and the state of its call, in one object."""
+"""One element's call: its attempts, retries, rate-limit waits and timeout, in one asyncio Task.
+
+The life of an element's call, top-down:
+
+1. The operator puts a :class:`Call` (the element's queue entry) in its queue, then
+   :meth:`Caller.start` runs :meth:`Caller._attempts` for it in a real ``asyncio.Task`` -- the task
+   the user's code sees as ``asyncio.current_task()``.
+2. ``_attempts`` waits for the rate limit, awaits the user's function, and when the attempt raises
+   (or its result is one the retry strategy rejects) sleeps the back-off and tries again.
+3. If the call's deadline passes first, :meth:`Caller.time_out` cancels its Task -- the attempt or
+   the back-off under way, so the user's ``finally`` blocks and ``async with`` exits run -- and once
+   it has unwound, ``function.timeout(value)`` gives the results (never retried).
+4. When the Task is over, :meth:`Caller._finished` reports the outcome to the operator through one
+   callback, ``report(call, results, error, what)``; the operator completes the entry (or fails) and
+   emits through its one emit path.
+
+Only public asyncio APIs are used: ``loop.create_task`` and, on Python 3.12+,
+``asyncio.eager_task_factory`` (a call that needs no I/O completes without a loop round trip).
+
+Example (what the operator does for each element)::
+
+    caller = Caller(fetch, report=operator_report, timeout=5.0, retry=None, rate_limit=None)
+    caller.bind(loop, inflight=lambda: 1)
+    call = Call(Record(value, None))
+    queue.add(call)
+    caller.start(call)
+"""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+import functools
+from typing import Any, Callable, Iterator, List, Optional
 
+from .adaptive import AdaptiveConcurrency
+from .errors import AsyncTimeoutError, describe_input
+from .function import AsyncFunction, describe_function
+from .metrics import OperatorMetrics
+from .ratelimit import make_limiter
 from .result_future import ResultFuture
+from .retry import RetryStrategy
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .attempts import Attempts
-    from .retry import RetryStrategy
+#: ``report(call, results, error, what)``: the call is over with ``results`` (a list), or failed
+#: with ``error``; ``what`` names the part that raised (CALL, TIMEOUT_HANDLER or a predicate).
+Report = Callable[["Call", Optional[List[Any]], Optional[BaseException], str], None]
+
+CALL = "async call"
+TIMEOUT_HANDLER = "timeout handler"
+#: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
+PREDICATES = ("retry result_predicate", "retry exception_predicate")
+
+#: asyncio's eager task factory (3.12+): the task's first step runs inside ``create_task``.
+_eager_task_factory = getattr(asyncio, "eager_task_factory", None)
 
 
 class Call(ResultFuture):
-    """The queue entry of one element (a :class:`ResultFuture`) plus its attempts and back-off.
-    One object per element: the queue holds it, the attempts run for it.
+    """One element held by the operator: its queue entry (a :class:`ResultFuture`) and its call.
 
-    ``task`` is the running attempt (``None`` while none runs); ``finished`` is set once the call
-    is over for good (result, final failure, timeout or abandonment), after which late outcomes
-    of cancelled attempts are ignored.
+    ``task`` runs the call, ``started`` is when the element entered the queue (its deadline counts
+    from there), ``timed_out`` is set once its deadline expired it.
     """
 
-    __slots__ = ("attempts", "started", "attempt_started", "retries", "task", "backoff",
-                 "finished", "timing_out", "permit", "_delays")
+    __slots__ = ("task", "started", "timed_out")
 
-    def __init__(self, attempts: "Attempts", element: Any, started: float):
-        # ResultFuture's slots set here (no super().__init__ frame: one per element), except
-        # _listener and _segment, which the queue's add() sets
-        self.element = element
-        self._results = self._exception = None
-        self._done = self.finished = self.timing_out = self.permit = False
-        self.attempts = attempts
-        self.started = self.attempt_started = started
-        self.retries = 0
+    def __init__(self, element: Any):
+        super().__init__(element)
         self.task: Optional[asyncio.Task] = None
-        self.backoff: Optional[asyncio.TimerHandle] = None
-        self._delays: Optional[Iterator[float]] = None
+        self.started = 0.0
+        self.timed_out = False
 
     @property
     def value(self) -> Any:
         """The input value of this element."""
         return self.element[0]
 
-    def next_delay(self, retry: "RetryStrategy") -> Optional[float]:
-        """The next back-off delay, or None when retries are exhausted."""
-        if self._delays is None:
-            self._delays = retry.delays()
-        return next(self._delays, None)
-
-    def attempt_done(self, task: asyncio.Task) -> None:
-        self.attempts.attempt_done(self, task)
-
-    def timeout_handler_done(self, task: asyncio.Task) -> None:
-        timeouts = self.attempts.timeouts
-        if self.finished or self.task is not task:
-            return
-        self.task = None
-        if task.cancelled():
-            timeouts.failed(self, asyncio.CancelledError("the timeout handler was cancelled"))
-        elif task.exception() is not None:
-            timeouts.failed(self, task.exception())  # type: ignore[arg-type]
-        else:
-            timeouts.handled(self, task.result())
-
     def __repr__(self) -> str:
-        state = "finished" if self.finished else "running" if self.task is not None else "pending"
+        state = "done" if self._done else "timed out" if self.timed_out else "running"
         return f"<Call {state} {self.element!r}>"
+
+
+class _PredicateError(Exception):
+    """A retry predicate raised: the operator fails with ``cause`` (never an error row)."""
+
+    def __init__(self, cause: BaseException, what: str):
+        super().__init__(what)
+        self.cause = cause
+        self.what = what
+
+
+class _NotAList(TypeError):
+    """An AsyncFunction returned something other than a list: a failure, never retried."""
+
+
+class Caller:
+    """Makes the calls of one operator (see the module docstring).
+
+    ``function`` is an :class:`AsyncFunction` (its ``async_invoke`` returns a list of outputs) or
+    an ``async def`` returning one output. ``rate_limit`` is anything
+    :func:`~aiospark.core.ratelimit.make_limiter` takes; ``adaptive`` is fed each attempt's outcome.
+    """
+
+    def __init__(self, function: Any, *, report: Report, timeout: Optional[float],
+                 retry: Optional[RetryStrategy], rate_limit: Any = None,
+                 adaptive: Optional[AdaptiveConcurrency] = None,
+                 metrics: Optional[OperatorMetrics] = None):
+        self.function = function
+        self.returns_list = isinstance(function, AsyncFunction)
+        self.invoke = function.async_invoke if self.returns_list else function
+        self.timeout = timeout
+        self.retry = retry
+        self.adaptive = adaptive
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
+        self._report = report
+        limiter = make_limiter(rate_limit)
+        self._reserve = getattr(limiter, "reserve", None)  # a token bucket: how long to wait
+        self._acquire = None if self._reserve is not None else getattr(limiter, "acquire", None)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._inflight: Callable[[], int] = lambda: 0
+        self._create_task: Callable[[Any], asyncio.Task] = None  # type: ignore[assignment]
+        #: set when the operator failed or closes: outcomes no longer matter
+        self.stopped = False
+
+    def bind(self, loop: asyncio.AbstractEventLoop, inflight: Callable[[], int]) -> None:
+        """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run."""
+        self._loop = loop
+        self._inflight = inflight
+        if _eager_task_factory is not None and loop.get_task_factory() is None:
+            self._create_task = lambda coro: _eager_task_factory(loop, coro)
+        else:
+            self._create_task = loop.create_task
+
+    # ------------------------------------------------------------------ the call
+    def start(self, call: Call) -> None:
+        """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
+        task = self._create_task(self._attempts(call.element[0]))
+        call.task = task
+        task.add_done_callback(functools.partial(self._finished, call))
+
+    async def _attempts(self, value: Any) -> List[Any]:
+        """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
+        results that stand, or raises the exception that stands."""
+        loop, metrics, adaptive, retry = self._loop, self.metrics, self.adaptive, self.retry
+        delays: Optional[Iterator[float]] = None
+        while True:
+            await self._wait_for_rate_limit()
+            metrics.calls += 1
+            begun = loop.time()  # type: ignore[union-attr]
+            try:
+                result = await self.invoke(value)
+            except Exception as exc:
+                latency = loop.time() - begun  # type: ignore[union-attr]
+                if adaptive is not None:
+                    adaptive.on_failure(exc, latency)
+                if retry is None:
+                    raise
+                delays = delays or retry.delays()
+                delay = self._retry_delay(retry, exc, delays)
+                if delay is None:
+                    raise
+            else:
+                latency = loop.time() - begun  # type: ignore[union-attr]
+                metrics.successes += 1
+                metrics.record_latency(latency)
+                if adaptive is not None:
+                    adaptive.on_success(latency, self._inflight())
+                results = self._results_of(result)
+                if retry is None or retry.result_predicate is None:
+                    return results
+                try:
+                    again = retry.should_retry_result(results)
+                except Exception as exc:
+                    raise _PredicateError(exc, "retry result_predicate") from exc
+                delays = delays or retry.delays()
+                delay = next(delays, None) if again else None
+                if delay is None:
+                    return results  # accepted, or retries exhausted: the last result stands
+            metrics.retries += 1
+            await asyncio.sleep(delay)
+
+    async def _wait_for_rate_limit(self) -> None:
+        if self._reserve is not None:
+            delay = self._reserve()
+            if delay > 0.0:
+                self.metrics.rate_limited += 1
+                await asyncio.sleep(delay)
+        elif self._acquire is not None:
+            if await self._acquire():
+                self.metrics.rate_limited += 1
+
+    @staticmethod
+    def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> Optional[float]:
+        """The back-off before retrying after ``exc``, or None when it stands. An exception with a
+        ``retry_after`` (seconds, e.g. from a 429) is never retried sooner than that."""
+        try:
+            again = retry.should_retry_exception(exc)
+        except Exception as pred_exc:
+            raise _PredicateError(pred_exc, "retry exception_predicate") from pred_exc
+        delay = next(delays, None) if again else None
+        if delay is None:
+            return None
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > delay:
+            return float(retry_after)
+        return delay
+
+    def _results_of(self, result: Any) -> List[Any]:
+        if not self.returns_list:
+            return [result]
+        if type(result) is list:
+            return result
+        if isinstance(result, tuple):
+            return list(result)
+        raise _NotAList(f"{type(self.function).__name__}.async_invoke must return a list of outputs "
+                        f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}")
+
+    # ------------------------------------------------------------------ timeout
+    def time_out(self, call: Call) -> None:
+        """The call's deadline passed: cancel what runs (the attempt or the back-off); the timeout
+        handler decides once the task has unwound (:meth:`_finished`)."""
+        call.timed_out = True
+        self.metrics.timeouts += 1
+        if self.adaptive is not None:
+            self.adaptive.on_overload(self.timeout)
+        call.task.cancel()  # type: ignore[union-attr]
+
+    def _on_timeout(self, call: Call) -> None:
+        """Ask ``function.timeout(value)`` (sync or async) for the timed-out call's results."""
+        value = call.element[0]
+        try:
+            if not self.returns_list:
+                raise AsyncTimeoutError(f"async call timed out after {self.timeout} s "
+                                        f"for input {describe_input(value)}")
+            outcome = self.function.timeout(value)
+            if asyncio.iscoroutine(outcome):
+                task = self._create_task(outcome)
+                call.task = task
+                task.add_done_callback(functools.partial(self._timeout_handled, call))
+                return
+        except Exception as exc:
+            self._report(call, None, exc, CALL)
+            return
+        self._timeout_result(call, outcome)
+
+    def _timeout_handled(self, call: Call, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self._report(call, None, asyncio.CancelledError("the timeout handler was cancelled"),
+                         TIMEOUT_HANDLER)
+        elif task.exception() is not None:
+            self._report(call, None, task.exception(), CALL)
+        else:
+            self._timeout_result(call, task.result())
+
+    def _timeout_result(self, call: Call, outcome: Any) -> None:
+        if isinstance(outcome, (list, tuple)):
+            self._report(call, list(outcome), None, "")
+        else:
+            self._report(call, None, TypeError(
+                f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
+                f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
+
+    # ------------------------------------------------------------------ the outcome
+    def _finished(self, call: Call, task: asyncio.Task) -> None:
+        """The call's task is over: report its results, its exception, or run the timeout handler."""
+        if self.stopped:
+            if not task.cancelled():
+                task.exception()  # abandoned: its outcome no longer matters
+            return
+        if call.timed_out:
+            if not task.cancelled():
+                task.exception()  # it ended anyway (finished meanwhile, or swallowed the cancel)
+            self._on_timeout(call)
+        elif task.cancelled():  # cancelled by the user's code, or abandoned by the operator
+            self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
+        else:
+            exc = task.exception()
+            if exc is None:
+                self._report(call, task.result(), None, "")
+            elif type(exc) is _PredicateError:
+                self._report(call, None, exc.cause, exc.what)
+            else:
+                self._report(call, None, exc, CALL)
+
+    def describe(self) -> str:
+        """The user's function, for messages."""
+        return describe_function(self.function)

@@ -5,8 +5,8 @@ completion order, with watermarks as barriers: a watermark splits the queue into
 emitted only after every record before it, and no record after it is emitted before it.
 
 Both hold at most ``capacity`` entries (watermarks count). ``try_put`` never blocks; the operator
-waits for space itself. Completion of an entry calls ``on_complete`` (if set), which is how the
-operator learns, without polling, that something may be emittable.
+waits for space itself. Completion of an entry calls ``on_complete(entry)`` (if set), which is how
+the operator learns, without polling, that something may be emittable or that a call failed.
 
 Example::
 
@@ -24,7 +24,8 @@ from typing import Callable, Deque, Dict, Iterator, List, Optional
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
 
-Listener = Optional[Callable[[], None]]
+#: ``on_complete(entry)``: an entry completed (normally or exceptionally)
+Listener = Optional[Callable[[ResultFuture], None]]
 
 
 def _check_capacity(capacity: int) -> int:
@@ -69,22 +70,7 @@ class OrderedQueue:
 
     def _completed(self, entry: ResultFuture) -> None:
         if self.on_complete is not None:
-            self.on_complete()
-
-    def emits_immediately(self) -> bool:
-        """True when an element completed now could be emitted at once (nothing held goes first)."""
-        return not self._entries
-
-    def take_if_next(self, entry: ResultFuture) -> Optional[bool]:
-        """Remove ``entry`` (not yet completed) if it would be emitted first once complete; the
-        caller then emits its results itself. Returns ``None`` (nothing changed) if it would not,
-        else whether more entries are emittable now."""
-        entries = self._entries
-        if not entries or entries[0] is not entry:
-            return None
-        entries.popleft()
-        entry._done = True
-        return bool(entries) and entries[0]._done
+            self.on_complete(entry)
 
     def has_completed(self) -> bool:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
@@ -189,33 +175,8 @@ class UnorderedQueue:
         segment = entry._segment
         del segment.incomplete[entry]
         segment.completed.append(entry)
-        if self.on_complete is not None and segment is self._segments[0]:
-            self.on_complete()
-
-    def emits_immediately(self) -> bool:
-        """True when a record completed now could be emitted at once: no watermark is held, so
-        the record would join the head segment, and that segment has nothing completed waiting."""
-        segments = self._segments
-        if not segments:
-            return True
-        head = segments[0]
-        return len(segments) == 1 and head.watermark is None and not head.completed
-
-    def take_if_next(self, entry: ResultFuture) -> Optional[bool]:
-        """Remove ``entry`` (not yet completed) if it would be emitted next once complete: it is
-        in the head segment and nothing completed waits there. The caller emits its results.
-        Returns ``None`` (nothing changed) otherwise, else whether more is emittable now."""
-        segments = self._segments
-        segment = entry._segment
-        if segment is not segments[0] or segment.completed:
-            return None
-        del segment.incomplete[entry]
-        self._size -= 1
-        entry._done = True
-        if not segment.incomplete and len(segments) > 1:
-            segments.popleft()
-            return True  # the watermark behind it is emittable now
-        return False
+        if self.on_complete is not None:
+            self.on_complete(entry)
 
     def has_completed(self) -> bool:
         """True when the first segment has something to emit."""

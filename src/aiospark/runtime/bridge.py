@@ -12,8 +12,8 @@ more than many rows), and memory stays bounded by ``capacity`` plus one input an
 Example (the mapInArrow adapter does this)::
 
     chunks = (batch.to_pylist() for batch in arrow_batches)
-    async def make_operator(output, output_many):
-        return AsyncWaitOperator(fn, output, output_many=output_many, capacity=100)
+    async def make_operator(output):
+        return AsyncWaitOperator(fn, output, capacity=100)
 
     for values in run_partition(chunks, make_operator, capacity=100):
         yield to_arrow(values)
@@ -32,9 +32,8 @@ from .worker_loop import WorkerLoop, worker_loop
 
 NEED, OUT, DONE, ERROR = range(4)
 
-#: ``await make_operator(output, output_many)`` builds the partition's operator around the pump's
-#: two outputs (one record at a time, and records emitted together).
-MakeOperator = Callable[[Callable[[Any], None], Callable[[List[Any], Any], None]], Awaitable[AsyncWaitOperator]]
+#: ``await make_operator(output)`` builds the partition's operator around the pump's output.
+MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
 
 #: The loop posts output to the task's thread when an output chunk, and at least this many rows,
 #: are pending...
@@ -68,10 +67,6 @@ class _Pump:
         self._waiter: Optional[asyncio.Future] = None
         self._out: List[Any] = []
         self._flush_timer: Optional[asyncio.TimerHandle] = None
-        # the worker loop runs room refills once per iteration, after the completions that made room
-        self._after_callbacks = getattr(self._loop, "call_after_callbacks", None)
-        self._refill_due = False
-        self._running = False  # the room listener is installed
         self.operator: Optional[AsyncWaitOperator] = None
 
     # called on the loop thread, via call_soon_threadsafe from the feeder
@@ -107,11 +102,11 @@ class _Pump:
         if self._error is not None:
             self._wake_run()
             return
-        # a failed operator raises from try_process_many: caught below, run() raises it
+        # a failed operator raises from try_process: caught below, run() raises it
         self._feeding = True
         chunk, pos = self._chunk, self._pos
         try:
-            try_process_many = operator.try_process_many
+            try_process = operator.try_process
             while True:
                 if pos == len(chunk):
                     if not self._chunks:
@@ -119,11 +114,10 @@ class _Pump:
                     chunk, pos = self._chunks.popleft(), 0
                     self._queued -= len(chunk)
                     self._request_more()
+                elif try_process(chunk[pos]):
+                    pos += 1
                 else:
-                    started = try_process_many(chunk, pos)
-                    if started == pos:
-                        break
-                    pos = started
+                    break
         except BaseException as exc:  # the operator failed meanwhile: run() raises it
             self._error = exc
         finally:
@@ -131,21 +125,6 @@ class _Pump:
             self._feeding = False
         if self._error is not None or (self._input_ended and self._fed_all()):
             self._wake_run()
-
-    def _room(self) -> None:
-        """The operator's room listener: calls ended, so more may start. On the worker loop the
-        refill waits for the end of the loop iteration (one refill for all the calls that ended in
-        it; the Tasks it creates step in the next iteration either way)."""
-        if self._after_callbacks is None:
-            self._fill()
-        elif not self._refill_due:
-            self._refill_due = True
-            self._after_callbacks(self._refill)
-
-    def _refill(self) -> None:
-        self._refill_due = False
-        if self._running:
-            self._fill()
 
     def _collect(self, element: Record) -> None:
         # only records reach here: the bridge never sends watermarks
@@ -155,14 +134,6 @@ class _Pump:
         if pending == 1:
             self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
         elif pending >= self._post_rows:
-            self._flush()
-
-    def _collect_many(self, values: List[Any], timestamp: Any) -> None:
-        out = self._out
-        if not out and values:
-            self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
-        out += values
-        if len(out) >= self._post_rows:
             self._flush()
 
     def _flush(self) -> None:
@@ -175,15 +146,15 @@ class _Pump:
 
     async def run(self) -> None:
         try:
-            operator = self.operator = await self._make_operator(self._collect, self._collect_many)
+            operator = self.operator = await self._make_operator(self._collect)
         except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
             self._post((ERROR, exc))
             raise
         token = self._worker.track(describe_function(operator.function))
         try:
             await operator.open()
-            self._running = True
-            operator.on_room(self._room)
+            # calls that end make room: the next ones start in the same loop step
+            operator.on_room(self._fill)
             self._request_more()
             while True:
                 self._fill()
@@ -205,7 +176,6 @@ class _Pump:
             self._post((ERROR, exc))
             raise
         finally:
-            self._running = False
             operator.on_room(None)  # nothing new starts while it closes
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
@@ -220,7 +190,7 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
                   out_rows: int = 10_000, loop: Optional[WorkerLoop] = None,
                   report: Optional[Report] = None) -> Iterator[List[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator that
-    ``await make_operator(output, output_many)`` builds on the loop;
+    ``await make_operator(output)`` builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
 
     The generator returns only once every input has been emitted (``finish()``); closing it early

@@ -23,7 +23,6 @@ import threading
 from typing import Any, Coroutine, Dict, Optional
 
 from ..core.errors import warn_blocking
-from .event_loop import WorkerEventLoop, supported
 from .gc_policy import GcPolicy, threshold_from_env
 
 _lock = threading.Lock()
@@ -39,12 +38,12 @@ HEARTBEAT_SECONDS = 0.05
 BLOCKED_SECONDS = 0.5
 
 
-LOOP_CHOICES = ("aiospark", "asyncio", "uvloop", "auto")
+LOOP_CHOICES = ("asyncio", "uvloop", "auto")
 
 
 def loop_choice() -> str:
     """``AIOSPARK_LOOP``, validated: which event loop the worker runs (see :func:`new_event_loop`)."""
-    choice = os.environ.get("AIOSPARK_LOOP", "aiospark").strip().lower() or "aiospark"
+    choice = os.environ.get("AIOSPARK_LOOP", "asyncio").strip().lower() or "asyncio"
     if choice not in LOOP_CHOICES:
         raise ValueError(f"AIOSPARK_LOOP must be one of {', '.join(LOOP_CHOICES)}, got {choice!r}")
     return choice
@@ -54,12 +53,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     """The worker's loop, chosen by ``AIOSPARK_LOOP`` (on executors:
     ``spark.executorEnv.AIOSPARK_LOOP``):
 
-    * ``aiospark`` (default): :class:`~aiospark.runtime.event_loop.WorkerEventLoop`, asyncio's
-      selector loop with cheaper callbacks and timers (asyncio's own loop where it cannot be used);
-    * ``asyncio``: asyncio's own loop, unchanged;
-    * ``uvloop`` / ``auto`` (uvloop when installed): opt in to uvloop, the least CPU per call, but
-      full test runs hung inside Spark with the loop idle and a cross-thread wake-up never run
-      (docs/design.md).
+    * ``asyncio`` (default): asyncio's own loop, the one ``asyncio.run`` uses -- every asyncio
+      library accepts it on every Python version;
+    * ``uvloop``: opt in to uvloop (``pip install aiospark[uvloop]``), less CPU per call; it is
+      not the default because full test runs hung inside Spark with it (docs/design.md);
+    * ``auto``: uvloop when installed, else asyncio's loop.
     """
     choice = loop_choice()
     if choice in ("auto", "uvloop"):
@@ -70,9 +68,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
                 raise ImportError("AIOSPARK_LOOP=uvloop but uvloop is not installed: pip install uvloop") from None
         else:
             return uvloop.new_event_loop()
-    if choice == "asyncio" or not supported():
-        return asyncio.new_event_loop()
-    return WorkerEventLoop()
+    return asyncio.new_event_loop()
 
 
 class WorkerLoop:

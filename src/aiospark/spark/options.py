@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
 from ..core.function import check_async_function
-from ..core.operator import check_capacity, check_retry, check_timeout
+from ..core.settings import check_capacity, check_retry, check_timeout
 from ..core.ratelimit import RateLimit
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
@@ -61,8 +61,7 @@ class CallOptions:
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
                             on_error: Optional[Callable[[Any, BaseException], list]] = None,
-                            invoke: Optional[Callable[..., Any]] = None,
-                            output_many: Optional[Callable[[list, Any], None]] = None) -> AsyncWaitOperator:
+                            invoke: Optional[Callable[..., Any]] = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function."""
         function = self.function
         if isinstance(function, AsyncFunction):
@@ -72,5 +71,4 @@ class CallOptions:
             rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
-                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False,
-                                 output_many=output_many)
+                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False)

@@ -62,9 +62,8 @@ class _UdfRunner:
             call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
             return call
 
-        async def make_operator(output: Callable[[Any], None], output_many: Callable[[list, Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke,
-                                               output_many=output_many)
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
 
         wrap_single = spread and not isinstance(options.function, AsyncFunction)
 

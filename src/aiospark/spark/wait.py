@@ -60,8 +60,8 @@ class _PartitionRunner:
         error_mode = self.on_error == "row"
         on_error = _error_row if error_mode else None
 
-        async def make_operator(output: Callable[[Any], None], output_many: Callable[[list, Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, output_many=output_many)
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error)
 
         chunks = (to_python(batch) for batch in batches)
         for values in run_partition(chunks, make_operator, capacity=options.max_capacity,

@@ -1,0 +1,64 @@
+"""Per-call timeouts of one operator, from a single loop timer.
+
+A call's deadline is the moment it entered the queue plus the operator's timeout, and the queue
+hands out its running calls in the order they entered, so the calls past their deadline are
+always the oldest running ones. :class:`Deadlines` keeps one ``loop.call_at`` armed for the
+oldest running call's deadline; when it fires it expires every running call past its deadline
+and re-arms for the next one. No timer per call and no work when a call completes: with calls
+that finish well inside the timeout the timer fires about once per ``timeout`` seconds.
+
+Example (what the operator does)::
+
+    deadlines = Deadlines(loop, 2.0, queue.pending, on_expired=caller.time_out)
+    deadlines.started(call)        # after a call entered the queue, with call.started set
+    deadlines.stop()               # nothing held any more, or the operator closes
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, Iterable, Optional
+
+from .calls import Call
+
+
+class Deadlines:
+    """Times out the running calls of one operator (see the module docstring).
+
+    ``running()`` returns the calls still running, oldest first (the queue's ``pending``);
+    ``on_expired(call)`` is called once for each call whose deadline passed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float,
+                 running: Callable[[], Iterable[Call]], on_expired: Callable[[Call], None]):
+        self._loop = loop
+        self._timeout = timeout
+        self._running = running
+        self._on_expired = on_expired
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def started(self, call: Call) -> None:
+        """``call`` entered the queue at ``call.started``: arm the timer if none is armed (an
+        armed timer is due no later than this call's deadline)."""
+        if self._timer is None:
+            self._timer = self._loop.call_at(call.started + self._timeout, self._fire)
+
+    def stop(self) -> None:
+        """Drop the timer (nothing is held any more, or the operator closes)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        expired = []
+        for call in self._running():
+            if call.timed_out:
+                continue
+            deadline = call.started + self._timeout
+            if deadline > now:
+                self._timer = self._loop.call_at(deadline, self._fire)
+                break
+            expired.append(call)
+        for call in expired:  # after the walk: expiring a call may change the queue
+            self._on_expired(call)
