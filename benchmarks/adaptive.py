@@ -19,7 +19,10 @@ import time
 import aiospark
 from aiospark import AsyncFunction, Metrics, RetryStrategy
 from aiospark.connectors import is_retryable
-from aiospark.testing.service import FaultService, ServiceConfig
+# Run as a file (`python benchmarks/x.py`), the repository root is not on sys.path; the test
+# servers live in tests/support, so put the root there (`python -m benchmarks.x` needs nothing).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.service import FaultService, ServiceConfig
 
 
 class Fetch(AsyncFunction):

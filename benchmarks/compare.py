@@ -333,7 +333,7 @@ class Bench:
         kind = "noop" if sc.noop else self.args.transport
         base_url = ""
         if kind == "http":
-            from aiospark.testing.service import FaultService, ServiceConfig
+            from tests.support.service import FaultService, ServiceConfig
 
             cfg = ServiceConfig(latency=sc.latency, latency_dist=sc.dist, sigma=sc.sigma,
                                 slow_fraction=sc.slow_fraction, slow_latency=sc.slow_latency, seed=1)

@@ -3,7 +3,15 @@
 Starts a service on 127.0.0.1 in a child process (tens of ms per call, with jitter), runs a real
 local Spark job that calls it for every row with ``unordered_wait``, then runs a plain blocking
 Python UDF (one ``urllib`` call at a time per task) on a sample of the same rows, and prints both
-speeds and the speed-up.
+speeds and the speed-up -- and where the time went: the CPU seconds of the service, of Spark's
+Python workers and JVM, and the latency inside the service against the latency the job saw. On a
+small machine the service and the job share the CPUs, and the Little's-law bound (calls in flight
+/ latency) is only reachable when neither needs much of them.
+
+Example::
+
+    figures = run_demo(rows=20_000, sample=100)   # prints as it goes; returns the measured figures
+    figures["rows_per_s"], figures["cpu_bound_rows_per_s"]
 """
 from __future__ import annotations
 
@@ -51,21 +59,30 @@ def _blocking_lookup(url: str):
     return lookup
 
 
+
 def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitter: float = 0.01,
              capacity: int = 200, tasks: int = 2, show: int = 5, out: Any = print,
-             live: Optional[bool] = None) -> Dict[str, float]:
-    """Run the demo; returns the measured figures (also printed through ``out``)."""
+             live: Optional[bool] = None) -> Dict[str, Any]:
+    """Run the demo; returns the measured figures (also printed through ``out``).
+
+    Example::
+
+        run_demo(rows=20_000, sample=100, out=lambda line: None)["speedup"]   # e.g. 60.0
+    """
+    import os
+
     from pyspark.sql import functions as F
 
+    from .demo_cpu import cpu_delta, cpu_snapshot
+    from .demo_service import DemoService
     from .progress import Progress
     from .spark.metrics import Metrics
     from .spark.session import local_session
     from .spark.wait import unordered_wait
-    from .testing.service import FaultService, ServiceConfig
 
-    config = ServiceConfig(latency=latency, latency_dist="uniform", jitter=jitter, seed=1)
-    out(f"starting a service on 127.0.0.1: {latency * 1000:.0f} ms +/- {jitter * 1000:.0f} ms per call")
-    with FaultService(config, process=True) as service:
+    out(f"starting a service on 127.0.0.1 in its own process: {latency * 1000:.0f} ms +/- "
+        f"{jitter * 1000:.0f} ms per call")
+    with DemoService(latency, jitter) as service:
         out(f"starting local Spark (local[{tasks}]) ...")
         spark = local_session(f"local[{tasks}]", app_name="aiospark-demo")
         try:
@@ -73,40 +90,101 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
             enrich = HttpEnrich(service.url, connections=capacity)
             # warm the Python workers so both variants start equal
             unordered_wait(spark.range(0, tasks * 10, 1, tasks), enrich, "id LONG, name STRING, value LONG").count()
-            service.reset_stats()
 
             out(f"\naiospark.unordered_wait: {rows:,} rows, {tasks} tasks x capacity {capacity} ...")
             metrics = Metrics("demo")
             enriched = unordered_wait(df, enrich, "id LONG, name STRING, value LONG", capacity=capacity,
                                       timeout=30, metrics=metrics)
+            service.reset()
+            cpu_before = cpu_snapshot(os.getpid(), service.pid)
             t0 = time.perf_counter()
             with Progress(metrics, live=live):
                 result = enriched.collect()
             async_seconds = time.perf_counter() - t0
+            cpu = cpu_delta(cpu_before, cpu_snapshot(os.getpid(), service.pid))
+            served = service.stats()
             count = len(result)
             async_rate = count / async_seconds
             for row in result[:show]:
                 out(f"  {row.asDict()}")
             out(f"  metrics: {metrics.total}")
-            requests = service.stats()["requests"]
 
             lookup = _blocking_lookup(service.url)
             blocking_udf = F.udf(lookup, "string")
             out(f"\nplain Python UDF, one blocking call at a time per task: {sample:,}-row sample ...")
             t0 = time.perf_counter()
             names = spark.range(0, sample, 1, tasks).select(blocking_udf("id").alias("name")).collect()
-            assert len(names) == sample and all(n.name for n in names)
+            if len(names) != sample or not all(n.name for n in names):
+                raise RuntimeError(f"the blocking UDF returned {len(names)} rows for {sample}")
             blocking_seconds = time.perf_counter() - t0
             blocking_rate = sample / blocking_seconds
         finally:
             spark.stop()
 
-    bound = tasks * capacity / latency
+    bound = tasks * capacity / latency if latency > 0 else float("inf")
     out("\n| variant                  |    rows | seconds |   rows/s |")
     out("|--------------------------|---------|---------|----------|")
     out(f"| aiospark unordered_wait  | {count:>7,} | {async_seconds:>7.1f} | {async_rate:>8,.0f} |")
     out(f"| blocking Python UDF      | {sample:>7,} | {blocking_seconds:>7.1f} | {blocking_rate:>8,.0f} |")
-    out(f"\nspeed-up: {async_rate / blocking_rate:,.0f}x  (service saw {requests:,} calls for {count:,} rows; "
-        f"Little's-law bound {bound:,.0f} rows/s)")
-    return {"rows": count, "seconds": async_seconds, "rows_per_s": async_rate,
-            "baseline_rows_per_s": blocking_rate, "speedup": async_rate / blocking_rate}
+    out(f"\nspeed-up: {async_rate / blocking_rate:,.0f}x  (the service answered {served['requests']:,} calls "
+        f"for {count:,} rows)")
+    client_p50 = metrics.total.quantile(0.5)
+    figures: Dict[str, Any] = {
+        "rows": count, "seconds": async_seconds, "rows_per_s": async_rate, "baseline_rows_per_s": blocking_rate,
+        "speedup": async_rate / blocking_rate, "littles_law_bound": bound, "service_requests": served["requests"],
+        "service_cpu_seconds": served["cpu_seconds"], "service_p50_ms": served["latency_p50_ms"],
+        "client_p50_ms": None if client_p50 is None else client_p50 * 1000, "cpu_seconds": cpu}
+    figures.update(explain(figures, tasks=tasks, capacity=capacity, latency=latency, out=out))
+    return figures
+
+
+def explain(f: Dict[str, Any], *, tasks: int, capacity: int, latency: float, out: Any = print) -> Dict[str, Any]:
+    """Print where the time of the ``unordered_wait`` run went, from the figures :func:`run_demo` measured.
+
+    Returns ``cpu_bound_rows_per_s`` (the rate the CPUs allow at the CPU per row measured, or None
+    without ``/proc``) and ``verdict`` (``"cpu"``, ``"latency"`` or ``"other"``).
+
+    Example::
+
+        explain(figures, tasks=2, capacity=200, latency=0.03)   # prints 4-8 lines
+    """
+    rows, bound = f["rows"], f["littles_law_bound"]
+    out(f"\nLittle's-law bound: {tasks} tasks x {capacity} calls in flight / {latency * 1000:.0f} ms = "
+        f"{bound:,.0f} rows/s; this run made {f['rows_per_s']:,.0f} ({f['rows_per_s'] / bound:.0%} of it). "
+        "The bound assumes calls cost no CPU. Where the time went:")
+    service_p50, client_p50 = f["service_p50_ms"], f["client_p50_ms"]
+    out(f"  latency per call, p50: {service_p50:.1f} ms inside the service (it was set to "
+        f"{latency * 1000:.0f} ms), {client_p50:.1f} ms as the Spark tasks saw it")
+    cpu = f["cpu_seconds"]
+    cpu_bound = None
+    busy = None
+    if cpu is None:  # no /proc: the service's own count still says how much it took
+        out(f"  the service used {f['service_cpu_seconds']:.1f} CPU-s "
+            f"({f['service_cpu_seconds'] / max(rows, 1) * 1e3:.2f} ms per call); no /proc here for the rest")
+    else:
+        total = sum(cpu.values())
+        busy = 1 - cpu["idle"] / total if total else 0.0
+        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
+        out(f"  CPU-seconds, {total:.1f} available ({total / f['seconds']:.0f} CPUs x {f['seconds']:.1f} s): "
+            f"{parts}")
+        demo_cpu = cpu["service"] + cpu["python workers"] + cpu["spark jvm"] + cpu["driver"]
+        per_row = demo_cpu / max(rows, 1)
+        cpu_bound = (total / f["seconds"]) / per_row if per_row else None
+        out(f"  the demo used {per_row * 1e3:.2f} ms of CPU per row (service {cpu['service'] / max(rows, 1) * 1e3:.2f},"
+            f" Spark's Python workers {cpu['python workers'] / max(rows, 1) * 1e3:.2f}), so these CPUs allow about "
+            f"{cpu_bound:,.0f} rows/s" if cpu_bound else "  the demo used no measurable CPU")
+    waited = client_p50 - service_p50
+    if busy is not None and busy >= 0.8 and waited > 0.25 * latency * 1000:
+        verdict = "cpu"
+        out(f"=> the CPUs were {busy:.0%} busy: a call waited ~{waited:.0f} ms for a CPU (in the service or in "
+            "the task that made it) on top of the service's own latency. The job is CPU-bound here, not "
+            "latency-bound: with more cores (or the service on another machine) it gets closer to the bound.")
+    elif waited <= 0.25 * latency * 1000:
+        verdict = "latency"
+        out("=> calls took about the service's latency: the job was latency-bound, as the bound assumes; the "
+            "rest of the gap is the job's start and its last calls")
+    else:
+        verdict = "other"
+        out(f"=> a call waited ~{waited:.0f} ms beyond the service's latency while the CPUs were "
+            f"{'unmeasured' if busy is None else f'{busy:.0%} busy'}")
+    return {"cpu_bound_rows_per_s": cpu_bound, "verdict": verdict}

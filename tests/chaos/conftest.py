@@ -16,7 +16,7 @@ from typing import Any, Callable, List
 
 import pytest
 
-from aiospark.testing.service import FaultService, ServiceConfig
+from tests.support.service import FaultService, ServiceConfig
 
 from . import ROOT, kill_tree
 

@@ -68,7 +68,7 @@ def run(spark: Any, mode: str, url: str, marker: str, rows: int) -> Dict[str, An
     import aiospark
     from aiospark import RetryStrategy
     from aiospark.connectors import is_retryable
-    from aiospark.testing.service import item_value
+    from tests.support.service import item_value
     from pyspark.sql import functions as F
 
     per_partition = rows // PARTITIONS

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark import RetryStrategy
 from aiospark.connectors import ConnectorError, is_retryable
-from aiospark.testing.service import item_value
+from tests.support.service import item_value
 
 from . import ITEM_SCHEMA, KNOWN_ERRORS, ServiceCall
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from aiospark.testing.service import item_value
+from tests.support.service import item_value
 
 from . import kill_tree, log_tail, wait_until
 

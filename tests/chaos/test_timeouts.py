@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark import RetryStrategy
 from aiospark.connectors import is_retryable
-from aiospark.testing.service import FaultService, ServiceConfig
+from tests.support.service import FaultService, ServiceConfig
 
 from . import ITEM_SCHEMA, ServiceCall
 

@@ -10,7 +10,7 @@ import pytest
 
 from aiospark.cli import build_parser
 from aiospark.enrich import guess_format
-from aiospark.testing.service import FaultService, ServiceConfig, expected_item
+from tests.support.service import FaultService, ServiceConfig, expected_item
 
 
 def run_cli(*args, timeout=240):

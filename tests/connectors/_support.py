@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, unquote
 
 from aiohttp import web
 
-from aiospark.testing.servers import free_port
+from tests.support.servers import free_port
 
 REDIS_PASSWORD = "r3dis-Pa55word"
 HTTP_TOKEN = "t0ken-S3cret"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aiospark.testing.servers import PostgresServer, RedisServer
+from tests.support.servers import PostgresServer, RedisServer
 
 from ._support import REDIS_PASSWORD, HttpStub
 

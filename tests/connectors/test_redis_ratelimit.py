@@ -14,7 +14,7 @@ import pytest
 from aiospark.connectors import ConnectorError
 from aiospark.connectors.redis_ratelimit import GCRA_SCRIPT, RedisRateLimit, Reservation
 from aiospark.core.ratelimit import AsyncLimiter, Limiter, RateLimit, make_limiter
-from aiospark.testing.servers import RedisServer, free_port
+from tests.support.servers import RedisServer, free_port
 
 PASSWORD = "rl-Pa55word"
 

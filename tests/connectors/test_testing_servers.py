@@ -3,8 +3,8 @@ import os
 import psutil
 import pytest
 
-from aiospark.testing import servers
-from aiospark.testing.servers import PostgresServer, RedisServer, ServerNotAvailable
+from tests.support import servers
+from tests.support.servers import PostgresServer, RedisServer, ServerNotAvailable
 
 
 def test_redis_server_starts_and_cleans_up():

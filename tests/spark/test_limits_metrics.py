@@ -12,8 +12,8 @@ import aiospark
 from aiospark import AsyncFunction, Metrics, RateLimit, RetryStrategy, retry_on
 from aiospark.connectors import is_retryable
 from aiospark.connectors.redis_ratelimit import RedisRateLimit
-from aiospark.testing.servers import RedisServer
-from aiospark.testing.service import FaultService, ServiceConfig
+from tests.support.servers import RedisServer
+from tests.support.service import FaultService, ServiceConfig
 
 _attempts: dict = {}
 

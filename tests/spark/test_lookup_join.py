@@ -6,8 +6,8 @@ import pytest
 import aiospark
 from aiospark.connectors import HttpLookup, PostgresLookup, RedisLookup
 from aiospark.lookup import LookupCache, LookupSource
-from aiospark.testing.servers import PostgresServer, RedisServer
-from aiospark.testing.service import FaultService, ServiceConfig, expected_item
+from tests.support.servers import PostgresServer, RedisServer
+from tests.support.service import FaultService, ServiceConfig, expected_item
 
 TRICKY = ["plain", "it's", 'say "hi"', "a/b", "../etc/passwd", "100%", "x'; DROP TABLE customers; --", "ünïcödé ☃"]
 

@@ -1,4 +1,4 @@
-"""Tests of the fault-injecting HTTP service (aiospark.testing.service).
+"""Tests of the fault-injecting HTTP service (tests.support.service).
 
 Real HTTP over 127.0.0.1 with aiohttp clients driven by ``asyncio.run``;
 no mocks.  Timing asserts use generous bounds.
@@ -24,8 +24,8 @@ import psutil
 import pytest
 from yarl import URL
 
-from aiospark.testing.service import FaultService, ServiceConfig, expected_item
-from aiospark.testing.service_server import ServiceCore
+from tests.support.service import FaultService, ServiceConfig, expected_item
+from tests.support.service_server import ServiceCore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -200,7 +200,7 @@ def test_routing_errors_are_not_counted() -> None:
 
 
 def test_load_helper_reports_throughput() -> None:
-    from aiospark.testing.service_load import measure_throughput
+    from tests.support.service_load import measure_throughput
 
     report = measure_throughput(ServiceConfig(latency=0.01), concurrency=20, seconds=0.5, warmup=0.2)
     assert report["statuses"].keys() == {"200"}
@@ -436,7 +436,7 @@ def test_process_mode() -> None:
 
 def test_cli_prints_url_and_serves_until_killed() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aiospark.testing.service", "--latency", "0", "--error-rate", "1", "--seed", "1"],
+        [sys.executable, "-m", "tests.support.service", "--latency", "0", "--error-rate", "1", "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
@@ -453,7 +453,7 @@ def test_cli_prints_url_and_serves_until_killed() -> None:
         assert proc.wait(timeout=5) == 0
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
-    bad = subprocess.run([sys.executable, "-m", "aiospark.testing.service", "--host", "0.0.0.0"],
+    bad = subprocess.run([sys.executable, "-m", "tests.support.service", "--host", "0.0.0.0"],
                          capture_output=True, timeout=30)
     assert bad.returncode != 0 and b"127.0.0.1" in bad.stderr
 

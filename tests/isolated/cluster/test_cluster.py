@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 import aiospark
 from aiospark import AsyncFunction
-from aiospark.testing.service import FaultService, ServiceConfig, expected_item
+from tests.support.service import FaultService, ServiceConfig, expected_item
 
 # Functions run on the executors' Python workers; they are pickled by reference to this module.
 

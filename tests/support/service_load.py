@@ -1,10 +1,10 @@
 """Quick throughput check of the fault-injecting service (is it fast enough for a benchmark?).
 
-Starts a :class:`~aiospark.testing.service.FaultService` in a child process and
+Starts a :class:`~tests.support.service.FaultService` in a child process and
 drives it from this process with a closed-loop aiohttp client (``concurrency``
 requests always in flight on keep-alive connections)::
 
-    python -m aiospark.testing.service_load --seconds 5 --concurrency 200 --latency 0.02
+    python -m tests.support.service_load --seconds 5 --concurrency 200 --latency 0.02
 
 It reports the client-observed rate and the service's CPU use: a
 ``server_cpu_utilization`` well below 1.0 means the service was not the
@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import aiohttp
 
-from ..runtime.worker_loop import worker_loop
+from aiospark.runtime.worker_loop import worker_loop
 from .service import FaultService
 from .service_config import ServiceConfig
 
@@ -84,7 +84,7 @@ def measure_throughput(config: Optional[ServiceConfig] = None, *, concurrency: i
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiospark.testing.service_load", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.service_load", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=200)

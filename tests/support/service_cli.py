@@ -1,10 +1,10 @@
 """Command line of the fault-injecting test service.
 
-Run it as ``python -m aiospark.testing.service --latency 0.02 --error-rate 0.05``:
+Run it as ``python -m tests.support.service --latency 0.02 --error-rate 0.05``:
 it prints ``http://127.0.0.1:PORT`` on the first stdout line and
 ``control http://127.0.0.1:PORT2`` (uncounted control port) on the second,
 then serves until SIGTERM/SIGINT (or stdin EOF with ``--exit-on-stdin-eof``).
-Every :class:`~aiospark.testing.service_config.ServiceConfig` field is a flag
+Every :class:`~tests.support.service_config.ServiceConfig` field is a flag
 (``--max-concurrency 50``, ``--burst-429 100,10``, ...).
 """
 
@@ -36,7 +36,7 @@ def _burst(text: str) -> tuple:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m aiospark.testing.service",
+        prog="python -m tests.support.service",
         description="Fault-injecting HTTP service on 127.0.0.1. Prints its URL on the first "
                     "stdout line (the uncounted control URL on the second) and serves until killed.",
     )
@@ -94,7 +94,7 @@ async def _serve(config: ServiceConfig, exit_on_stdin_eof: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry point: ``python -m aiospark.testing.service [--latency 0.02 ...]``."""
+    """CLI entry point: ``python -m tests.support.service [--latency 0.02 ...]``."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:

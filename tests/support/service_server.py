@@ -1,6 +1,6 @@
 """Asyncio core of the fault-injecting test service (internal).
 
-Public entry points live in :mod:`aiospark.testing.service`; this module holds
+Public entry points live in :mod:`tests.support.service`; this module holds
 the request handler, the fault and latency draws and the counters.  Everything
 here runs on the service's own event loop: counters are only mutated on that
 loop, and readers from other threads get a consistent copy through

@@ -1,4 +1,4 @@
-"""A fault-injecting HTTP service on 127.0.0.1 for tests, benchmarks and ``aiospark demo``.
+"""A fault-injecting HTTP service on 127.0.0.1 for tests and benchmarks (test infrastructure, not shipped).
 
 Spark workers (and tests) call it over loopback as if it were a real remote
 API: it adds latency (fixed, uniform or lognormal, plus rare very slow calls),
@@ -32,10 +32,10 @@ Two ways to run it, same interface:
 
 Command line (prints the service URL on the first stdout line, serves until killed)::
 
-    python -m aiospark.testing.service --latency 0.02 --error-rate 0.05 --port 0
+    python -m tests.support.service --latency 0.02 --error-rate 0.05 --port 0
 
-``python -m aiospark.testing.service_load`` measures its throughput (see
-:mod:`aiospark.testing.service_load`).
+``python -m tests.support.service_load`` measures its throughput (see
+:mod:`tests.support.service_load`).
 
 Arrival timestamps are ``time.monotonic()`` values; on Linux that clock is
 system-wide, so process-mode timestamps compare with the caller's clock.
@@ -297,11 +297,12 @@ class FaultService:
 
     # -- process mode ------------------------------------------------------------
     def _start_process(self) -> None:
-        # .../src/aiospark/testing/service.py -> .../src (so the child imports this same copy)
-        src_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # .../tests/support/service.py -> the repository root, so the child imports this same copy
+        # of tests.support whatever the caller's working directory is
+        repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "aiospark.testing.service",
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, "-m", "tests.support.service",
                "--config-json", json.dumps(self._config.to_dict()), "--exit-on-stdin-eof"]
         errlog = tempfile.TemporaryFile()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
@@ -400,7 +401,7 @@ def _kill_process(proc: subprocess.Popen, errlog: Any) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry point: ``python -m aiospark.testing.service [--latency 0.02 ...]`` (see ``--help``)."""
+    """CLI entry point: ``python -m tests.support.service [--latency 0.02 ...]`` (see ``--help``)."""
     from .service_cli import main as cli_main
 
     return cli_main(argv)

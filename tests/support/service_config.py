@@ -1,4 +1,4 @@
-"""Configuration of the fault-injecting test service (see :mod:`aiospark.testing.service`).
+"""Configuration of the fault-injecting test service (see :mod:`tests.support.service`).
 
 :class:`ServiceConfig` is a frozen, validated dataclass.  It is shared by the
 in-thread and the out-of-process mode and travels to the child process (and
@@ -31,7 +31,7 @@ def _is_number(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Behaviour of a :class:`~aiospark.testing.service.FaultService`.
+    """Behaviour of a :class:`~tests.support.service.FaultService`.
 
     Latency (applied to ``/item``, ``/batch`` and ``/echo``):
 
