@@ -31,7 +31,9 @@ class HttpStub:
     /auth/<id>             needs "Authorization: Bearer HTTP_TOKEN", else 401
     /basic/<id>            needs HTTP basic auth reader:b4sic-pw, else 401
     /text/<id>             200 with a non-JSON body
-    POST /batch            {"keys": [...]} -> {"results": {str(k): row}}; key "boom" -> 500
+    POST /batch            {"keys": [...]} -> {"results": {str(k): row}}; key "boom" -> 500;
+                           key "reject" -> 400 (the whole batch); a body over 1 MiB -> 413
+    /echo/<id>, POST /echo 500 whose body is the request's headers as JSON (a server that echoes)
     """
 
     def __init__(self):
@@ -53,12 +55,17 @@ class HttpStub:
             self.batch_bodies.append(body)
             if "boom" in body["keys"]:
                 return web.Response(status=500, text="batch failed")
+            if "reject" in body["keys"]:
+                return web.Response(status=400, text="key 'reject' is not allowed")
             results = {}
             for k in body["keys"]:
                 text = k if isinstance(k, str) else json.dumps(k)
                 if text in self.items:
                     results[text] = self.items[text]
             return web.json_response({"results": results})
+        if head == "echo":
+            return web.json_response({"error": "upstream failed", "request_headers": dict(request.headers)},
+                                     status=500)
         if head == "item":
             row = self.items.get(args[0])
             return web.json_response(row) if row is not None else web.Response(status=404)

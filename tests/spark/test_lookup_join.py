@@ -146,3 +146,83 @@ class TestValidation:
     def test_bad_cache(self, spark):
         with pytest.raises(TypeError, match="LookupCache"):
             aiospark.lookup_join(spark.range(3), Counting(), on="id", cache={})
+
+
+# --- issue 17: hostile keys, key typing, retry on a miss in left joins -------------------------------------
+
+class EventuallyConsistent(LookupSource):
+    """A dimension whose keys are found only from their third lookup on (per worker process)."""
+
+    schema = "label STRING"
+
+    def __init__(self):
+        self.calls = {}
+
+    async def lookup(self, key):
+        self.calls[key] = self.calls.get(key, 0) + 1
+        return [{"label": f"L{key[0]}"}] if self.calls[key] >= 3 else []
+
+
+@pytest.mark.parametrize("how", ["left", "inner"])
+def test_retry_on_a_miss_sees_the_source_result_before_padding(spark, how):
+    df = spark.range(0, 40, 1, 2).withColumnRenamed("id", "k")
+    retry = aiospark.RetryStrategy.fixed_delay(4, 0.01, result_predicate=aiospark.retry_if_empty)
+    rows = aiospark.lookup_join(df, EventuallyConsistent(), on="k", how=how, retry=retry).collect()
+    assert sorted((r.k, r.label) for r in rows) == [(k, f"L{k}") for k in range(40)]
+    # without retry the first lookup misses: padded (left) or dropped (inner)
+    plain = aiospark.lookup_join(df, EventuallyConsistent(), on="k", how=how).collect()
+    assert [r.label for r in plain] == ([None] * 40 if how == "left" else [])
+
+
+def test_retry_predicate_of_a_left_join_gets_the_source_rows(spark):
+    df = spark.range(0, 10, 1, 1).withColumnRenamed("id", "k")
+    retry = aiospark.RetryStrategy.fixed_delay(1, 0.01, result_predicate=lambda found: found == [])
+    rows = aiospark.lookup_join(df, Counting(), on="k", how="left", retry=retry).collect()
+    # keys 0 and 5 miss: retried once, still missing, then padded; the others: two rows each
+    assert sorted(r.k for r in rows if r.label is None) == [0, 5] and len(rows) == 2 + 8 * 2
+
+
+def test_string_keys_against_an_int_column_follow_sparks_cast(spark, pg_server):
+    pg_server.execute("CREATE TABLE IF NOT EXISTS by_int (id INT PRIMARY KEY, name TEXT)")
+    pg_server.execute("DELETE FROM by_int")
+    pg_server.execute("INSERT INTO by_int VALUES (1, 'one'), (7, 'seven'), (10, 'ten'), (123, 'many')")
+    keys = ["1", "١", "１", "1_0", "1_2_3", " 7 ", "007", "+1", "1.0", "10", "x", None]
+    source = PostgresLookup("by_int", "id", "name STRING", dsn=pg_server.dsn)
+    df = spark.createDataFrame([(k,) for k in keys], "id STRING")
+    rows = aiospark.lookup_join(df, source, on="id").collect()
+    spark_cast = {r.s: r.i for r in df.selectExpr("id AS s", "try_cast(id AS INT) AS i").collect()}
+    names = {1: "one", 7: "seven", 10: "ten", 123: "many"}
+    assert {r.id: r.name for r in rows} == {k: names.get(spark_cast[k]) for k in keys}
+    assert {r.id: r.name for r in rows}["١"] is None and {r.id: r.name for r in rows}["007"] == "seven"
+
+
+def test_hostile_keys_in_a_batch_leave_their_neighbours_alone(spark, pg_server):
+    pg_server.execute("CREATE TABLE IF NOT EXISTS by_text (code TEXT PRIMARY KEY, name TEXT)")
+    pg_server.execute("DELETE FROM by_text")
+    pg_server.execute("INSERT INTO by_text SELECT 'c' || g, 'N' || g FROM generate_series(0, 49) g")
+    keys = [f"c{i}" for i in range(50)] + ["nul\x00byte", "k" * 1_048_576, "missing"]
+    source = PostgresLookup("by_text", "code", "name STRING", dsn=pg_server.dsn)
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "n INT, code STRING").coalesce(1)
+    rows = aiospark.lookup_join(df, source, on="code", on_error="row").collect()
+    assert all(r._error is None for r in rows) and len(rows) == len(keys)
+    assert {r.n: r.name for r in rows} == {i: (f"N{i}" if i < 50 else None) for i in range(len(keys))}
+    binary = spark.createDataFrame([(b"c1",), (b"\xff\xfe",), (b"c2",)], "code BINARY")
+    got = aiospark.lookup_join(binary, source, on="code").collect()
+    assert sorted((bytes(r.code), r.name) for r in got) == [(b"c1", "N1"), (b"c2", "N2"), (b"\xff\xfe", None)]
+
+
+def test_redis_wrongtype_key_is_its_own_error_row(spark, redis_server):
+    redis_server.client().set("customer:plain-string", "not a hash")
+    source = RedisLookup("customer:{customer_id}", "name STRING", url=redis_server.url)
+    df = orders(spark, ["c1", "plain-string", "c2", "missing"]).coalesce(1)
+    rows = aiospark.lookup_join(df, source, on="customer_id", on_error="row").collect()
+    by_key = {(r.customer_id or r._input.customer_id): r for r in rows}
+    assert by_key["c1"].name == "N1" and by_key["c2"].name == "N2" and by_key["missing"].name is None
+    assert "WRONGTYPE" in by_key["plain-string"]._error and by_key["plain-string"].name is None
+
+
+@pytest.mark.parametrize("ddl", ["k TIMESTAMP", "k FLOAT", "k ARRAY<INT>"])
+def test_key_types_without_an_exact_conversion_are_refused_up_front(spark, ddl):
+    df = spark.createDataFrame([], ddl)
+    with pytest.raises(TypeError, match=r"cast\("):
+        aiospark.lookup_join(df, Counting(), on="k")

@@ -24,7 +24,17 @@ value as text (strings as is, others as JSON: ``42``, ``1.5``, ``true``) or, for
 composite keys, the compact JSON list (``["a",1]``); or ``{"results": [...]}``
 aligned with the request's keys. Absent keys are misses. ``batch_request(keys)``
 and ``batch_response(body, keys) -> {key: row | rows | None}`` replace the default
-formats.
+formats. Each key gets its own outcome: a row that does not fit the schema is that key's
+error, and a batch the server refuses with a 4xx status (other than 429) is split in halves
+until each key stands alone, whose refusal is then its own error; the other keys go on.
+
+Keys are sent as Spark's ``CAST(key AS STRING)`` prints them (:mod:`aiospark.lookup.keys`);
+in a URL, BINARY keys are percent-encoded byte by byte; in a JSON batch body, a key JSON cannot
+carry (bytes that are not UTF-8, NaN) is a miss. Every secret (token, basic-auth pair, header
+values, URL userinfo) is scrubbed from messages, response bodies included
+(:mod:`aiospark.connectors.redaction`). The aiohttp session (a bounded connection pool) is
+shared by every ``HttpLookup`` of one configuration in the process
+(:mod:`aiospark.connectors.shared`).
 """
 
 from __future__ import annotations
@@ -33,20 +43,27 @@ import asyncio
 import base64
 import email.utils
 import json
+import math
 import re
 import time
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import quote, urlsplit, urlunsplit, unquote
 
+from ..lookup import keys as keyconv
 from ..lookup.schema import RowMapper, parse_schema
 from ..lookup.source import LookupSource
 from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
-                      check_positive, has_null, redact, resolve_secret, short)
+                      check_positive, has_null, resolve_secret, short)
+from .redaction import Redactor, scrubbed
+from .shared import SHARED, config_key
 
 __all__ = ["HttpLookup", "HttpStatusError"]
 
 _QUERY_RE = re.compile(r"(https?://[^\s'\"?#]*)\?[^\s'\"]*")
 _SECRETISH = ("key", "token", "secret", "pass", "auth", "sig", "credential")
+#: Request headers whose values are not secrets (every other header value is scrubbed)
+_PLAIN_HEADERS = {"accept", "accept-encoding", "accept-language", "cache-control", "content-type",
+                  "user-agent"}
 
 
 class HttpStatusError(ConnectorError):
@@ -78,16 +95,30 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def _encode(v: Any) -> str:
-    s = v if isinstance(v, str) else (v.decode("utf-8") if isinstance(v, bytes) else str(v))
-    if s in (".", ".."):  # a bare dot segment would be normalised away by servers
+    if isinstance(v, (bytes, bytearray)):  # literal bytes, UTF-8 or not
+        s: Any = bytes(v)
+    else:
+        s = keyconv.to_text(v)  # KeyMismatch (no text form): the caller's miss
+    if s in (".", "..", b".", b".."):  # a bare dot segment would be normalised away by servers
         return "%2E" * len(s)
     return quote(s, safe="")
+
+
+def _json_key(v: Any) -> Any:
+    """A key value as the batch body carries it; KeyMismatch when JSON cannot carry it."""
+    if type(v) in (str, int, bool):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise keyconv.KeyMismatch(f"{v!r} has no JSON form")
+        return v
+    return keyconv.to_text(v)
 
 
 def _key_text(v: Any) -> str:
     if type(v) is int:  # the common case; what json.dumps would give
         return str(v)
-    return v if isinstance(v, str) else json.dumps(v, default=str)
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _split_url(url: str, what: str, allow_fields: bool) -> tuple[str, str, Secret | None, Secret | None]:
@@ -167,7 +198,8 @@ class HttpLookup(LookupSource):
         self.method = str(method).upper()
         if self.method not in ("GET", "POST"):
             raise ValueError(f"method must be 'GET' or 'POST', got {method!r}")
-        self._headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        self._headers = {str(k): (v.reveal() if isinstance(v, Secret) else str(v))
+                         for k, v in (headers or {}).items()}
         if json_path is not None and (not isinstance(json_path, str) or not json_path.strip(".")):
             raise ValueError(f"json_path must be a dotted path like 'data.items', got {json_path!r}")
         self.json_path = json_path
@@ -197,13 +229,18 @@ class HttpLookup(LookupSource):
             raise ValueError("an 'Authorization' header conflicts with auth_token/URL credentials")
         self._name = f"HttpLookup({self._hostport})"
         self._session: Any = None
+        self._redactor = self._make_redactor()
+
+    def _make_redactor(self) -> Redactor:
+        header_secrets = (Secret(v) for k, v in self._headers.items() if k.lower() not in _PLAIN_HEADERS)
+        return Redactor(self._token, self._password, *header_secrets, basic=(self._user, self._password))
 
     @property
     def supports_batch(self) -> bool:  # type: ignore[override]
         return self.batch_url is not None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_session": None}
+        return {**self.__dict__, "_session": None, "_session_key": None}
 
     def __repr__(self) -> str:
         tpl = _mask_query(self._tpl.template)
@@ -213,7 +250,19 @@ class HttpLookup(LookupSource):
 
     __str__ = __repr__
 
+    def _request_headers(self) -> dict[str, str]:
+        headers = dict(self._headers)
+        if self._token:
+            headers["Authorization"] = f"{self._auth_scheme} {self._token.reveal()}".strip()
+        elif self._user or self._password:
+            pair = (f"{self._user.reveal() if self._user else ''}:"
+                    f"{self._password.reveal() if self._password else ''}")
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return headers
+
+    @scrubbed
     async def open(self) -> None:
+        """Take this configuration's shared aiohttp session (made on first use)."""
         import aiohttp
 
         if self._session is not None:
@@ -223,32 +272,31 @@ class HttpLookup(LookupSource):
             if self._token is None:
                 raise ConnectorError(f"environment variable {self._token_env} (auth_token_env) is "
                                      "not set", source=self._name)
-        headers = dict(self._headers)
-        if self._token:
-            headers["Authorization"] = f"{self._auth_scheme} {self._token.reveal()}".strip()
-        elif self._user or self._password:
-            pair = (f"{self._user.reveal() if self._user else ''}:"
-                    f"{self._password.reveal() if self._password else ''}")
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.max_connections),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            headers=headers, raise_for_status=False,
-        )
+            self._redactor = self._make_redactor()
+        headers = self._request_headers()
+        key = config_key("http", sorted(headers.items()), self.max_connections, self.timeout)
+
+        async def create() -> Any:
+            return aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers=headers, raise_for_status=False,
+            )
+
+        self._session = await SHARED.acquire(key, create, _close_session)
+        self._session_key = key
 
     async def close(self) -> None:
+        """Give the shared session back (the last user closes it). Safe to call twice."""
         session, self._session = self._session, None
         if session is not None:
-            await session.close()
+            await SHARED.release(self._session_key)
 
     # --- requests ------------------------------------------------------------------------
 
-    def _secrets(self) -> tuple[Secret | None, ...]:
-        return (self._token, self._password, *(Secret(v) for v in self._headers.values()))
-
     def _short(self, exc: BaseException) -> str:
         """Redacted exception text with URL query strings (which may hold keys) cut off."""
-        return _QUERY_RE.sub(r"\1?...", short(exc, *self._secrets()))
+        return _QUERY_RE.sub(r"\1?...", self._redactor.scrub(short(exc, limit=10_000), limit=300))
 
     async def _request(self, method: str, url: str, body: Any, missing_ok: bool) -> Any:
         import aiohttp
@@ -291,7 +339,8 @@ class HttpLookup(LookupSource):
         status = resp.status
         retryable = status == 429 or status >= 500
         retry_after = parse_retry_after(resp.headers.get("Retry-After")) if retryable else None
-        text = redact(data[:200].decode("utf-8", "replace"), *self._secrets()).strip()
+        # scrub the whole body before cutting it: a cut could leave half a secret behind
+        text = self._redactor.scrub(data[:65_536].decode("utf-8", "replace"), limit=200).strip()
         msg = f"HTTP {status} {resp.reason or ''} for {method} {self._where(url)}".rstrip()
         if text:
             msg += f": {text}"
@@ -328,46 +377,92 @@ class HttpLookup(LookupSource):
                                      f"{type(item).__name__}", source=self._name)
         return rows
 
+    def _rows_or_error(self, data: Any) -> Any:
+        """A key's rows, or its own ConnectorError (a row that does not fit the schema)."""
+        try:
+            return self._rows(data)
+        except ConnectorError as exc:
+            return exc
+        except ValueError as exc:
+            return ConnectorError(str(exc), source=self._name)
+
+    @scrubbed
     async def lookup(self, key: tuple) -> list[dict]:
         """GET (or POST) the rendered URL; 404 -> ``[]``; see the module doc for errors."""
         key = check_key(key, len(self.key_columns), self._name)
         if has_null(key):
             return []
-        url = self._tpl.render(key, _encode)
-        body = dict(zip(self.key_columns, key)) if self.method == "POST" else None
+        try:
+            url = self._tpl.render(key, _encode)
+            body = ({c: _json_key(v) for c, v in zip(self.key_columns, key)}
+                    if self.method == "POST" else None)
+        except keyconv.KeyMismatch:
+            return []
         data = await self._request(self.method, url, body, missing_ok=True)
         try:
             return self._rows(self._select(data) if self._path else data)
         except ValueError as exc:
             raise ConnectorError(str(exc), source=self._name) from None
 
-    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
-        """One ``POST batch_url`` for all ``keys``; see the module doc for the format."""
+    @scrubbed
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        """One ``POST batch_url`` for all ``keys`` (split on a 4xx); see the module doc."""
         if self.batch_url is None:
             raise NotImplementedError(f"{self._name} has no batch_url")
         arity = len(self.key_columns)
-        wanted = [k for k in (check_key(k, arity, self._name) for k in keys) if not has_null(k)]
-        if not wanted:
-            return {}
+        wanted: list[tuple[tuple, tuple]] = []  # (key, its JSON form)
+        for k in (check_key(k, arity, self._name) for k in keys):
+            if has_null(k):
+                continue
+            try:
+                wanted.append((k, tuple(_json_key(v) for v in k)))
+            except keyconv.KeyMismatch:
+                pass  # JSON cannot carry it: a miss
+        out: dict[tuple, Any] = {}
+        if wanted:
+            await self._batch(wanted, out)
+        return out
+
+    async def _batch(self, wanted: list[tuple[tuple, tuple]], out: dict[tuple, Any]) -> None:
+        arity = len(self.key_columns)
+        sent = [j for _, j in wanted]
         if self._batch_request is not None:
-            body = self._batch_request(wanted)
+            body = self._batch_request(sent)
         else:
-            body = {"keys": [k[0] if arity == 1 else list(k) for k in wanted]}
-        data = await self._request("POST", self.batch_url, body, missing_ok=False)
+            body = {"keys": [j[0] if arity == 1 else list(j) for j in sent]}
         try:
-            if self._batch_response is not None:
-                found = self._batch_response(data, wanted) or {}
-                return {k: self._rows(found.get(k)) for k in wanted}
-            results = data.get("results") if isinstance(data, Mapping) else None
-            if isinstance(results, Mapping):
-                if arity == 1:
-                    return {k: self._rows(results.get(_key_text(k[0]))) for k in wanted}
-                return {k: self._rows(results.get(json.dumps(list(k), separators=(",", ":"),
-                                                             ensure_ascii=False, default=str)))
-                        for k in wanted}
-            if isinstance(results, list) and len(results) == len(wanted):
-                return {k: self._rows(r) for k, r in zip(wanted, results)}
-        except ValueError as exc:
-            raise ConnectorError(str(exc), source=self._name) from None
+            data = await self._request("POST", self.batch_url, body, missing_ok=False)
+        except HttpStatusError as exc:
+            if exc.retryable or exc.status < 400 or exc.status >= 500:
+                raise
+            if len(wanted) == 1:  # refused on its own: this key's error
+                out[wanted[0][0]] = exc
+                return
+            half = len(wanted) // 2  # one key may be what the server refuses: split
+            await asyncio.gather(self._batch(wanted[:half], out), self._batch(wanted[half:], out))
+            return
+        if self._batch_response is not None:
+            try:
+                found = self._batch_response(data, sent) or {}
+            except ValueError as exc:
+                raise ConnectorError(str(exc), source=self._name) from None
+            for k, j in wanted:
+                out[k] = self._rows_or_error(found.get(j))
+            return
+        results = data.get("results") if isinstance(data, Mapping) else None
+        if isinstance(results, Mapping):
+            for k, j in wanted:
+                text = (_key_text(j[0]) if arity == 1
+                        else json.dumps(list(j), separators=(",", ":"), ensure_ascii=False))
+                out[k] = self._rows_or_error(results.get(text))
+            return
+        if isinstance(results, list) and len(results) == len(wanted):
+            for (k, _), r in zip(wanted, results):
+                out[k] = self._rows_or_error(r)
+            return
         raise ConnectorError('batch response must be {"results": {key: rows}} or {"results": [...]} '
                              "aligned with the request's keys", source=self._name)
+
+
+async def _close_session(session: Any) -> None:
+    await session.close()

@@ -17,33 +17,45 @@ Queries are parameterised and prepared (asyncpg caches them per connection):
 Identifiers (table, ``schema.table``, columns) must be plain SQL identifiers
 (letters, digits, ``_``, ``$``; at most 63 chars) and are double-quoted, so they
 are case-sensitive. The output columns are the schema's column names; values
-are what asyncpg returns for the columns' types. Key values are coerced to the
-key columns' types where simple (e.g. ``42`` for a TEXT key becomes ``"42"``); a
-value that cannot be one (``"abc"`` for an INT key) is a miss.
+are what asyncpg returns for the columns' types.
+
+Keys are converted to the key columns' types by :mod:`aiospark.lookup.keys` (Spark SQL's cast
+rules: ``42`` for a TEXT key is ``'42'``; ``'007'`` for an INT key is 7, ``'١'`` or ``'1_0'``
+are none). A value with no conversion, or one PostgreSQL cannot hold (a NUL character in text,
+invalid UTF-8, a BIGINT beyond an INT column's range), can equal no row: a miss, without a query.
+When a batch query still fails on a value (SQLSTATE class 22 "data exception" or 54 "program
+limit exceeded"), its keys are looked up one by one so that each gets its own outcome: a miss for a
+value PostgreSQL rejects, that key's own error for anything else; the other keys are unaffected.
+
+The pool is shared by every ``PostgresLookup`` of one configuration in the process (and event
+loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospark.connectors.shared`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import decimal
 import os
 import re
-import uuid
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ..lookup import keys as keyconv
 from ..lookup.schema import parse_schema
 from ..lookup.source import LookupSource
 from ._common import (ConnectorError, ConnectorTimeout, Secret, check_key, check_positive,
                       has_null, resolve_secret, short)
+from .redaction import Redactor, scrubbed
+from .shared import SHARED, config_key
 
 __all__ = ["PostgresLookup", "quote_ident"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 _RETRYABLE_STATES = ("08", "40001", "40P01", "53", "57P0")
 _TEXT = {"text", "varchar", "bpchar", "name", "citext"}
-_INT = {"int2", "int4", "int8"}
+_INT_BITS = {"int2": 16, "int4": 32, "int8": 64}
 _FLOAT = {"float4", "float8"}
+#: SQLSTATE classes of errors caused by a parameter's value: data exception, program limit exceeded
+_VALUE_STATES = ("22", "54")
 
 
 def quote_ident(name: str, what: str = "identifier") -> str:
@@ -54,26 +66,22 @@ def quote_ident(name: str, what: str = "identifier") -> str:
     return f'"{name}"'
 
 
-def _coerce(value: Any, typ: str) -> Any:
-    """Coerce a key value to a parameter type; raises ValueError/TypeError if impossible."""
+def _text_key(value: Any) -> str:
+    text = keyconv.to_text(value)
+    if "\x00" in text:  # PostgreSQL text cannot hold NUL: no row has such a key
+        raise keyconv.KeyMismatch("text with a NUL character")
+    return text
+
+
+def key_converter(typ: str) -> Callable[[Any], Any]:
+    """The conversion of a key value to the PostgreSQL type named ``typ`` (see the module doc)."""
     if typ in _TEXT:
-        return value if isinstance(value, str) else (
-            value.decode("utf-8") if isinstance(value, bytes) else str(value))
-    if typ in _INT:
-        if isinstance(value, bool):
-            raise TypeError("bool")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, (float, decimal.Decimal)) and value == int(value):
-            return int(value)
-        return int(str(value).strip())
+        return _text_key
+    if typ in _INT_BITS:
+        return keyconv.converter("int", _INT_BITS[typ])
     if typ in _FLOAT:
-        return float(value)
-    if typ == "numeric":
-        return decimal.Decimal(str(value))
-    if typ == "uuid":
-        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-    return value
+        return keyconv.to_float
+    return keyconv.converter({"numeric": "decimal", "uuid": "uuid", "bool": "bool"}.get(typ, typ))
 
 
 class PostgresLookup(LookupSource):
@@ -148,6 +156,7 @@ class PostgresLookup(LookupSource):
         db = database or dsn_parts.get("database") or ""
         self._name = f"PostgresLookup({table} @ {self.host}:{self.port}{'/' + db if db else ''})"
         self._pool: Any = None
+        self._redactor = Redactor(self._password)
 
     @staticmethod
     def _parse_dsn(dsn: str | None) -> tuple[str | None, dict, Secret | None]:
@@ -172,7 +181,7 @@ class PostgresLookup(LookupSource):
         return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query))), info, pw
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None}
+        return {**self.__dict__, "_pool": None, "_pool_key": None, "_convert": None}
 
     def __repr__(self) -> str:
         return (f"PostgresLookup({self.table!r}, {list(self.key_columns)!r}, {self.schema!r}, "
@@ -184,7 +193,7 @@ class PostgresLookup(LookupSource):
     def _error(self, exc: BaseException, what: str) -> ConnectorError:
         import asyncpg
 
-        why = short(exc, self._password)
+        why = self._redactor.scrub(short(exc))
         if isinstance(exc, (asyncpg.InvalidPasswordError,
                             asyncpg.InvalidAuthorizationSpecificationError)):
             hint = f"password= or ${self._password_env}" if self._password_env else "password="
@@ -207,29 +216,45 @@ class PostgresLookup(LookupSource):
                                   retryable=True)
         return ConnectorError(f"{what} failed: {why}", source=self._name)
 
-    async def open(self) -> None:
+    def _config_key(self) -> str:
+        return config_key("postgres", self._dsn, self.host, self.port, self.user, self.database,
+                          self._password.reveal() if self._password else None, self.pool_size, self.timeout)
+
+    async def _create_pool(self) -> Any:
         import asyncpg
 
-        if self._pool is not None:
-            return
-        if self._password is None and self._password_env:
-            self._password = resolve_secret(None, self._password_env)
         kwargs = {k: v for k, v in (("host", self.host), ("port", self.port), ("user", self.user),
                                     ("database", self.database)) if v is not None}
         try:
-            pool = await asyncpg.create_pool(
+            return await asyncpg.create_pool(
                 self._dsn, password=self._password.reveal() if self._password else None,
                 min_size=1, max_size=self.pool_size, timeout=self.timeout,
                 command_timeout=self.timeout, **kwargs)
         except Exception as exc:
             raise self._error(exc, "connect") from None
+
+    @staticmethod
+    async def _close_pool(pool: Any) -> None:
+        await pool.close()
+
+    @scrubbed
+    async def open(self) -> None:
+        """Take this configuration's shared pool (made on first use) and prepare the queries."""
+        if self._pool is not None:
+            return
+        if self._password is None and self._password_env:
+            self._password = resolve_secret(None, self._password_env)
+            self._redactor = Redactor(self._password)
+        key = self._config_key()
+        pool = await SHARED.acquire(key, self._create_pool, self._close_pool)
         try:
             async with pool.acquire() as con:
                 stmt = await con.prepare(self._sql_one)
                 self._types = [(t.schema, t.name) for t in stmt.get_parameters()]
         except Exception as exc:
-            await pool.close()
+            await SHARED.release(key)
             raise self._error(exc, "prepare") from None
+        self._convert = [key_converter(name) for _, name in self._types]
         types = [f"{quote_ident(s, 'type schema')}.{quote_ident(n, 'type')}[]" for s, n in self._types]
         if len(self.key_columns) == 1:
             self._sql_batch = (f"SELECT __t.{self._qkeys[0]}, {self._cols_sql} FROM {self._qtable} AS __t "
@@ -240,17 +265,19 @@ class PostgresLookup(LookupSource):
             on = " AND ".join(f'__t.{q} = __k."__k{i}"' for i, q in enumerate(self._qkeys))
             self._sql_batch = (f'SELECT __k."__i", {self._cols_sql} FROM unnest({arrays}) WITH ORDINALITY '
                                f'AS __k({names}, "__i") JOIN {self._qtable} AS __t ON {on}')
-        self._pool = pool
+        self._pool, self._pool_key = pool, key
 
     async def close(self) -> None:
+        """Give the shared pool back (the last user closes it). Safe to call twice."""
         pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close()
+            await SHARED.release(self._pool_key)
 
     def _coerced(self, key: tuple) -> tuple | None:
+        """The key in the columns' types, or None when it can equal no row."""
         try:
-            return tuple(_coerce(v, t) for v, (_, t) in zip(key, self._types))
-        except (ValueError, TypeError, ArithmeticError, UnicodeDecodeError):
+            return tuple(conv(v) for v, conv in zip(key, self._convert))
+        except (ValueError, TypeError, ArithmeticError):  # KeyMismatch is a ValueError
             return None
 
     def _pool_or_fail(self) -> Any:
@@ -258,6 +285,7 @@ class PostgresLookup(LookupSource):
             raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
         return self._pool
 
+    @scrubbed
     async def lookup(self, key: tuple) -> list[dict]:
         """Rows whose key columns equal ``key`` (``[]`` if none)."""
         key = check_key(key, len(self.key_columns), self._name)
@@ -265,15 +293,36 @@ class PostgresLookup(LookupSource):
         args = None if has_null(key) else self._coerced(key)
         if args is None:
             return []
+        return await self._fetch_one(pool, args)
+
+    async def _fetch_one(self, pool: Any, args: tuple) -> list[dict]:
         try:
             records = await pool.fetch(self._sql_one, *args)
         except Exception as exc:
+            if _value_error(exc):
+                return []  # PostgreSQL cannot hold this value, so no row has it
             raise self._error(exc, "SELECT") from None
         cols = self.columns
         return [dict(zip(cols, r)) for r in records]
 
-    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
-        """One query for all keys (``= ANY`` or ``unnest``); absent keys are misses."""
+    async def _one_by_one(self, pool: Any, wanted: dict[tuple, list[tuple]],
+                          out: dict[tuple, Any]) -> dict[tuple, Any]:
+        """Each key of a failed batch on its own: its rows, a miss, or its own error."""
+        async def one(c: tuple) -> None:
+            try:
+                rows: Any = await self._fetch_one(pool, c)
+            except ConnectorError as exc:
+                rows = exc
+            for i, k in enumerate(wanted[c]):
+                out[k] = rows if (i == 0 or isinstance(rows, BaseException)) else [dict(r) for r in rows]
+
+        await asyncio.gather(*(one(c) for c in wanted))
+        return out
+
+    @scrubbed
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        """One query for all keys (``= ANY`` or ``unnest``); absent keys are misses. If the query
+        fails on a value, each key is looked up alone (its rows, a miss or its own error)."""
         arity = len(self.key_columns)
         pool = self._pool_or_fail()
         out: dict[tuple, list[dict]] = {}
@@ -296,6 +345,10 @@ class PostgresLookup(LookupSource):
         try:
             records = await pool.fetch(self._sql_batch, *args)
         except Exception as exc:
+            if _value_error(exc) and len(order) > 1:
+                return await self._one_by_one(pool, wanted, out)
+            if _value_error(exc):
+                return out
             raise self._error(exc, "batch SELECT") from None
         cols = self.columns
         bpchar = self._types[0][1] == "bpchar"
@@ -314,3 +367,13 @@ class PostgresLookup(LookupSource):
             for i, k in enumerate(originals):
                 out[k].append(row if i == 0 else dict(row))
         return out
+
+
+def _value_error(exc: BaseException) -> bool:
+    """True for a PostgreSQL error caused by a parameter's value (or a value asyncpg cannot encode)."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.PostgresError):
+        return (getattr(exc, "sqlstate", "") or "").startswith(_VALUE_STATES)
+    # asyncpg's own encoding of a parameter (e.g. an int beyond int8) fails before the query is sent
+    return isinstance(exc, (asyncpg.DataError, OverflowError, UnicodeEncodeError))

@@ -18,7 +18,15 @@ Kinds:
 
 Values are converted to the schema types (INT, BIGINT, DOUBLE, FLOAT, BOOLEAN,
 STRING, DECIMAL, DATE, TIMESTAMP; ARRAY/MAP/STRUCT from JSON text). Key values are
-inserted into the template as ``str(value)``, unencoded (Redis keys are binary safe).
+inserted into the template as Spark's ``CAST(value AS STRING)`` prints them (``True`` ->
+``true``, ``1e20`` -> ``1.0E20``; :mod:`aiospark.lookup.keys`), unencoded: Redis keys are binary
+safe, so BINARY values are inserted as their raw bytes, valid UTF-8 or not. A key with no text
+form (a timestamp) is a miss.
+
+Batches are per key: a key whose command fails (``WRONGTYPE``) or whose stored value does not fit
+the schema gets its own error; the other keys of the batch are unaffected. The client (a bounded
+connection pool) is shared by every ``RedisLookup`` of one configuration in the process:
+see :mod:`aiospark.connectors.shared`.
 The password comes from ``password=``, the URL, or ``$REDIS_PASSWORD``
 (``password_env``), and is never shown in ``repr`` or errors.
 Note: ``MGET`` needs all keys in one slot on Redis Cluster (not supported here).
@@ -31,10 +39,13 @@ import json
 from typing import Any, Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ..lookup import keys as keyconv
 from ..lookup.schema import RowMapper, parse_schema
 from ..lookup.source import LookupSource
 from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
                       check_positive, has_null, resolve_secret, short)
+from .redaction import Redactor, scrubbed
+from .shared import SHARED, config_key
 
 __all__ = ["RedisLookup"]
 
@@ -44,11 +55,9 @@ _KINDS = ("hash", "string", "json")
 def _key_str(v: Any) -> str:
     if isinstance(v, str):
         return v
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "surrogateescape")
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+    if isinstance(v, (bytes, bytearray)):  # raw bytes survive as surrogates until _render encodes
+        return bytes(v).decode("utf-8", "surrogateescape")
+    return keyconv.to_text(v)
 
 
 def redis_error(exc: BaseException, what: str, *, password: Any, password_env: Any, where: str,
@@ -56,7 +65,7 @@ def redis_error(exc: BaseException, what: str, *, password: Any, password_env: A
     """A redis-py exception as a ConnectorError naming the server, never the password."""
     import redis.exceptions as rex
 
-    why = short(exc, password)
+    why = Redactor(password).scrub(short(exc))
     if isinstance(exc, rex.AuthenticationError) or "NOAUTH" in why or "WRONGPASS" in why:
         hint = f"password= or ${password_env}" if password_env else "password="
         return ConnectorError(f"authentication failed at {where} ({why}); check {hint}", source=source)
@@ -125,6 +134,7 @@ class RedisLookup(LookupSource):
         self.max_batch_size, self.max_batch_delay = max_batch_size, float(max_batch_delay)
         self._name = f"RedisLookup({self._where})"
         self._client: Any = None
+        self._redactor = Redactor(self._password)
 
     @staticmethod
     def _parse_url(url: str) -> tuple[str, str, Secret | None, Secret | None]:
@@ -155,7 +165,7 @@ class RedisLookup(LookupSource):
         return clean, where, user, pw
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_client": None, "_pool": None, "_sem": None}
+        return {**self.__dict__, "_client": None, "_sem": None, "_client_key": None}
 
     def __repr__(self) -> str:
         return (f"RedisLookup({self._tpl.template!r}, {self.schema!r}, url={self._url!r}, "
@@ -167,15 +177,15 @@ class RedisLookup(LookupSource):
         return redis_error(exc, what, password=self._password, password_env=self._password_env,
                            where=self._where, timeout=self.timeout, source=self._name)
 
-    async def open(self) -> None:
+    def _config_key(self) -> str:
+        return config_key("redis", self._url, self._password.reveal() if self._password else None,
+                          self._username, self.max_connections, self.timeout)
+
+    async def _create_client(self) -> Any:
         import redis.asyncio as aredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        if self._client is not None:
-            return
-        if self._password is None and self._password_env:
-            self._password = resolve_secret(None, self._password_env)
         pool = aredis.BlockingConnectionPool.from_url(
             self._url, max_connections=self.max_connections, timeout=self.timeout,
             password=self._password.reveal() if self._password else None, username=self._username,
@@ -183,23 +193,39 @@ class RedisLookup(LookupSource):
             retry=Retry(NoBackoff(), 1),
         )
         client = aredis.Redis(connection_pool=pool)
-        # Queue excess callers on a cheap FIFO semaphore rather than the pool's condition.
-        self._sem = asyncio.Semaphore(self.max_connections)
         try:
             await client.ping()
         except Exception as exc:
-            await client.aclose()
-            await pool.disconnect()
+            await self._close_client(client)
             raise self._error(exc, "PING") from None
-        self._client, self._pool = client, pool
+        return client
+
+    @staticmethod
+    async def _close_client(client: Any) -> None:
+        await client.aclose()
+        await client.connection_pool.disconnect()
+
+    @scrubbed
+    async def open(self) -> None:
+        """Take this configuration's shared client (made, and PINGed, on first use)."""
+        if self._client is not None:
+            return
+        if self._password is None and self._password_env:
+            self._password = resolve_secret(None, self._password_env)
+            self._redactor = Redactor(self._password)
+        key = self._config_key()
+        client = await SHARED.acquire(key, self._create_client, self._close_client)
+        # Queue excess callers on a cheap FIFO semaphore rather than the pool's condition.
+        self._sem = asyncio.Semaphore(self.max_connections)
+        self._client, self._client_key = client, key
 
     async def close(self) -> None:
+        """Give the shared client back (the last user closes it). Safe to call twice."""
         client, self._client = self._client, None
         if client is not None:
-            await client.aclose()
-            await self._pool.disconnect()
+            await SHARED.release(self._client_key)
 
-    def _rows(self, rkey: str, value: Any) -> list[dict]:
+    def _rows(self, rkey: bytes, value: Any) -> list[dict]:
         if value is None or (not value and self.kind != "string"):
             return []
         try:
@@ -210,7 +236,7 @@ class RedisLookup(LookupSource):
             try:
                 data = json.loads(value)
             except ValueError:
-                raise ValueError(f"value of key {rkey!r} is not valid JSON") from None
+                raise ValueError(f"value of key {_shown(rkey)} is not valid JSON") from None
             items = data if isinstance(data, list) else [data]
             rows = []
             for item in items:
@@ -219,7 +245,7 @@ class RedisLookup(LookupSource):
                 elif item is not None and len(self._fields) == 1:
                     rows.append(self._mapper.single(item))
                 elif item is not None:
-                    raise ValueError(f"value of key {rkey!r} must be a JSON object or a list of them")
+                    raise ValueError(f"value of key {_shown(rkey)} must be a JSON object or a list of them")
             return rows
         except ValueError as exc:
             raise ConnectorError(str(exc), source=self._name) from None
@@ -229,13 +255,23 @@ class RedisLookup(LookupSource):
             raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
         return self._client
 
+    def _render(self, key: tuple) -> bytes | None:
+        """The Redis key as bytes (raw bytes of BINARY values kept), or None: no such key."""
+        try:
+            return self._tpl.render(key, _key_str).encode("utf-8", "surrogateescape")
+        except (ValueError, UnicodeEncodeError):  # KeyMismatch: no text form
+            return None
+
+    @scrubbed
     async def lookup(self, key: tuple) -> list[dict]:
         """``HGETALL`` / ``GET`` the rendered key; a missing key or empty hash -> ``[]``."""
         key = check_key(key, len(self.key_columns), self._name)
         if has_null(key):
             return []
         client = self._client_or_fail()
-        rkey = self._tpl.render(key, _key_str)
+        rkey = self._render(key)
+        if rkey is None:
+            return []
         try:
             async with self._sem:
                 value = await (client.hgetall(rkey) if self.kind == "hash" else client.get(rkey))
@@ -243,23 +279,44 @@ class RedisLookup(LookupSource):
             raise self._error(exc, "HGETALL" if self.kind == "hash" else "GET") from None
         return self._rows(rkey, value)
 
-    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, list[dict]]:
-        """One ``MGET`` (string/json) or one pipeline of ``HGETALL`` (hash) for all keys."""
+    @scrubbed
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        """One ``MGET`` (string/json) or one pipeline of ``HGETALL`` (hash) for all keys; each key
+        gets its own outcome (rows, a miss, or its own error)."""
         arity = len(self.key_columns)
-        wanted = [k for k in (check_key(k, arity, self._name) for k in keys) if not has_null(k)]
+        wanted = []
+        for k in (check_key(k, arity, self._name) for k in keys):
+            rk = None if has_null(k) else self._render(k)
+            if rk is not None:
+                wanted.append((k, rk))
         if not wanted:
             return {}
         client = self._client_or_fail()
-        rkeys = [self._tpl.render(k, _key_str) for k in wanted]
+        rkeys = [rk for _, rk in wanted]
+        what = "pipeline HGETALL" if self.kind == "hash" else "MGET"
         try:
             async with self._sem:
                 if self.kind == "hash":
                     async with client.pipeline(transaction=False) as pipe:
                         for rk in rkeys:
                             pipe.hgetall(rk)
-                        values = await pipe.execute()
+                        values = await pipe.execute(raise_on_error=False)
                 else:
                     values = await client.mget(rkeys)
         except Exception as exc:
-            raise self._error(exc, "pipeline HGETALL" if self.kind == "hash" else "MGET") from None
-        return {k: self._rows(rk, v) for k, rk, v in zip(wanted, rkeys, values)}
+            raise self._error(exc, what) from None
+        out: dict[tuple, Any] = {}
+        for (k, rk), v in zip(wanted, values):
+            try:
+                if isinstance(v, Exception):  # this key's command failed (e.g. WRONGTYPE)
+                    raise self._error(v, f"HGETALL {_shown(rk)}")
+                out[k] = self._rows(rk, v)
+            except ConnectorError as exc:
+                out[k] = exc
+        return out
+
+
+def _shown(rkey: bytes) -> str:
+    """A Redis key for a message: as text where it is UTF-8, cut to 80 characters."""
+    text = repr(rkey.decode("utf-8", "backslashreplace"))
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -13,7 +13,8 @@ This is what a lookup join calls once per input row. Per key it:
 
 Every waiter has a future of its own, which the load completes: cancelling one waiter never
 cancels the load others wait on (what ``asyncio.shield`` would give, at a third of the loop
-callbacks). A failed load raises the same exception in every waiter and is not cached.
+callbacks). A failed load raises the same exception in every waiter and is not cached. A batch
+outcome may be an exception for one key: only that key's waiters get it.
 
 Example::
 
@@ -255,7 +256,12 @@ class Lookuper:
             raise
         cache = self.cache
         for key in keys:
-            rows = _as_rows(get(key))
+            found = get(key)
+            if isinstance(found, BaseException):  # this key's own error: its neighbours go on
+                self.errors += 1
+                self._fail(key, found)
+                continue
+            rows = _as_rows(found)
             if cache is not None:
                 cache.put(key, rows)
             self._deliver(key, rows)

@@ -41,8 +41,9 @@ class LookupSource(abc.ABC):
       the join-key values, in key-column order); ``[]`` for a miss. Must be safe to
       call concurrently from many tasks on the loop that ran ``open()``.
     * Optional batching: set ``supports_batch`` true and implement
-      ``async lookup_batch(keys) -> Mapping[tuple, list[dict]]``; keys absent from
-      the mapping are misses. ``max_batch_size`` / ``max_batch_delay`` (seconds)
+      ``async lookup_batch(keys) -> Mapping[tuple, list[dict] | Exception]``; keys absent
+      from the mapping are misses, and an exception as a key's value is that key's own
+      error (its neighbours in the batch are unaffected). ``max_batch_size`` / ``max_batch_delay`` (seconds)
       tell the :class:`~aiospark.lookup.Lookuper` how to group keys.
     * Errors: raise an exception; connectors raise
       :class:`aiospark.connectors.ConnectorError` with a ``retryable`` attribute.
@@ -68,7 +69,7 @@ class LookupSource(abc.ABC):
         """Return the rows for ``key`` (``[]`` when there is none)."""
 
     async def lookup_batch(self, keys: Sequence[Key]) -> Mapping[Key, list[Row]]:
-        """Return ``{key: rows}`` for many keys at once; absent keys are misses."""
+        """Return ``{key: rows | exception}`` for many keys at once; absent keys are misses."""
         raise NotImplementedError(f"{type(self).__name__} does not support batch lookups")
 
     async def __aenter__(self) -> "LookupSource":

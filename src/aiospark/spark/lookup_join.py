@@ -4,6 +4,14 @@ For every input row the key columns ``on`` are looked up in a :class:`~aiospark.
 (through a per-worker :class:`~aiospark.lookup.Lookuper`: optional :class:`~aiospark.lookup.LookupCache`,
 coalescing of concurrent lookups of one key, batching when the source supports it), and the 0..n
 rows found are joined onto the input columns. A NULL in any key column is a miss with no lookup.
+
+Key values reach the source as Spark values and are converted to its key types by
+:mod:`aiospark.lookup.keys` (Spark SQL's cast rules); key columns whose conversion would depend on
+the session (TIMESTAMP, FLOAT, complex types) are refused here, with the cast to write instead.
+
+A ``retry`` with a ``result_predicate`` sees what the source returned for the row's key (a list of
+looked-up rows, ``[]`` for a miss), before the join pads a miss for ``how="left"`` -- so
+``retry_if_empty`` retries misses in left joins as in inner ones (Flink's FLIP-234 ``lookup_miss``).
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..lookup import LookupCache, Lookuper, LookupSource
+from ..lookup.keys import UNSUPPORTED_KEY_TYPES
 from .schema import parse_schema
 from .wait import OUTPUT_BATCH_ROWS, _wait
 
@@ -23,11 +32,16 @@ class _LookupJoin(AsyncFunction):
     """Looks each row up and joins what it finds; opened once per worker (shared cache)."""
 
     def __init__(self, source: LookupSource, on: List[str], columns: List[str], how: str,
-                 cache: Optional[LookupCache], batch: bool):
+                 cache: Optional[LookupCache], batch: bool, names: Optional[List[str]] = None,
+                 pad_as_tuple: bool = False):
         self.lookuper = Lookuper(source, cache=cache, batch=batch)
         self.on = on
         self.columns = columns
         self.left = how == "left"
+        #: the output columns, in order (a padded miss is then a tuple, which the retry predicate
+        #: wrapper tells apart from the dicts of hits: see _SourceRows)
+        self.names = names
+        self.pad_as_tuple = pad_as_tuple
 
     async def open(self) -> None:
         await self.lookuper.open()
@@ -39,7 +53,11 @@ class _LookupJoin(AsyncFunction):
         key = tuple(row[name] for name in self.on)
         found = [] if None in key else await self.lookuper.lookup(key)
         if not found:
-            return [row] if self.left else []
+            if not self.left:
+                return []
+            if self.pad_as_tuple:
+                return [tuple(row.get(n) for n in self.names)]
+            return [row]
         columns = self.columns
         return [{**row, **{c: hit.get(c) for c in columns}} for hit in found]
 
@@ -63,6 +81,44 @@ class _LookupValues(AsyncFunction):
         return [[{c: hit.get(c) for c in self.columns} for hit in found]]
 
 
+class _SourceRows:
+    """A retry ``result_predicate`` applied to what the source returned instead of the join's output.
+
+    Join outputs: dicts for rows found (their looked-up columns are the source's row), a tuple for
+    a padded miss of a left join (the source returned nothing); lookup_udf outputs ``[structs]``.
+    """
+
+    def __init__(self, predicate: Any, columns: List[str], udf: bool = False):
+        self.predicate = predicate
+        self.columns = columns
+        self.udf = udf
+
+    def __call__(self, results: List[Any]) -> bool:
+        if self.udf:
+            found = list(results[0]) if results and results[0] is not None else []
+        else:
+            found = [{c: r.get(c) for c in self.columns} for r in results if type(r) is dict]
+        return self.predicate(found)
+
+
+def _source_retry(retry: Optional[RetryStrategy], columns: List[str], udf: bool = False) -> Optional[RetryStrategy]:
+    """``retry`` whose result predicate sees the source's rows (a new strategy; ``retry`` is unchanged)."""
+    if not isinstance(retry, RetryStrategy) or retry.result_predicate is None:
+        return retry
+    return RetryStrategy(retry.max_retries, retry.initial_delay, retry.max_delay, retry.multiplier, retry.jitter,
+                         _SourceRows(retry.result_predicate, columns, udf), retry.exception_predicate)
+
+
+def _check_key_types(df: Any, keys: List[str]) -> None:
+    for name in keys:
+        typ = df.schema[name].dataType.typeName()
+        advice = UNSUPPORTED_KEY_TYPES.get(typ)
+        if advice:
+            raise TypeError(f"lookup key column {name!r} is {df.schema[name].dataType.simpleString()}, which has no "
+                            f"exact conversion to a source's key: {advice}, e.g. "
+                            f"df.withColumn({name!r}, F.col({name!r}).cast('string'))")
+
+
 def _source_schema(session: Any, source: Any) -> StructType:
     if not callable(getattr(source, "lookup", None)):
         raise TypeError(f"source must be an aiospark LookupSource (HttpLookup, RedisLookup, PostgresLookup or a "
@@ -78,6 +134,10 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
     Lookup columns named like a key column are not repeated; any other name clash is an error.
+    ``timeout`` is seconds per row, retries included; ``None`` or ``<= 0`` means no timeout.
+    ``retry``'s ``result_predicate`` sees the rows the source returned for the key (``[]`` for a
+    miss, also in left joins), so ``retry_if_empty`` retries misses (FLIP-234). Keys are converted
+    to the source's key types by Spark SQL's cast rules (:mod:`aiospark.lookup.keys`).
 
     Example::
 
@@ -95,6 +155,7 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     missing = [k for k in keys if k not in df.columns]
     if missing:
         raise ValueError(f"lookup key column(s) {missing} are not columns of the DataFrame {df.columns}")
+    _check_key_types(df, keys)
     if cache is not None and not isinstance(cache, LookupCache):
         raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")
     looked_up = _source_schema(df.sparkSession, source)
@@ -104,8 +165,11 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
                          "or in the DataFrame before the join")
     added = [f for f in looked_up.fields if f.name not in df.columns]
     out_schema = StructType(df.schema.fields + added)
-    function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch)
-    return _wait(df, function, out_schema, ordered, timeout, capacity, retry, on_error, "_error", "_input",
+    columns = [f.name for f in looked_up.fields]
+    source_retry = _source_retry(retry, columns)
+    function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch, names=out_schema.fieldNames(),
+                           pad_as_tuple=source_retry is not retry)
+    return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
                  OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}")
 
 
@@ -113,6 +177,9 @@ def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, cap
                timeout: Optional[float] = 60.0, retry: Optional[RetryStrategy] = None, batch: bool = True,
                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None) -> Any:
     """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
+
+    ``timeout``: seconds per row, retries included (``None`` or ``<= 0``: no timeout). ``retry``'s
+    ``result_predicate`` sees the source's rows for the key (``[]`` for a miss).
 
     Register it and join with ``inline`` (inner) or ``inline_outer`` (left)::
 
@@ -132,7 +199,8 @@ def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, cap
 
     columns = [f.name for f in parse_ddl_columns(source.schema)]
     function = _LookupValues(source, columns, cache, batch)
-    options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
+    options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity,
+                                 retry=_source_retry(retry, columns, udf=True),
                                  rate_limit=rate_limit, metrics=metrics, name=f"lookup {type(source).__name__}")
     return_type = f"array<struct<{source.schema}>>"
     return AsyncUDF(function, return_type, options, on_error, name=f"lookup_{type(source).__name__}")

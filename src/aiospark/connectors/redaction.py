@@ -1,0 +1,148 @@
+"""The one place that knows a source's secrets and scrubs them from every text that leaves it.
+
+A connector builds one :class:`Redactor` from everything secret it was given (passwords, tokens,
+basic-auth pairs, header values, URL userinfo) and passes every error message, per-key error and
+repr through it. Each secret is scrubbed in every form it can take in a message: as is,
+URL-encoded, JSON- or repr-escaped (a server that echoes a request as JSON), and for a basic-auth
+pair as ``user:password`` and its base64 (an echoed ``Authorization`` header).
+
+Example::
+
+    >>> r = Redactor(Secret("s3cret"), basic=(Secret("ann"), Secret("pw-1")))
+    >>> r.scrub("token s3cret, header Basic YW5uOnB3LTE=")
+    'token ***, header Basic ***'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import json
+from typing import Any, Awaitable, Callable, TypeVar
+from urllib.parse import quote, quote_plus
+
+from ._common import ConnectorError, Secret
+
+__all__ = ["Redactor", "scrubbed"]
+
+MASK = "***"
+#: Bodies and messages are scrubbed whole, up to this many characters, and only then cut short
+#: (cutting first could leave half a secret at the cut).
+SCRUB_LIMIT = 65_536
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _forms(raw: str) -> set[str]:
+    """Every spelling of ``raw`` a message may carry."""
+    out = {raw, quote(raw, safe=""), quote(raw), quote_plus(raw),
+           json.dumps(raw)[1:-1], json.dumps(raw, ensure_ascii=False)[1:-1], repr(raw)[1:-1]}
+    return {f for f in out if f}
+
+
+class Redactor:
+    """Scrubs a fixed set of secrets from text and exceptions.
+
+    Args:
+        *secrets: :class:`Secret` values (``None`` and empty ones are ignored).
+        basic: an optional ``(user, password)`` pair sent as HTTP basic auth: the pair and its
+            base64 are secrets too.
+
+    Pickles as its secrets only (the derived spellings are rebuilt on first use).
+    """
+
+    __slots__ = ("_secrets", "_forms")
+
+    def __init__(self, *secrets: Secret | None, basic: tuple[Secret | None, Secret | None] | None = None) -> None:
+        found = [s.reveal() for s in secrets if s]
+        if basic is not None and (basic[0] or basic[1]):
+            pair = f"{basic[0].reveal() if basic[0] else ''}:{basic[1].reveal() if basic[1] else ''}"
+            found += [pair, base64.b64encode(pair.encode()).decode("ascii")]
+        self._secrets = tuple(Secret(s) for s in dict.fromkeys(found))
+        self._forms: tuple[str, ...] | None = None
+
+    def __getstate__(self) -> tuple:
+        return self._secrets
+
+    def __setstate__(self, state: tuple) -> None:
+        self._secrets, self._forms = state, None
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._secrets)} secret(s))"
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets)
+
+    def _all_forms(self) -> tuple[str, ...]:
+        if self._forms is None:
+            forms: set[str] = set()
+            for s in self._secrets:
+                forms |= _forms(s.reveal())
+            # longest first: a secret that contains another is masked whole
+            self._forms = tuple(sorted(forms, key=len, reverse=True))
+        return self._forms
+
+    def scrub(self, text: str, limit: int | None = None) -> str:
+        """``text`` with every secret masked; then cut to ``limit`` characters when given."""
+        text = str(text)[:SCRUB_LIMIT]
+        for form in self._all_forms():
+            if form in text:
+                text = text.replace(form, MASK)
+        if limit is not None and len(text) > limit:
+            text = text[: limit - 3] + "..."
+        return text
+
+    def exception(self, exc: BaseException, source: str) -> BaseException:
+        """``exc`` as it may leave the connector: a :class:`ConnectorError` with scrubbed text.
+
+        A ConnectorError keeps its class and attributes (status, retry_after, ...); any other
+        exception passes unchanged when its text holds no secret (a caller's mistake stays a
+        ValueError), else it becomes a ConnectorError naming the original type.
+        """
+        if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+            return exc
+        if isinstance(exc, ConnectorError):
+            message = self.scrub(getattr(exc, "_message", str(exc)))
+            if message == getattr(exc, "_message", None) and not self._leaks(exc):
+                return exc
+            clean = type(exc).__new__(type(exc))
+            clean.__dict__.update(exc.__dict__)
+            clean._message = message
+            Exception.__init__(clean, f"{exc.source}: {message}" if exc.source else message)
+            return clean
+        if not self._leaks(exc):
+            return exc
+        text = self.scrub(f"{type(exc).__name__}: {exc}".rstrip(": "), limit=500)
+        return ConnectorError(text, source=source)
+
+    def _leaks(self, exc: BaseException) -> bool:
+        text = str(exc)[:SCRUB_LIMIT]
+        return any(form in text for form in self._all_forms())
+
+    def outcomes(self, results: Any, source: str) -> Any:
+        """A batch's ``{key: rows | exception}`` with every exception scrubbed (in place)."""
+        if isinstance(results, dict):
+            for key, value in results.items():
+                if isinstance(value, BaseException):
+                    results[key] = self.exception(value, source)
+        return results
+
+
+def scrubbed(method: F) -> F:
+    """Decorate a connector's ``async`` method: whatever it raises (or returns as a per-key error)
+    leaves through the connector's ``_redactor``, named after its ``_name``."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await method(self, *args, **kwargs)
+        except Exception as exc:
+            clean = self._redactor.exception(exc, self._name)
+            if clean is exc:
+                raise
+            raise clean from None
+        return self._redactor.outcomes(result, self._name)
+
+    return wrapper  # type: ignore[return-value]
+
