@@ -141,50 +141,57 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
 def explain(f: Dict[str, Any], *, tasks: int, capacity: int, latency: float, out: Any = print) -> Dict[str, Any]:
     """Print where the time of the ``unordered_wait`` run went, from the figures :func:`run_demo` measured.
 
-    Returns ``cpu_bound_rows_per_s`` (the rate the CPUs allow at the CPU per row measured, or None
-    without ``/proc``) and ``verdict`` (``"cpu"``, ``"latency"`` or ``"other"``).
+    ``f`` needs ``rows``, ``seconds``, ``rows_per_s``, ``littles_law_bound``, ``service_p50_ms``,
+    ``client_p50_ms``, ``service_cpu_seconds`` and ``cpu_seconds`` (CPU seconds per group of
+    :data:`aiospark.demo_cpu.GROUPS`, or None without ``/proc``). Returns ``cpu_bound_rows_per_s``
+    (the rate the machine's CPUs allow at the CPU per row measured; None without ``/proc``) and
+    ``verdict``: ``"cpu"`` (calls waited for a CPU), ``"latency"`` (calls took the service's
+    latency, as the bound assumes) or ``"other"``.
 
     Example::
 
-        explain(figures, tasks=2, capacity=200, latency=0.03)   # prints 4-8 lines
+        explain(figures, tasks=2, capacity=200, latency=0.03)   # prints 4-6 lines
     """
-    rows, bound = f["rows"], f["littles_law_bound"]
-    out(f"\nLittle's-law bound: {tasks} tasks x {capacity} calls in flight / {latency * 1000:.0f} ms = "
-        f"{bound:,.0f} rows/s; this run made {f['rows_per_s']:,.0f} ({f['rows_per_s'] / bound:.0%} of it). "
-        "The bound assumes calls cost no CPU. Where the time went:")
-    service_p50, client_p50 = f["service_p50_ms"], f["client_p50_ms"]
-    out(f"  latency per call, p50: {service_p50:.1f} ms inside the service (it was set to "
-        f"{latency * 1000:.0f} ms), {client_p50:.1f} ms as the Spark tasks saw it")
-    cpu = f["cpu_seconds"]
-    cpu_bound = None
-    busy = None
-    if cpu is None:  # no /proc: the service's own count still says how much it took
-        out(f"  the service used {f['service_cpu_seconds']:.1f} CPU-s "
-            f"({f['service_cpu_seconds'] / max(rows, 1) * 1e3:.2f} ms per call); no /proc here for the rest")
+    rows, seconds, rate, bound = max(f["rows"], 1), f["seconds"], f["rows_per_s"], f["littles_law_bound"]
+    if latency > 0:
+        out(f"\nwhere the time went -- Little's-law bound: {tasks} tasks x {capacity} in flight / "
+            f"{latency * 1000:.0f} ms = {bound:,.0f} rows/s; this run: {rate:,.0f} ({rate / bound:.0%}).")
+    else:  # no latency, no bound: only the CPU limits the rate
+        out(f"\nwhere the time went -- a service with no latency: only CPU limits the rate ({rate:,.0f} rows/s).")
+    service_p50, client_p50 = f["service_p50_ms"] or 0.0, f["client_p50_ms"] or 0.0
+    out(f"  latency per call (p50): {service_p50:.1f} ms inside the service, {client_p50:.1f} ms as the "
+        "Spark tasks saw it")
+    cpu, cpu_bound, busy = f["cpu_seconds"], None, None
+    if cpu is None:  # no /proc: the service's own count still says what it cost
+        out(f"  CPU: the service used {f['service_cpu_seconds']:.1f} s ({f['service_cpu_seconds'] / rows * 1e3:.2f}"
+            " ms per call); no /proc here to measure the rest")
     else:
         total = sum(cpu.values())
         busy = 1 - cpu["idle"] / total if total else 0.0
-        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
-        out(f"  CPU-seconds, {total:.1f} available ({total / f['seconds']:.0f} CPUs x {f['seconds']:.1f} s): "
-            f"{parts}")
-        demo_cpu = cpu["service"] + cpu["python workers"] + cpu["spark jvm"] + cpu["driver"]
-        per_row = demo_cpu / max(rows, 1)
-        cpu_bound = (total / f["seconds"]) / per_row if per_row else None
-        out(f"  the demo used {per_row * 1e3:.2f} ms of CPU per row (service {cpu['service'] / max(rows, 1) * 1e3:.2f},"
-            f" Spark's Python workers {cpu['python workers'] / max(rows, 1) * 1e3:.2f}), so these CPUs allow about "
-            f"{cpu_bound:,.0f} rows/s" if cpu_bound else "  the demo used no measurable CPU")
+        cpus = total / seconds if seconds else 0.0
+        out(f"  CPU seconds ({cpus:.0f} CPUs x {seconds:.1f} s = {total:.1f}): "
+            + ", ".join(f"{name} {used:.1f}" for name, used in cpu.items()))
+        used = cpu["service"] + cpu["python workers"] + cpu["spark jvm"] + cpu["driver"]
+        if used > 0:
+            cpu_bound = cpus / (used / rows)
+            out(f"  CPU per row: {used / rows * 1e3:.2f} ms (service {cpu['service'] / rows * 1e3:.2f}, Spark's "
+                f"Python workers {cpu['python workers'] / rows * 1e3:.2f}): {cpus:.0f} CPUs allow about "
+                f"{cpu_bound:,.0f} rows/s; this run made {rate / cpu_bound:.0%} of that")
+        if total and cpu["rest of the machine"] > 0.1 * total:
+            out(f"  other processes on this machine took {cpu['rest of the machine'] / total:.0%} of the CPUs "
+                "meanwhile")
     waited = client_p50 - service_p50
     if busy is not None and busy >= 0.8 and waited > 0.25 * latency * 1000:
         verdict = "cpu"
-        out(f"=> the CPUs were {busy:.0%} busy: a call waited ~{waited:.0f} ms for a CPU (in the service or in "
-            "the task that made it) on top of the service's own latency. The job is CPU-bound here, not "
-            "latency-bound: with more cores (or the service on another machine) it gets closer to the bound.")
+        out(f"=> CPU-bound, not latency-bound: the CPUs were {busy:.0%} busy and a call waited ~{waited:.0f} ms "
+            "for one (in the task or in the service) on top of the service's latency. With the service on "
+            "another machine or more cores, the job gets closer to the bound.")
     elif waited <= 0.25 * latency * 1000:
         verdict = "latency"
-        out("=> calls took about the service's latency: the job was latency-bound, as the bound assumes; the "
-            "rest of the gap is the job's start and its last calls")
+        out("=> latency-bound, as the bound assumes: calls took about the service's latency; the rest of "
+            "the gap is the job's start and its last calls")
     else:
         verdict = "other"
-        out(f"=> a call waited ~{waited:.0f} ms beyond the service's latency while the CPUs were "
-            f"{'unmeasured' if busy is None else f'{busy:.0%} busy'}")
+        busy_text = "unmeasured" if busy is None else f"{busy:.0%} busy"
+        out(f"=> a call waited ~{waited:.0f} ms beyond the service's latency; the CPUs were {busy_text}")
     return {"cpu_bound_rows_per_s": cpu_bound, "verdict": verdict}

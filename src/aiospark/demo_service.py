@@ -16,8 +16,9 @@ The server is plain asyncio (a ``Protocol`` speaking just enough HTTP/1.1: GET, 
 ``Connection: close``), about a third of the CPU per call of a full web framework, because on a
 2-core laptop the service's CPU is taken from the job it is there to demonstrate.
 
-Command line: ``python -m aiospark.demo_service --latency 0.03 --jitter 0.01`` prints its URL, then
-serves until stdin closes (the parent exits) or it is killed.
+Command line: ``python -m aiospark.demo_service --port 8080`` prints its URL, then serves until
+Ctrl-C (``--exit-on-stdin-eof``: until its stdin closes, which is how :class:`DemoService` ties it
+to the parent process).
 """
 from __future__ import annotations
 
@@ -166,16 +167,16 @@ async def serve(latency: float, jitter: float, port: int = 0, seed: Optional[int
 class DemoService:
     """The demo service in a child process; a context manager (see the module docstring)."""
 
-    def __init__(self, latency: float = 0.03, jitter: float = 0.01, seed: Optional[int] = 1):
+    def __init__(self, latency: float = 0.03, jitter: float = 0.01, seed: Optional[int] = 1, port: int = 0):
         if latency < 0 or jitter < 0 or jitter > latency:
             raise ValueError(f"need 0 <= jitter <= latency, got latency={latency}, jitter={jitter}")
-        self.latency, self.jitter, self.seed = latency, jitter, seed
+        self.latency, self.jitter, self.seed, self.port = latency, jitter, seed, port
         self.url = ""
         self.proc: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> "DemoService":
         cmd = [sys.executable, "-m", "aiospark.demo_service", "--latency", repr(self.latency),
-               "--jitter", repr(self.jitter)] + ([] if self.seed is None else ["--seed", str(self.seed)])
+               "--jitter", repr(self.jitter), "--port", str(self.port), "--exit-on-stdin-eof"] + ([] if self.seed is None else ["--seed", str(self.seed)])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()  # the child prints its URL once it listens
@@ -223,6 +224,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--jitter", type=float, default=0.01, help="+/- seconds, uniform (default 0.01)")
     parser.add_argument("--port", type=int, default=0, help="0 = any free port (default)")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--exit-on-stdin-eof", action="store_true",
+                        help="stop when stdin closes (how DemoService ties it to its parent)")
     args = parser.parse_args(argv)
 
     def ready(url: str) -> None:
@@ -237,7 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stdin.read()
             loop.call_soon_threadsafe(lambda: stdin_closed.done() or stdin_closed.set_result(None))
 
-        threading.Thread(target=watch_stdin, daemon=True).start()
+        if args.exit_on_stdin_eof:
+            threading.Thread(target=watch_stdin, daemon=True).start()
         await asyncio.wait([task, stdin_closed], return_when=asyncio.FIRST_COMPLETED)
         task.cancel()
 
