@@ -1,30 +1,126 @@
-"""The README's runnable examples run (those that need no external service)."""
+"""Every python block of the README runs as written, against real servers on 127.0.0.1.
+
+Each block is a complete program; it runs in a namespace of its own (nothing carries over from the
+block before), on the test run's Spark session (``aiospark.local_session`` returns the running one).
+The only changes are the ones in ``SUBSTITUTIONS`` -- the README's ports and paths become the local
+servers' and a temp dir, its 100,000 rows a few thousand -- and each must still match the README, so
+an edited block cannot silently stop being tested. Every block has a check of what it did.
+"""
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
+from typing import Callable, Dict, List, Tuple
 
-import aiospark
+import pyarrow.parquet as pq
+import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from aiospark.demo_service import DemoService, item
+from tests.support.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TEXT = README.read_text()
+PY_BLOCKS: List[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
 
 
-def blocks():
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+@pytest.fixture(scope="module")
+def servers():
+    """The servers the blocks call: the demo's HTTP service (5 ms per call) and a Redis server."""
+    with DemoService(latency=0.005, jitter=0.001) as http, RedisServer() as redis_server:
+        yield {"http": http, "redis": redis_server}
 
 
-def test_readme_has_examples_for_every_entry_point():
-    text = README.read_text()
+def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
+    """README text -> what the test runs instead (each must occur in the README)."""
+    return [
+        ("http://127.0.0.1:8080/", servers["http"].url + "/"),
+        ("redis://127.0.0.1:6379/0", servers["redis"].url),
+        ("spark.range(100_000)", "spark.range(3_000)"),   # a few seconds instead of a minute
+        ('"/tmp/enriched"', repr(str(tmp / "enriched"))),
+        ('"/tmp/geo"', repr(str(tmp / "geo"))),
+    ]
+
+
+def parquet_rows(path: Path) -> List[Dict]:
+    return pq.read_table(str(path)).to_pylist()
+
+
+# -- one check per block, found by a line only that block has -------------------------------------
+def check_ten_lines(out: str, tmp: Path) -> None:
+    rows = parquet_rows(tmp / "enriched")
+    assert len(rows) == 3_000
+    assert all(r["name"] == item(str(r["id"]))["name"] for r in rows)
+
+
+def check_wait(out: str, tmp: Path) -> None:
+    ordered = out.index("|  a|  1.5|")
+    assert out.index("| bb|  3.0|") > ordered  # ordered_wait: input order
+    assert out.count("|  a|  1.5|") == 2 and out.count("| bb|  3.0|") == 2  # and the unordered one
+
+
+def check_udf(out: str, tmp: Path) -> None:
+    assert "|10.0.0.1|     NL|" in out
+    assert re.search(r"\|  c\|\n\+---\+\n\| NL\|", out), out  # the SQL line
+
+
+def check_lookup(out: str, tmp: Path) -> None:
+    # the join (left: order 2 has no customer) and the same rows from SQL
+    assert len(re.findall(r"\|\s*1\|\s*c1\|\s*Ada\|\s*1\|", out)) == 2, out
+    assert len(re.findall(r"\|\s*2\|\s*null\|\s*null\|\s*null\|", out, flags=re.I)) == 2, out  # NULL on 4.x
+
+
+def check_metrics(out: str, tmp: Path) -> None:
+    line = next(l for l in out.splitlines() if l.startswith("geo: "))
+    assert re.match(r"geo: \d+ tasks, calls=2000 ok=2000 retries=0 timeouts=0 failed=0 ", line), line
+    assert len(parquet_rows(tmp / "geo")) == 2_000
+
+
+CHECKS: Dict[str, Callable[[str, Path], None]] = {
+    "class Geo(aiospark.AsyncFunction)": check_ten_lines,
+    "async def price(row)": check_wait,
+    "async def country(ip)": check_udf,
+    "aiospark.lookup_join(orders, customers": check_lookup,
+    'Metrics("geo")': check_metrics,
+}
+
+
+def check_for(block: str) -> Callable[[str, Path], None]:
+    found = [check for marker, check in CHECKS.items() if marker in block]
+    assert len(found) == 1, f"a README block without exactly one check in tests/test_readme.py:\n{block[:300]}"
+    return found[0]
+
+
+def test_every_block_has_one_check_and_every_check_a_block():
+    assert len(PY_BLOCKS) == len(CHECKS)
+    assert {check_for(block) for block in PY_BLOCKS} == set(CHECKS.values())
+
+
+def test_substitutions_match_the_readme(servers, tmp_path):
+    for readme_text, _ in substitutions(servers, tmp_path):
+        assert readme_text in TEXT, f"README no longer contains {readme_text!r}: update SUBSTITUTIONS"
+
+
+@pytest.mark.parametrize("index", range(len(PY_BLOCKS)), ids=[f"block{i + 1}" for i in range(len(PY_BLOCKS))])
+def test_block_runs(index, spark, servers, tmp_path, capsys):
+    code = PY_BLOCKS[index]
+    for readme_text, local in substitutions(servers, tmp_path):
+        code = code.replace(readme_text, local)
+    namespace = {"__name__": f"readme_block_{index + 1}"}  # not importable: workers get it by value
+    exec(compile(code, f"{README} (python block {index + 1})", "exec"), namespace)
+    check_for(PY_BLOCKS[index])(capsys.readouterr().out, tmp_path)
+
+
+def test_readme_names_every_entry_point_and_the_demo():
     for name in ("ordered_wait", "unordered_wait", "async_udf", "lookup_join", "lookup_udf", "aiospark demo"):
-        assert name in text
+        assert name in TEXT
 
 
-def test_self_contained_examples_run(spark, capsys):
-    runnable = [b for b in blocks() if "127.0.0.1" not in b and "redis" not in b.lower()]
-    assert len(runnable) >= 2
-    for code in runnable:
-        namespace = {"__name__": "readme_example", "asyncio": asyncio, "aiospark": aiospark, "spark": spark}
-        exec(compile(code, str(README), "exec"), namespace)
-    shown = capsys.readouterr().out
-    assert "|  a|  1.5|" in shown and "|10.0.0.1|     NL|" in shown
+def test_the_two_commands_are_the_ones_ci_runs():
+    """The README's test command installs the ``test`` extra and runs ``python -m pytest``, like .ci/run."""
+    first = re.search(r"## The two commands\n+```bash\n(.*?)```", TEXT, flags=re.S)
+    assert first, "the README lost its two commands"
+    commands = [line.split("#")[0].strip() for line in first.group(1).strip().splitlines()]
+    assert commands == ["pip install -e . && aiospark demo", 'pip install -e ".[test]" && python -m pytest']
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ".[test]" in ci and "-m pytest" in ci
