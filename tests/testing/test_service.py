@@ -228,7 +228,7 @@ def test_hang_times_out_client_and_is_counted() -> None:
         t0 = time.monotonic()
         [result] = asyncio.run(fetch_many([item_url(svc.url, "h")], timeout=0.2))
         assert isinstance(result, asyncio.TimeoutError), result
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 10.0  # the 0.2 s client timeout ended it (the request hangs forever)
         stats = svc.stats()
         assert stats["hangs"] == 1 and stats["ok"] == 0 and stats["statuses"] == {}
         # once the client gives up, the hung request is released
