@@ -385,16 +385,17 @@ def test_independent_deadlines_per_element():
 
     async def main():
         out = Collector()
-        op = AsyncWaitOperator(fn, out, timeout=0.08, ordered=False)
+        op = AsyncWaitOperator(fn, out, timeout=1.0, ordered=False)
         await op.open()
-        await op.process_element(0.05)
-        await asyncio.sleep(0.05)
-        await op.process_element(0.05)  # starts 50 ms later; 50 ms < its own 80 ms deadline
+        await op.process_element(0.1)
+        await asyncio.sleep(0.6)
+        # ends ~1.2 s after the first started (past that one's deadline), ~0.6 s into its own 1 s
+        await op.process_element(0.6)
         await op.finish()
         await op.close()
         return out
 
-    assert run(main()).values() == [0.05, 0.05]
+    assert run(main()).values() == [0.1, 0.6]
 
 
 def test_timeout_failure_is_async_function_error():
@@ -426,15 +427,16 @@ class SleepFor(AsyncFunction):
 
 @pytest.mark.parametrize("ordered", [True, False])
 def test_many_calls_time_out_together_and_later_ones_keep_their_own_deadline(ordered):
-    """60 hanging calls expire in one go; 20 calls started 30 ms later finish before theirs."""
+    """60 hanging calls expire in one go; 20 calls started 0.2 s later finish before theirs."""
 
     async def main():
         out = Collector()
-        op = AsyncWaitOperator(SleepFor(), out, timeout=0.08, ordered=ordered, capacity=100)
+        op = AsyncWaitOperator(SleepFor(), out, timeout=0.6, ordered=ordered, capacity=100)
         await op.open()
         await feed(op, [{"id": i, "s": 10} for i in range(60)])
-        await asyncio.sleep(0.03)
-        await feed(op, [{"id": 100 + i, "s": 0.07} for i in range(20)])  # done at 100 ms < 110 ms
+        await asyncio.sleep(0.2)
+        # done ~0.3 s after the start, their deadlines at ~0.8 s: 0.5 s of slack for a loaded machine
+        await feed(op, [{"id": 100 + i, "s": 0.1} for i in range(20)])
         await op.finish()
         await op.close()
         return out.values()

@@ -144,14 +144,23 @@ class WorkerLoop:
         return token
 
     def untrack(self, token: int) -> None:
-        if self._running.pop(token, None) is not None:
-            self.gc.exit()
-        if not self._running and self._heartbeat is not None:
+        if token not in self._running:
+            return
+        if len(self._running) == 1 and self._heartbeat is not None:
+            # the last partition ends: a beat overdue now means the loop was blocked until now
+            self._check_lag(self.loop.time())
             self._heartbeat.cancel()
             self._heartbeat = None
+        del self._running[token]
+        self.gc.exit()
 
     def _beat(self) -> None:
         now = self.loop.time()
+        self._check_lag(now)
+        self._expected = now + HEARTBEAT_SECONDS
+        self._heartbeat = self.loop.call_at(self._expected, self._beat)
+
+    def _check_lag(self, now: float) -> None:
         lag = now - self._expected
         if lag > BLOCKED_SECONDS and self._running:
             self._late_beats += 1
@@ -160,8 +169,6 @@ class WorkerLoop:
                 self._report(lag)
         else:
             self._late_beats = 0
-        self._expected = now + HEARTBEAT_SECONDS
-        self._heartbeat = self.loop.call_at(self._expected, self._beat)
 
     def _report(self, lag: float) -> None:
         for name in sorted(set(self._running.values())):
