@@ -1,6 +1,6 @@
 """Fixtures of the reliability suite: fault services and driver subprocesses that never outlive a test.
 
-* ``fault_service(**config)`` starts a real :class:`~aiospark.testing.service.FaultService` on
+* ``fault_service(**config)`` starts a real :class:`~tests.support.service.FaultService` on
   127.0.0.1 (thread mode, in this process); every one started is stopped at teardown.
 * ``driver(module, *args)`` starts ``python -m <module> ...`` from the repository root in a new
   session, with this interpreter and the repository root on PYTHONPATH (Spark's workers import

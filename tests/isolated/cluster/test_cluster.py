@@ -2,7 +2,7 @@
 
 The driver (this process) talks to a standalone master; the executors are JVMs started by the
 worker, and the Python workers that run the async calls are their children. Calls go over real HTTP
-to a :class:`~aiospark.testing.service.FaultService` on 127.0.0.1 that runs here, in the driver.
+to a :class:`~tests.support.service.FaultService` on 127.0.0.1 that runs here, in the driver.
 
 Run through tests/spark/test_isolated.py, or directly:
 ``AIOSPARK_ISOLATED=cluster python -m pytest tests/isolated/cluster -q -p no:cacheprovider``.
