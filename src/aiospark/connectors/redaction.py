@@ -46,8 +46,8 @@ class Redactor:
 
     Args:
         *secrets: :class:`Secret` values (``None`` and empty ones are ignored).
-        basic: an optional ``(user, password)`` pair sent as HTTP basic auth: the pair and its
-            base64 are secrets too.
+        basic: an optional ``(user, password)`` pair sent as HTTP basic auth: the password, the
+            ``user:password`` pair and its base64 are secrets.
 
     Pickles as its secrets only (the derived spellings are rebuilt on first use).
     """
@@ -59,6 +59,8 @@ class Redactor:
         if basic is not None and (basic[0] or basic[1]):
             pair = f"{basic[0].reveal() if basic[0] else ''}:{basic[1].reveal() if basic[1] else ''}"
             found += [pair, base64.b64encode(pair.encode()).decode("ascii")]
+            if basic[1]:
+                found.append(basic[1].reveal())
         self._secrets = tuple(Secret(s) for s in dict.fromkeys(found))
         self._forms: tuple[str, ...] | None = None
 
