@@ -23,6 +23,14 @@ def local_session(master: str = "local[2]", *, app_name: str = "aiospark", conne
     use_this_python()
     from pyspark.sql import SparkSession
 
+    from .compat import SPARK_VERSION
+
+    if connect and SPARK_VERSION < (4, 0):
+        # the 3.5 wheel has no Connect server (its JVM fails with ClassNotFoundException: SparkConnectPlugin)
+        raise RuntimeError("local_session(connect=True) starts a local Spark Connect server, which needs PySpark "
+                           ">= 4.0 (the PySpark 3.5 package has none); on 3.5 use a running server: "
+                           "SparkSession.builder.remote('sc://host:15002').getOrCreate()")
+
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(master) if connect else builder.master(master)
     settings = {

@@ -23,12 +23,15 @@ from .schema import arrow_type, to_python, values_to_array
 
 ON_ERROR = ("fail", "null")
 
-try:  # the eval type of Arrow iterator UDFs (PySpark >= 4.1)
+try:
     from pyspark.util import PythonEvalType
+except ImportError:  # PySpark 3.5 keeps it in pyspark.rdd
+    from pyspark.rdd import PythonEvalType  # type: ignore[no-redef]
 
-    _EVAL_TYPE = PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF
-except (ImportError, AttributeError):  # pragma: no cover
-    raise ImportError("aiospark.async_udf needs PySpark >= 4.1 (Arrow iterator UDFs)") from None
+#: Arrow iterator UDFs (PySpark >= 4.1) hand Arrow arrays over as they are; older versions get a
+#: pandas iterator UDF (spark/udf_pandas.py), which also keeps calls in flight across batches.
+ARROW_ITER = getattr(PythonEvalType, "SQL_SCALAR_ARROW_ITER_UDF", None)
+_EVAL_TYPE = ARROW_ITER if ARROW_ITER is not None else PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF
 
 
 def _null_on_error(value: Any, exc: BaseException) -> list:
@@ -46,9 +49,24 @@ class _UdfRunner:
         self.what = what
 
     def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
+        pa_type = arrow_type(self.return_type)
+        wrap_single = self.arity != 1 and not isinstance(self.options.function, AsyncFunction)
+
+        def to_values(batch: Any) -> list:
+            # Spark hands one pa.Array for a single column and a tuple of arrays for several
+            if isinstance(batch, tuple):
+                return list(zip(*[to_python(a) for a in batch]))
+            values = to_python(batch)
+            return [(v,) for v in values] if wrap_single else values
+
+        for values in self.results(to_values(batch) for batch in arrays):
+            yield values_to_array(values, self.return_type, pa_type, self.what)
+
+    def results(self, chunks: Iterator[list]) -> Iterator[list]:
+        """Run chunks of argument values (a tuple per row when the function spreads several) through
+        this task's operator; yields lists of results in input order."""
         wl = worker_loop()
         options = self.options
-        pa_type = arrow_type(self.return_type)
         on_error = _null_on_error if self.on_error == "null" else None
         spread = self.arity != 1
 
@@ -65,19 +83,8 @@ class _UdfRunner:
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
 
-        wrap_single = spread and not isinstance(options.function, AsyncFunction)
-
-        def to_values(batch: Any) -> list:
-            # Spark hands one pa.Array for a single column and a tuple of arrays for several
-            if isinstance(batch, tuple):
-                return list(zip(*[to_python(a) for a in batch]))
-            values = to_python(batch)
-            return [(v,) for v in values] if wrap_single else values
-
-        chunks = (to_values(batch) for batch in arrays)
-        for values in run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                                    report=task_reporter(options.metrics)):
-            yield values_to_array(values, self.return_type, pa_type, self.what)
+        yield from run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
+                                 report=task_reporter(options.metrics))
 
 
 class AsyncUDF:
@@ -119,8 +126,9 @@ class AsyncUDF:
     @property
     def func(self) -> _UdfRunner:
         """The function Spark runs in every task."""
-        return _UdfRunner(self._options, self.on_error, self.returnType, _arity(self._function),
-                          f"async_udf {describe_function(self._function)!r}")
+        runner = _UdfRunner if ARROW_ITER is not None else _pandas_runner()
+        return runner(self._options, self.on_error, self.returnType, _arity(self._function),
+                      f"async_udf {describe_function(self._function)!r}")
 
     def asNondeterministic(self) -> "AsyncUDF":
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
@@ -150,6 +158,12 @@ class AsyncUDF:
 
     def __repr__(self) -> str:
         return f"<async_udf {self.__name__} -> {self._return_type}>"
+
+
+def _pandas_runner() -> type:
+    from .udf_pandas import PandasUdfRunner  # imports pandas: only on PySpark < 4.1
+
+    return PandasUdfRunner
 
 
 def _arity(function: Callable[..., Any]) -> Optional[int]:
@@ -182,6 +196,8 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
+    ``timeout`` is seconds per call, retries included (``None`` or ``<= 0``: no timeout). A value
+    that does not fit ``return_type`` exactly (``1.5`` for ``int``) is an ``OutputSchemaError``.
     ``on_error="null"`` turns a failed call (after retries and timeout) into NULL. Like Spark's own
     UDFs it is deterministic by default; pass ``deterministic=False`` for calls that must never be
     merged or repeated by the optimizer (Spark then refuses it inside aggregates). ``capacity``,
