@@ -1,11 +1,15 @@
-"""Arrow -> Python for the functions' inputs: MAPs become dicts at any depth, nothing else changes."""
+"""Arrow <-> Python: MAPs become dicts at any depth on the way in; on the way out, nothing is changed
+silently (values that do not fit exactly are errors or error rows)."""
 from __future__ import annotations
 
 import datetime
 import decimal
+import re
 
 import pyarrow as pa
+import pytest
 
+import aiospark
 from aiospark.spark.schema import to_python
 
 MAP = pa.map_(pa.string(), pa.int64())
@@ -41,3 +45,90 @@ def test_without_maps_values_are_what_the_map_aware_conversion_gives():
     assert to_python(batch)[0]["ts"] == when and to_python(batch)[1]["st"] is None
     for column in columns.values():
         assert to_python(column) == column.to_pylist(maps_as_pydicts="lossy")
+
+
+# --- issue 17: outputs that do not fit exactly are errors (or error rows), on any row -----------------
+
+N = 20
+
+
+def bad_on(index, good, bad):
+    """A plain async function whose output for input ``index`` is ``bad``, else ``good(i)``."""
+    async def fn(row):
+        i = row["id"]
+        return bad if i == index else good(i)
+    fn.__name__ = fn.__qualname__ = "shaky"
+    return fn
+
+
+def failure(spark, fn, schema):
+    df = spark.range(0, N, 1, 2)
+    with pytest.raises(Exception) as info:
+        aiospark.ordered_wait(df, fn, schema).collect()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("schema, bad, shown", [
+    ("id LONG, n INT", {"id": 17, "n": 1.5}, "1.5"),
+    ("id LONG, n TINYINT", {"id": 17, "n": 300}, "300"),
+    ("id LONG, n LONG", {"id": 17, "n": 2 ** 63}, "9223372036854775808"),
+    ("id LONG, n INT", {"id": 17, "n": "1"}, "'1'"),
+])
+def test_a_value_that_does_not_fit_is_an_error_naming_function_column_value(spark, schema, bad, shown):
+    text = failure(spark, bad_on(17, lambda i: {"id": i, "n": i}, bad), schema)
+    assert "OutputSchemaError" in text and "shaky" in text and "'n'" in text and shown in text
+
+
+def test_naive_and_aware_datetimes_mixed_in_one_column(spark):
+    naive = datetime.datetime(2026, 1, 1, 12, 0)
+    aware = naive.replace(tzinfo=datetime.timezone.utc)
+    text = failure(spark, bad_on(17, lambda i: {"id": i, "t": aware}, {"id": 17, "t": naive}), "id LONG, t TIMESTAMP")
+    assert "OutputSchemaError" in text and "'t'" in text and "naive and aware" in text
+    ntz = failure(spark, bad_on(3, lambda i: {"id": i, "t": naive}, {"id": 3, "t": aware}), "id LONG, t TIMESTAMP_NTZ")
+    assert "OutputSchemaError" in ntz and "TIMESTAMP_NTZ" in ntz
+
+
+def test_a_misspelt_key_on_any_row_is_an_error(spark):
+    text = failure(spark, bad_on(17, lambda i: {"id": i, "name": "x"}, {"id": 17, "nmae": "x"}), "id LONG, name STRING")
+    assert "OutputSchemaError" in text and "nmae" in text and "shaky" in text
+
+
+def test_none_for_a_not_null_column_names_the_column(spark):
+    text = failure(spark, bad_on(17, lambda i: {"id": i, "name": "x"}, {"id": 17, "name": None}),
+                   "id LONG, name STRING NOT NULL")
+    assert "OutputSchemaError" in text and "'name'" in text and "NOT NULL" in text
+    assert "IllegalStateException" not in text
+
+
+def test_error_rows_for_every_input_whose_output_does_not_fit(spark):
+    async def fn(row):
+        i = row["id"]
+        if i % 5 == 1:
+            return {"id": i, "n": i + 0.5, "name": "x"}  # a fraction for INT
+        if i % 5 == 2:
+            return {"id": i, "n": i, "name": None}  # NULL for NOT NULL
+        if i % 5 == 3:
+            return {"id": i, "n": i, "nmae": "x"}  # a misspelt key
+        return {"id": i, "n": i, "name": f"r{i}"}
+
+    df = spark.range(0, N, 1, 2)
+    rows = aiospark.ordered_wait(df, fn, "id LONG, n INT, name STRING NOT NULL", on_error="row").collect()
+    assert len(rows) == N
+    good = {r.id: (r.n, r.name) for r in rows if r._error is None}
+    assert good == {i: (i, f"r{i}") for i in range(N) if i % 5 in (0, 4)}
+    errors = {r._input.id: r._error for r in rows if r._error is not None}
+    assert sorted(errors) == [i for i in range(N) if i % 5 in (1, 2, 3)]
+    assert all(e.startswith("OutputSchemaError") for e in errors.values())
+    assert "1.5" in errors[1] and "NOT NULL" in errors[2] and "nmae" in errors[3]
+
+
+def test_async_udf_value_with_a_fraction_for_int(spark):
+    @aiospark.async_udf("int")
+    async def half(x):
+        return x / 2
+
+    df = spark.range(0, N, 1, 2)
+    assert sorted(r.h for r in df.select(half("id").alias("h")).where("id % 2 = 0").collect()) == list(range(10))
+    with pytest.raises(Exception) as info:
+        df.select(half("id")).collect()
+    assert "OutputSchemaError" in str(info.value) and re.search(r"\d\.5 is not a whole number", str(info.value))

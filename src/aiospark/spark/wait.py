@@ -16,6 +16,7 @@ from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .metrics import Metrics, task_reporter
+from .checked import checked_outputs
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -52,6 +53,8 @@ class _PartitionRunner:
         self.input_column = input_column
         self.output_batch_rows = output_batch_rows
         self.what = what
+        #: the user's schema as declared (NOT NULL kept), which error-row mode checks outputs against
+        self.check_schema: Optional[StructType] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         wl = worker_loop()
@@ -59,9 +62,12 @@ class _PartitionRunner:
         options = self.options
         error_mode = self.on_error == "row"
         on_error = _error_row if error_mode else None
+        # error-row mode: an output that does not fit becomes its input's error row (checked per call)
+        invoke = checked_outputs(RowConverter(self.check_schema, self.what), ErrorRow) \
+            if error_mode and self.check_schema is not None else None
 
         async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error)
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
 
         chunks = (to_python(batch) for batch in batches)
         for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
@@ -99,6 +105,7 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
     if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
         raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
     out_schema = parse_schema(df.sparkSession, schema)
+    declared = out_schema
     if on_error == "row":
         taken = set(out_schema.fieldNames())
         for col in (error_column, input_column):
@@ -109,12 +116,14 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
                                  "error_column=/input_column= with other names")
         if error_column == input_column:
             raise ValueError("error_column and input_column must differ")
-        out_schema = StructType(out_schema.fields + [
+        # an error row holds NULL in every schema column: they are nullable in the output
+        out_schema = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in out_schema.fields] + [
             StructField(error_column, StringType(), True),
             StructField(input_column, df.schema, True),
         ])
     runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
                               f"{name} function {describe_function(function)!r}")
+    runner.check_schema = declared
     out = df.mapInArrow(runner, out_schema)
     out.aiospark_metrics = options.metrics  # read after the action: print(out.aiospark_metrics)
     return out
@@ -130,7 +139,11 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
     an :class:`aiospark.AsyncFunction` whose ``async_invoke`` returns a list of rows. ``schema`` is a
     DDL string or StructType of the output. ``capacity`` is the number of calls in flight per task;
-    ``timeout`` (seconds, retries included) and ``retry`` work as in the core operator.
+    ``timeout`` (seconds per input, retries included; ``None`` or ``<= 0`` means no timeout) and
+    ``retry`` work as in the core operator. Outputs must fit ``schema`` exactly (no float with a
+    fraction into an integer column, no NULL in a NOT NULL column, no misspelt key on any row):
+    else an ``OutputSchemaError`` names the function, column and value, or, with ``on_error="row"``,
+    that input yields its error row.
     ``on_error="row"`` keeps going on failures: each failed input yields one row whose schema
     columns are NULL, ``error_column`` holds the error text and ``input_column`` the input row.
     ``capacity="auto"`` adapts the calls in flight (AIMD, up to 1000; or pass an
