@@ -52,7 +52,7 @@ def fresh(tmp_path_factory):
     run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)], cwd=base, env=dict(os.environ))
     env = clean_env(venv)
     run("python -m pip install -q --disable-pip-version-check build", cwd=base, env=env)
-    run(f"python -m build --wheel --outdir {base / 'dist'} {clone}", cwd=base, env=env)
+    run(f"python -m build --outdir {base / 'dist'} {clone}", cwd=base, env=env)  # sdist, then the wheel from it
     [wheel] = (base / "dist").glob("aiospark-*.whl")
     run(f"python -m pip install -q --disable-pip-version-check {wheel}", cwd=base, env=env)
     return clone, venv, wheel
