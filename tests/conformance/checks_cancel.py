@@ -1,0 +1,82 @@
+"""Calls that never finish on their own: the operator's timeout must cancel them the asyncio way,
+so ``except CancelledError`` / ``finally`` run and the libraries close their connections.
+
+Each writes a marker file ``<dir>/<token>`` from its cleanup code (Spark workers are processes on
+this machine, so the test reads the files) and holds ``GET /slow?token=<token>`` open, so the test
+server sees whether the connection was closed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+
+def token_for(cfg: dict, kind: str) -> str:
+    return f"{cfg['run']}-{kind}-{cfg['row']}"
+
+
+def _mark(cfg: dict, kind: str, text: str) -> None:
+    path = os.path.join(cfg["dir"], token_for(cfg, kind))
+    # Append: a second cleanup run (or a finally without a cancel) shows up as a second line.
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+
+async def hang_in_httpx(arg: str) -> str:
+    import httpx
+
+    cfg = json.loads(arg)
+    client = httpx.AsyncClient(base_url=cfg["http"], timeout=600)
+    seen = "no-cancel"
+    try:
+        async with client:
+            await client.get("/slow", params={"token": token_for(cfg, "httpx")})
+        return "finished"  # the server holds /slow far longer than the operator timeout
+    except asyncio.CancelledError:
+        seen = "cancelled"
+        raise
+    finally:
+        _mark(cfg, "httpx", f"{seen} closed={client.is_closed}")
+
+
+async def hang_in_aiohttp(arg: str) -> str:
+    import aiohttp
+
+    cfg = json.loads(arg)
+    session = aiohttp.ClientSession(cfg["http"])
+    seen = "no-cancel"
+    try:
+        async with session:
+            async with session.get("/slow", params={"token": token_for(cfg, "aiohttp")}) as response:
+                await response.read()
+        return "finished"
+    except asyncio.CancelledError:
+        seen = "cancelled"
+        raise
+    finally:
+        _mark(cfg, "aiohttp", f"{seen} closed={session.closed}")
+
+
+async def hang_in_task_group(arg: str) -> str:
+    """The cancel must also reach children: an anyio task group's child holding an httpx request."""
+    import anyio
+    import httpx
+
+    cfg = json.loads(arg)
+
+    async def child() -> None:
+        client = httpx.AsyncClient(base_url=cfg["http"], timeout=600)
+        seen = "no-cancel"
+        try:
+            async with client:
+                await client.get("/slow", params={"token": token_for(cfg, "taskgroup")})
+        except asyncio.CancelledError:
+            seen = "cancelled"
+            raise
+        finally:
+            _mark(cfg, "taskgroup", f"child {seen} closed={client.is_closed}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(child)
+    return "finished"

@@ -1,0 +1,43 @@
+"""A call that times out is cancelled the asyncio way: CancelledError inside, ``finally`` runs, the
+library closes its connection -- seen from the call (marker files) and from the server (/slow)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from . import checks_cancel as checks
+
+ROWS = 4
+# The operator's timeout: long enough that every call has reached /slow before it fires.
+TIMEOUT = 1.5
+# How long the server may take to notice the closed sockets (it polls every 20 ms): generous.
+SERVER_NOTICE_SECONDS = 30.0
+
+
+def _server_states(http_server, tokens):
+    deadline = time.monotonic() + SERVER_NOTICE_SECONDS
+    while True:
+        states = {t: http_server.slow.get(t, "never-arrived") for t in tokens}
+        if all(s == "closed" for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("kind, check, mark", [
+    pytest.param("httpx", checks.hang_in_httpx, "cancelled closed=True", id="httpx"),
+    pytest.param("aiohttp", checks.hang_in_aiohttp, "cancelled closed=True", id="aiohttp"),
+    pytest.param("taskgroup", checks.hang_in_task_group, "child cancelled closed=True", id="anyio-taskgroup"),
+])
+def test_timeout_cancels_into_the_library_cleanup(run, config, http_server, kind, check, mark):
+    outputs = run(check, config, rows=ROWS, timeout=TIMEOUT, fallback="timed out")
+    assert outputs == ["timed out"] * ROWS
+    tokens = [checks.token_for({**config, "row": i}, kind) for i in range(ROWS)]
+    # The cleanup ran exactly once per call, inside a cancelled call, after closing the client.
+    marks = {t: open(os.path.join(config["dir"], t)).read() if os.path.exists(os.path.join(config["dir"], t))
+             else "no marker" for t in tokens}
+    assert marks == {t: mark + "\n" for t in tokens}, json.dumps(marks, indent=1)
+    # And the server saw every connection go away (not held until its own 60 s limit).
+    assert _server_states(http_server, tokens) == {t: "closed" for t in tokens}
