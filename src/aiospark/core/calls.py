@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from typing import Any, Callable, Iterator, List, Optional
 
 from .adaptive import AdaptiveConcurrency
@@ -50,6 +51,8 @@ PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
 #: asyncio's eager task factory (3.12+): the task's first step runs inside ``create_task``.
 _eager_task_factory = getattr(asyncio, "eager_task_factory", None)
+#: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
+_clock = time.monotonic
 
 
 class Call(ResultFuture):
@@ -62,7 +65,10 @@ class Call(ResultFuture):
     __slots__ = ("task", "started", "timed_out")
 
     def __init__(self, element: Any):
-        super().__init__(element)
+        # ResultFuture's state set here, not through its __init__: one frame less per element
+        self.element = element
+        self._results = self._exception = self._listener = self._segment = None
+        self._done = False
         self.task: Optional[asyncio.Task] = None
         self.started = 0.0
         self.timed_out = False
@@ -113,6 +119,7 @@ class Caller:
         limiter = make_limiter(rate_limit)
         self._reserve = getattr(limiter, "reserve", None)  # a token bucket: how long to wait
         self._acquire = None if self._reserve is not None else getattr(limiter, "acquire", None)
+        self._limited = self._reserve is not None or self._acquire is not None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task] = None  # type: ignore[assignment]
@@ -124,7 +131,7 @@ class Caller:
         self._loop = loop
         self._inflight = inflight
         if _eager_task_factory is not None and loop.get_task_factory() is None:
-            self._create_task = lambda coro: _eager_task_factory(loop, coro)
+            self._create_task = functools.partial(_eager_task_factory, loop)
         else:
             self._create_task = loop.create_task
 
@@ -138,16 +145,17 @@ class Caller:
     async def _attempts(self, value: Any) -> List[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
         results that stand, or raises the exception that stands."""
-        loop, metrics, adaptive, retry = self._loop, self.metrics, self.adaptive, self.retry
+        metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Optional[Iterator[float]] = None
         while True:
-            await self._wait_for_rate_limit()
+            if self._limited:
+                await self._wait_for_rate_limit()
             metrics.calls += 1
-            begun = loop.time()  # type: ignore[union-attr]
+            begun = _clock()
             try:
                 result = await self.invoke(value)
             except Exception as exc:
-                latency = loop.time() - begun  # type: ignore[union-attr]
+                latency = _clock() - begun
                 if adaptive is not None:
                     adaptive.on_failure(exc, latency)
                 if retry is None:
@@ -157,12 +165,12 @@ class Caller:
                 if delay is None:
                     raise
             else:
-                latency = loop.time() - begun  # type: ignore[union-attr]
+                latency = _clock() - begun
                 metrics.successes += 1
                 metrics.record_latency(latency)
                 if adaptive is not None:
                     adaptive.on_success(latency, self._inflight())
-                results = self._results_of(result)
+                results = self._results_of(result) if self.returns_list else [result]
                 if retry is None or retry.result_predicate is None:
                     return results
                 try:
@@ -203,8 +211,7 @@ class Caller:
         return delay
 
     def _results_of(self, result: Any) -> List[Any]:
-        if not self.returns_list:
-            return [result]
+        """An AsyncFunction's outputs: its list (or tuple), anything else is its failure."""
         if type(result) is list:
             return result
         if isinstance(result, tuple):

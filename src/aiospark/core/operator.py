@@ -49,6 +49,9 @@ from .settings import check_capacity, check_retry, check_timeout
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
 OnError = Callable[[Any, BaseException], List[Any]]
 
+#: ``Record(value, timestamp)`` without NamedTuple's Python-level ``__new__`` (once per element)
+_new_record = tuple.__new__
+
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
@@ -84,7 +87,7 @@ class AsyncWaitOperator:
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
-        self._queue = queue_type(self.capacity, on_complete=self._emit_completed)
+        self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
         self._caller = Caller(function, report=self._call_over, timeout=self.timeout, retry=self.retry,
                               rate_limit=rate_limit, adaptive=self.adaptive)
         self._deadlines: Optional[Deadlines] = None
@@ -92,6 +95,7 @@ class AsyncWaitOperator:
         self._failure: Optional[AsyncFunctionError] = None
         self._closed = False
         self._emitting = False
+        self._emit_due = False
         self._space_waiter: Optional[asyncio.Future] = None
         self._idle_waiter: Optional[asyncio.Future] = None
         self._room_listener: Optional[Callable[[], None]] = None
@@ -163,9 +167,10 @@ class AsyncWaitOperator:
             while not op.try_process(value):
                 await op.wait_for_space()
         """
-        self._check()
-        if not self._has_room():
-            return False
+        if self._failure is not None or self._closed or self._loop is None:
+            self._check()
+        if len(self._queue) >= self.capacity or (self.adaptive is not None and self.inflight >= self.adaptive.limit):
+            return False  # the room test of _has_room, inlined: once per element
         self._start(value, timestamp)
         return True
 
@@ -214,11 +219,13 @@ class AsyncWaitOperator:
     # ------------------------------------------------------------------ an element's call
     def _start(self, value: Any, timestamp: Any) -> None:
         """The element enters the queue, then its call starts."""
-        call = Call(Record(value, timestamp))
+        call = Call(_new_record(Record, (value, timestamp)))
         call.started = self._loop.time()  # type: ignore[union-attr]
         self._queue.add(call)
-        self.inflight += 1
-        self._caller.metrics.record_inflight(self.inflight)
+        self.inflight = inflight = self.inflight + 1
+        metrics = self._caller.metrics
+        if inflight > metrics.inflight_peak:
+            metrics.inflight_peak = inflight
         if self._deadlines is not None:
             self._deadlines.started(call)
         self._caller.start(call)
@@ -265,9 +272,17 @@ class AsyncWaitOperator:
         return running
 
     # ------------------------------------------------------------------ emission
-    def _emit_completed(self, entry: Any = None) -> None:
+    def _entry_completed(self, entry: Any = None) -> None:
+        """The queue's listener: an entry completed. Emission runs once per loop iteration, after
+        every completion of the iteration (one emit and one refill for all of them)."""
+        if not self._emit_due:
+            self._emit_due = True
+            self._loop.call_soon(self._emit_completed)  # type: ignore[union-attr]
+
+    def _emit_completed(self) -> None:
         """The one emit path: pass everything the ordering policy allows to the output, then wake
-        whoever waits for room. The queue calls it whenever an entry completes."""
+        whoever waits for room."""
+        self._emit_due = False
         if self._emitting or self._failure is not None:
             return
         self._emitting = True
