@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import select
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ from urllib.parse import unquote
 
 HOST = "127.0.0.1"
 _MAX_HEADER = 16 * 1024
+_START_TIMEOUT = 60.0  # seconds for the child to listen (a loaded machine starts Python slowly)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -179,7 +181,9 @@ class DemoService:
                "--jitter", repr(self.jitter), "--port", str(self.port), "--exit-on-stdin-eof"] + ([] if self.seed is None else ["--seed", str(self.seed)])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()  # the child prints its URL once it listens
+        # the child prints its URL once it listens; a child that never does must not hang the demo
+        ready, _, _ = select.select([self.proc.stdout], [], [], _START_TIMEOUT)
+        line = self.proc.stdout.readline().strip() if ready else ""
         if not line.startswith("http://"):
             self.__exit__()
             raise RuntimeError(f"the demo service did not start (exit code {self.proc.poll()})")
