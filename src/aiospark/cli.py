@@ -1,15 +1,36 @@
-"""The ``aiospark`` command: ``aiospark demo`` (the main job) and friends."""
+"""The ``aiospark`` command: ``aiospark demo`` and ``aiospark enrich``.
+
+Errors are short: one or two lines saying what failed and what to change, exit code 2 for a bad
+argument or input (found before Spark starts), 1 for a job that failed. Spark's own console output
+(JVM logs, stack traces) goes to a log file whose path the error names; ``--verbose`` shows it all.
+
+Example::
+
+    aiospark enrich in.csv out.parquet --url 'http://127.0.0.1:8080/item/{id}' --schema 'name STRING'
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import List, Optional
+import tempfile
+from typing import List, Optional, TextIO
+
+from . import __version__
+from .cli_errors import short_error
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -21,38 +42,134 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiospark", description="Flink-style Async I/O for PySpark.")
+    """The argument parser (``--help`` shows every default).
+
+    Example::
+
+        build_parser().parse_args(["demo", "--rows", "1000"]).rows   # 1000
+    """
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(prog="aiospark", description="Flink-style Async I/O for PySpark.",
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"aiospark {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="enrich 100k rows from a local HTTP service, vs a blocking UDF")
-    demo.add_argument("--rows", type=_positive_int, default=100_000)
+    demo = commands.add_parser("demo", help="enrich 100k rows from a local HTTP service, vs a blocking UDF",
+                               formatter_class=fmt)
+    demo.add_argument("--rows", type=_positive_int, default=100_000, help="rows to enrich")
     demo.add_argument("--sample", type=_positive_int, default=400, help="rows for the blocking-UDF baseline")
     demo.add_argument("--latency", type=_seconds, default=0.03, help="service latency in seconds")
     demo.add_argument("--jitter", type=_seconds, default=0.01, help="+/- seconds around the latency")
     demo.add_argument("--capacity", type=_positive_int, default=200, help="calls in flight per task")
     demo.add_argument("--tasks", type=_positive_int, default=2, help="local Spark cores/partitions")
-    enrich = commands.add_parser("enrich", help="enrich every row of a dataset from an HTTP endpoint")
-    enrich.add_argument("input", help="input dataset (Parquet, CSV or JSON file or directory)")
-    enrich.add_argument("output", help="where to write the enriched dataset")
+    enrich = commands.add_parser(
+        "enrich", help="enrich every row of a dataset from an HTTP endpoint", formatter_class=fmt,
+        description="Look every row up at --url and write the input columns plus the --schema columns of the "
+                    "response. OUTPUT appears only when the job succeeded.")
+    enrich.add_argument("input", help="input dataset: a Parquet, CSV (with a header) or JSON Lines file or directory")
+    enrich.add_argument("output", help="where to write the enriched dataset (must not exist, unless --overwrite)")
     enrich.add_argument("--url", required=True,
                         help="URL template with input columns as placeholders, e.g. http://127.0.0.1:8080/item/{id}")
     enrich.add_argument("--schema", required=True,
                         help="Spark DDL of the response fields to add, e.g. 'name STRING, price DOUBLE'")
     enrich.add_argument("--concurrency", type=_positive_int, default=100, help="calls in flight per task")
     enrich.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per row, retries included")
-    enrich.add_argument("--retries", type=int, default=3, help="retries after the first call (5xx, 429, network)")
+    enrich.add_argument("--retries", type=_count, default=3, help="retries after the first call (5xx, 429, network)")
     enrich.add_argument("--ordered", action="store_true", help="keep each partition's row order")
     enrich.add_argument("--how", choices=("left", "inner"), default="left",
-                        help="left keeps rows the endpoint has no data for (404)")
-    enrich.add_argument("--input-format", choices=("parquet", "csv", "json"))
-    enrich.add_argument("--output-format", choices=("parquet", "csv", "json"))
-    enrich.add_argument("--mode", choices=("error", "overwrite", "append", "ignore"), default="error",
-                        help="what to do when the output exists")
-    enrich.add_argument("--cache-rows", type=int, default=0, help="per-worker cache of responses (0 = off)")
+                        help="left keeps rows the endpoint has no data for (404), with NULL columns")
+    enrich.add_argument("--on-error", choices=("fail", "row"), default="fail",
+                        help="fail: a row that fails after its retries fails the job; row: write it with its "
+                             "error in column _error and go on")
+    enrich.add_argument("--format", "--input-format", dest="input_format", choices=("parquet", "csv", "json"),
+                        help="input format (default: from the input's name)")
+    enrich.add_argument("--output-format", choices=("parquet", "csv", "json"),
+                        help="output format (default: from OUTPUT's extension, else the input's)")
+    enrich.add_argument("--overwrite", action="store_true",
+                        help="replace an existing OUTPUT (only once the new one is complete)")
+    enrich.add_argument("--allow-empty-columns", action="store_true",
+                        help="accept a --schema column that is NULL in every response (else the job fails)")
+    enrich.add_argument("--cache-rows", type=_count, default=0, help="per-worker cache of responses (0 = off)")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
+    enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
     return parser
 
 
+class _SparkConsole:
+    """Sends this process's file descriptors 1 and 2 -- which the JVM Spark starts inherits -- to a
+    log file, while ``sys.stdout``/``sys.stderr`` keep writing to the terminal."""
+
+    def __init__(self) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="aiospark-enrich-", suffix=".log")
+        os.close(handle)
+        self._saved: List[int] = []
+        self._streams: List[TextIO] = []
+
+    def __enter__(self) -> "_SparkConsole":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            self._saved.append(os.dup(fd))
+            stream = open(os.dup(self._saved[-1]), "w", buffering=1, encoding="utf-8")
+            self._streams.append(getattr(sys, name))
+            setattr(sys, name, stream)
+            os.dup2(log, fd)
+        os.close(log)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd, name, saved, previous in zip((1, 2), ("stdout", "stderr"), self._saved, self._streams):
+            getattr(sys, name).flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            getattr(sys, name).close()
+            setattr(sys, name, previous)
+
+
+def _run_enrich(args: argparse.Namespace) -> int:
+    from .enrich import EnrichError, run_enrich
+    from .enrich_checks import check_enrich
+
+    options = dict(url=args.url, schema=args.schema, concurrency=args.concurrency, timeout=args.timeout,
+                   retries=args.retries, ordered=args.ordered, how=args.how, input_format=args.input_format,
+                   output_format=args.output_format, overwrite=args.overwrite, on_error=args.on_error,
+                   allow_empty_columns=args.allow_empty_columns, cache_rows=args.cache_rows, master=args.master)
+    try:  # everything that can be checked without Spark, before Spark starts
+        check_enrich(args.input, args.output, url=args.url, schema=args.schema, on_error=args.on_error,
+                     overwrite=args.overwrite, input_format=args.input_format, output_format=args.output_format,
+                     concurrency=args.concurrency)
+    except EnrichError as exc:
+        print(f"aiospark enrich: {exc}", file=sys.stderr)
+        return 2
+    console = None if args.verbose or os.environ.get("PYSPARK_GATEWAY_PORT") else _SparkConsole()
+    try:
+        if console is None:
+            run_enrich(args.input, args.output, **options)
+        else:
+            with console:
+                run_enrich(args.input, args.output, out=print, warn=lambda line: print(line, file=sys.stderr),
+                           **options)
+    except EnrichError as exc:
+        print(f"aiospark enrich: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if args.verbose:
+            raise
+        message = short_error(exc)
+        print(f"aiospark enrich: failed: {message}", file=sys.stderr)
+        failed_row = args.on_error == "fail" and "AsyncFunctionError" in message
+        hint = "; --on-error row writes failed rows with their error instead" if failed_row else ""
+        where = f"; Spark's log: {console.path}" if console is not None else ""
+        print(f"  nothing was written to {args.output} (rerun with --verbose for the full trace{where}{hint})",
+              file=sys.stderr)
+        return 1
+    if console is not None:
+        os.unlink(console.path)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``aiospark`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
     from .spark.session import use_this_python
 
@@ -65,21 +182,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         run_demo(rows=args.rows, sample=args.sample, latency=args.latency, jitter=args.jitter,
                  capacity=args.capacity, tasks=args.tasks)
-    elif args.command == "enrich":
-        if args.retries < 0:
-            print("aiospark enrich: --retries must be >= 0", file=sys.stderr)
-            return 2
-        from .enrich import run_enrich
-
-        try:
-            run_enrich(args.input, args.output, url=args.url, schema=args.schema, concurrency=args.concurrency,
-                       timeout=args.timeout, retries=args.retries, ordered=args.ordered, how=args.how,
-                       input_format=args.input_format, output_format=args.output_format, mode=args.mode,
-                       cache_rows=args.cache_rows, master=args.master)
-        except (ValueError, TypeError) as exc:
-            print(f"aiospark enrich: {exc}", file=sys.stderr)
-            return 2
-    return 0
+        return 0
+    return _run_enrich(args)
 
 
 if __name__ == "__main__":

@@ -2,44 +2,72 @@
 
 Runs on local Spark by default; under ``spark-submit`` it uses the session spark-submit set up
 (so ``--master`` comes from spark-submit), which is how it runs on a cluster.
+
+What it promises (docs/design.md, "aiospark enrich"):
+
+* arguments, paths and the input's columns are checked before Spark starts (:mod:`.enrich_checks`);
+* the output appears only when the job succeeded: Spark writes a hidden sibling directory, which is
+  renamed to OUTPUT at the end; an existing OUTPUT is replaced only with ``overwrite=True``, and only
+  then; a failed job removes its temporary directory and leaves OUTPUT as it was;
+* a ``--schema`` column that no response carried (NULL in every row the service returned) fails
+  the job, unless ``allow_empty_columns`` -- a typo is never a silent all-NULL column;
+* ``on_error="row"`` keeps going: a failed row is written with its input columns and the error
+  text in ``_error`` (NULL in good rows);
+* rows/s is rows written over the seconds of the Spark job, in the progress line and the summary.
+
+Example::
+
+    run_enrich("in.csv", "out.parquet", url="http://127.0.0.1:8080/item/{id}", schema="name STRING")
 """
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Callable, Dict, Optional
+import uuid
+from typing import Any, Callable, Dict, List, Optional
 
-FORMATS = ("parquet", "csv", "json")
+from .enrich_checks import ERROR_COLUMN, EnrichError, EnrichPlan, check_enrich, guess_format  # noqa: F401
+from .lookup import LookupSource
+
+#: the lookup's mark on every row a response carried (dropped before writing)
+FOUND = "_aiospark_found"
 
 
-def guess_format(path: str, explicit: Optional[str], what: str) -> str:
-    """The format named by ``explicit`` or by the path's extension (``.parquet``, ``.csv``, ``.json``)."""
-    if explicit:
-        if explicit not in FORMATS:
-            raise ValueError(f"{what} format must be one of {FORMATS}, got {explicit!r}")
-        return explicit
-    name = path.rstrip("/").lower()
-    for fmt, extensions in (("parquet", (".parquet", ".pq")), ("csv", (".csv",)), ("json", (".json", ".jsonl"))):
-        if name.endswith(extensions):
-            return fmt
-    if os.path.isdir(path):
-        found = {f.rsplit(".", 1)[-1].lower() for f in os.listdir(path) if "." in f and not f.startswith((".", "_"))}
-        for fmt, ext in (("parquet", "parquet"), ("csv", "csv"), ("json", "json")):
-            if ext in found:
-                return fmt
-    raise ValueError(f"cannot tell the {what} format of {path!r} from its name: pass --{what}-format "
-                     f"({'/'.join(FORMATS)})")
+class EnrichFailed(RuntimeError):
+    """The Spark job ran and failed, or wrote something the user must fix (the CLI exits 1)."""
+
+
+class _MarkedHttp(LookupSource):
+    """The user's HttpLookup, marking every row it found so the job can count them."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.schema = f"{inner.schema}, {FOUND} BOOLEAN"
+        self.key_columns = inner.key_columns
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def lookup(self, key: tuple) -> List[Dict[str, Any]]:
+        return [{**row, FOUND: True} for row in await self.inner.lookup(key)]
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
 
 
 def read(spark: Any, path: str, fmt: str) -> Any:
+    """The input as a DataFrame (CSV: header line, types inferred)."""
     reader = spark.read
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.format(fmt).load(path)
 
 
-def write(df: Any, path: str, fmt: str, mode: str) -> None:
-    writer = df.write.mode(mode).format(fmt)
+def write(df: Any, path: str, fmt: str) -> None:
+    """Write ``df`` to the new directory ``path``."""
+    writer = df.write.mode("errorifexists").format(fmt)
     if fmt == "csv":
         writer = writer.option("header", "true")
     writer.save(path)
@@ -56,42 +84,148 @@ def spark_session(master: Optional[str]) -> Any:
     return local_session(master or "local[*]", app_name="aiospark-enrich")
 
 
+class _Files:
+    """Hadoop's FileSystem through the JVM: the same rename/delete for local paths, HDFS and S3."""
+
+    def __init__(self, spark: Any):
+        self.jvm = spark.sparkContext._jvm
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str) -> Any:
+        p = self.jvm.org.apache.hadoop.fs.Path(path)
+        return p.getFileSystem(self.conf), p
+
+    def exists(self, path: str) -> bool:
+        fs, p = self._fs(path)
+        return bool(fs.exists(p))
+
+    def delete(self, path: str) -> None:
+        fs, p = self._fs(path)
+        fs.delete(p, True)
+
+    def rename(self, src: str, dst: str) -> None:
+        fs, p = self._fs(src)
+        if not fs.rename(p, self._fs(dst)[1]):
+            raise EnrichFailed(f"could not rename {src} to {dst}; the enriched data is in {src}")
+
+
+def _sibling(path: str, tag: str) -> str:
+    head, name = os.path.split(path.rstrip("/"))
+    # a hidden name: Spark and most tools skip names starting with '.' when reading the parent
+    return os.path.join(head, f".{name}.aiospark-{tag}-{uuid.uuid4().hex[:8]}")
+
+
+def _prepare(df: Any, columns: List[str], plan: EnrichPlan, on_error: str) -> Any:
+    """The output columns: input ``columns``, schema columns, and ``_error`` under ``on_error="row"``."""
+    from pyspark.sql import functions as F
+
+    if on_error != "row":
+        return df.select(*[F.col(f"`{c}`") for c in columns + plan.added])
+    # an error row has its input in the struct _input and NULL elsewhere: put the input back in place
+    failed = F.col(ERROR_COLUMN).isNotNull()
+    back = [F.when(failed, F.col("_input").getField(c)).otherwise(F.col(f"`{c}`")).alias(c) for c in columns]
+    return df.select(*back, *[F.col(f"`{c}`") for c in plan.added], F.col(ERROR_COLUMN))
+
+
+def _empty_columns(counts: Dict[str, int], plan: EnrichPlan) -> List[str]:
+    """Schema columns NULL in every row a response carried (none when no response carried a row)."""
+    return [c for c in plan.added if counts["found"] and counts[c] == 0]
+
+
 def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, concurrency: int = 100,
                timeout: float = 30.0, retries: int = 3, ordered: bool = False, how: str = "left",
-               input_format: Optional[str] = None, output_format: Optional[str] = None, mode: str = "error",
-               cache_rows: int = 0, master: Optional[str] = None, out: Callable[[str], Any] = print,
-               live: Optional[bool] = None) -> Dict[str, Any]:
-    """Enrich ``input_path`` into ``output_path``; returns rows and seconds (also printed via ``out``)."""
-    from .connectors import HttpLookup, is_retryable
+               input_format: Optional[str] = None, output_format: Optional[str] = None, overwrite: bool = False,
+               on_error: str = "fail", allow_empty_columns: bool = False, cache_rows: int = 0,
+               master: Optional[str] = None, out: Callable[[str], Any] = print,
+               warn: Callable[[str], Any] = print, live: Optional[bool] = None) -> Dict[str, Any]:
+    """Enrich ``input_path`` into ``output_path``; returns rows, seconds, rows/s, error rows and metrics.
+
+    Raises :class:`EnrichError` (before Spark starts) for bad arguments and :class:`EnrichFailed`
+    when the job fails or a schema column stayed empty; OUTPUT is then untouched.
+
+    Example::
+
+        run_enrich("in.json", "out.json", url="http://127.0.0.1:8080/item/{id}", schema="name STRING",
+                   on_error="row")["error_rows"]   # 0
+    """
+    plan = check_enrich(input_path, output_path, url=url, schema=schema, on_error=on_error, overwrite=overwrite,
+                        input_format=input_format, output_format=output_format, concurrency=concurrency)
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from .connectors import is_retryable
     from .core import RetryStrategy
     from .lookup import LookupCache
-    from .progress import Progress
+    from .progress import Progress, format_rate, rate
     from .spark.lookup_join import lookup_join
     from .spark.metrics import Metrics
 
-    in_fmt = guess_format(input_path, input_format, "input")
-    out_fmt = output_format or (guess_format(output_path, None, "output") if "." in os.path.basename(
-        output_path.rstrip("/")) else in_fmt)
-    if out_fmt not in FORMATS:
-        raise ValueError(f"output format must be one of {FORMATS}, got {out_fmt!r}")
-    source = HttpLookup(url, schema, max_connections=concurrency)
     retry = (RetryStrategy.exponential_backoff(retries, 0.1, 5.0, jitter=0.2, exception_predicate=is_retryable)
              if retries > 0 else None)
     cache = LookupCache(max_rows=cache_rows) if cache_rows > 0 else None
     spark = spark_session(master)
-    started = time.perf_counter()
-    df = read(spark, input_path, in_fmt)
-    missing = [k for k in source.key_columns if k not in df.columns]
+    files = _Files(spark)
+    if not files.exists(input_path):  # remote inputs are first checked here
+        raise EnrichError(f"the input {input_path!r} does not exist")
+    if files.exists(output_path) and not overwrite:
+        raise EnrichError(f"the output {output_path!r} exists: pass --overwrite to replace it")
+    df = read(spark, input_path, plan.in_format)
+    missing = [k for k in plan.source.key_columns if k not in df.columns]
     if missing:
-        raise ValueError(f"the URL template uses {missing}, which are not columns of {input_path} ({df.columns})")
+        raise EnrichError(f"--url uses {missing}, not columns of {input_path}: its columns are {df.columns}")
     metrics = Metrics("enrich")
-    enriched = lookup_join(df, source, on=list(source.key_columns), how=how, capacity=concurrency, timeout=timeout,
-                           retry=retry, ordered=ordered, cache=cache, metrics=metrics)
-    with Progress(metrics, live=live):
-        write(enriched, output_path, out_fmt, mode)
-    seconds = time.perf_counter() - started
-    rows = read(spark, output_path, out_fmt).count()
-    out(f"enriched {input_path} ({in_fmt}) -> {output_path} ({out_fmt}): {rows:,} rows in {seconds:.1f} s "
-        f"({rows / seconds:,.0f} rows/s)")
+    enriched = lookup_join(df, _MarkedHttp(plan.source), on=list(plan.source.key_columns), how=how,
+                           capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
+                           on_error=on_error, metrics=metrics)
+    seen = Observation("aiospark_enrich")
+    # metric names must not be column names: n0, n1, ... stand for plan.added
+    counted = enriched.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
+                               *[F.count(F.col(f"`{c}`")).alias(f"n{i}") for i, c in enumerate(plan.added)])
+    temporary = _sibling(output_path, "tmp")
+    try:
+        with Progress(metrics, live=live, summary=False) as progress:
+            write(_prepare(counted, df.columns, plan, on_error), temporary, plan.out_format)
+        observed = seen.get
+        counts = {"found": int(observed["found"]), **{c: int(observed[f"n{i}"]) for i, c in enumerate(plan.added)}}
+        rows = int(observed["rows"])
+        progress.finish(rows)
+        empty = _empty_columns(counts, plan)
+        if empty and not allow_empty_columns:
+            raise EnrichFailed(
+                f"--schema column(s) {empty} were NULL or absent in all {counts['found']:,} rows the service "
+                f"returned: check their spelling against the response's JSON fields, or pass "
+                f"--allow-empty-columns if they are really empty. Nothing was written to {output_path}.")
+        _commit(files, temporary, output_path)
+    finally:
+        if files.exists(temporary):
+            files.delete(temporary)
+    seconds = progress.elapsed
+    for c in empty:
+        warn(f"warning: column {c!r} is NULL in every row (--allow-empty-columns)")
+    error_rows = metrics.total.error_rows
+    out(f"enriched {input_path} ({plan.in_format}) -> {output_path} ({plan.out_format}): {rows:,} rows in "
+        f"{seconds:.1f} s ({format_rate(rate(rows, seconds))} rows/s)")
+    if counts["found"] == 0 and rows:
+        warn("warning: the service returned no data (404) for any row")
+    if error_rows:
+        warn(f"warning: {error_rows:,} rows failed; they are in the output with their error in column "
+             f"{ERROR_COLUMN!r}")
     out(f"metrics: {metrics.total}")
-    return {"rows": rows, "seconds": seconds, "metrics": metrics.total}
+    return {"rows": rows, "seconds": seconds, "rows_per_second": rate(rows, seconds), "error_rows": error_rows,
+            "metrics": metrics.total}
+
+
+def _commit(files: _Files, temporary: str, output_path: str) -> None:
+    """Move the finished output into place; an old OUTPUT goes only once the new one is there."""
+    old = None
+    if files.exists(output_path):
+        old = _sibling(output_path, "old")
+        files.rename(output_path, old)
+    try:
+        files.rename(temporary, output_path)
+    except Exception:
+        if old is not None:
+            files.rename(old, output_path)
+        raise
+    if old is not None:
+        files.delete(old)
