@@ -140,7 +140,10 @@ class Caller:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
         task = self._create_task(self._attempts(call.element[0]))
         call.task = task
-        task.add_done_callback(functools.partial(self._finished, call))
+        if task.done():  # an eager task that needed no I/O: its outcome is here already
+            self._finished(call, task)
+        else:
+            task.add_done_callback(functools.partial(self._finished, call))
 
     async def _attempts(self, value: Any) -> List[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
@@ -214,7 +217,7 @@ class Caller:
         """An AsyncFunction's outputs: its list (or tuple), anything else is its failure."""
         if type(result) is list:
             return result
-        if isinstance(result, tuple):
+        if isinstance(result, (list, tuple)):
             return list(result)
         raise _NotAList(f"{type(self.function).__name__}.async_invoke must return a list of outputs "
                         f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}")

@@ -1,0 +1,47 @@
+"""One element's call (core/calls.py): what an AsyncFunction may return, eager completion."""
+from __future__ import annotations
+
+import asyncio
+
+from aiospark import AsyncFunction, AsyncWaitOperator
+
+
+class Rows(list):
+    """A list subclass, as some client libraries return."""
+
+
+def run_all(function, values, **kwargs):
+    async def main():
+        out = []
+        op = AsyncWaitOperator(function, out.append, **kwargs)
+        await op.open()
+        for v in values:
+            await op.process_element(v)
+        await op.finish()
+        await op.close()
+        return [r.value for r in out]
+
+    return asyncio.run(main())
+
+
+def test_an_async_function_may_return_a_list_subclass_or_a_tuple():
+    class F(AsyncFunction):
+        async def async_invoke(self, value):
+            return Rows([value, value]) if value % 2 else (value,)
+
+    assert run_all(F(), range(4)) == [0, 1, 1, 2, 3, 3]
+
+
+def test_calls_that_finish_without_io_and_calls_that_suspend_keep_their_order():
+    """Some calls complete inside create_task (eager tasks on 3.12+), others suspend: the ordered
+    output is input order either way, and every call ran in a real Task."""
+    seen = []
+
+    async def mixed(value):
+        seen.append(isinstance(asyncio.current_task(), asyncio.Task))
+        if value % 3 == 0:
+            await asyncio.sleep(0.001)
+        return value
+
+    assert run_all(mixed, range(30), capacity=7) == list(range(30))
+    assert seen == [True] * 30
