@@ -136,6 +136,53 @@ def test_async_function_opened_once_per_loop():
     assert a is b is fn and Opened.opens == 1
 
 
+def test_functions_no_running_task_uses_are_closed_beyond_a_bound():
+    """A job that defines a new function per micro-batch (lookup_join in foreachBatch) must not
+    leave every one of them open in the worker: beyond MAX_IDLE_FUNCTIONS idle instances the
+    least recently used are closed; an instance a running task uses is never closed."""
+    from aiospark.runtime.worker_loop import MAX_IDLE_FUNCTIONS
+
+    closed = []
+
+    class Job(AsyncFunction):
+        def __init__(self, name):
+            self.name = name
+
+        async def async_invoke(self, value):
+            return [value]
+
+        async def close(self):
+            closed.append(self.name)
+
+    wl = WorkerLoop()
+    in_use = asyncio.Event()
+
+    async def long_partition():  # a task that keeps using "job-0" meanwhile
+        await wl.opened("job-0", Job("job-0"))
+        await in_use.wait()
+
+    async def short_partition(i):
+        await wl.opened(f"job-{i}", Job(f"job-{i}"))
+
+    async def main():
+        holder = asyncio.ensure_future(long_partition())
+        await asyncio.sleep(0)
+        for i in range(1, MAX_IDLE_FUNCTIONS + 6):
+            await asyncio.ensure_future(short_partition(i))
+        in_use.set()
+        await holder
+
+    try:
+        wl.submit(main()).result(10)
+        # job-0 was in use the whole time; the oldest idle ones beyond the bound were closed
+        assert "job-0" not in closed
+        assert closed == [f"job-{i}" for i in range(1, len(closed) + 1)]  # oldest first
+        still_open = MAX_IDLE_FUNCTIONS + 6 - len(closed)  # job-0 .. job-(MAX+5)
+        assert still_open <= MAX_IDLE_FUNCTIONS + 2  # the idle bound, job-0 and the newest
+    finally:
+        wl.shutdown()
+
+
 def test_failed_open_is_retried_next_time():
     class FlakyOpen(AsyncFunction):
         tries = 0

@@ -20,6 +20,8 @@ import itertools
 import os
 import sys
 import threading
+import weakref
+from collections import OrderedDict
 from typing import Any, Coroutine, Dict, Optional
 
 from ..core.errors import warn_blocking
@@ -27,6 +29,9 @@ from .gc_policy import GcPolicy, threshold_from_env
 
 _lock = threading.Lock()
 _current: Optional["WorkerLoop"] = None
+
+#: Opened functions that no running task uses are closed beyond this many (least recently used first).
+MAX_IDLE_FUNCTIONS = 16
 
 #: How long shutdown waits for ``close()`` of the opened functions.
 SHUTDOWN_SECONDS = 5.0
@@ -77,7 +82,8 @@ class WorkerLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = new_event_loop()
-        self._functions: Dict[str, Any] = {}
+        self._functions: "OrderedDict[str, Any]" = OrderedDict()  # least recently used first
+        self._users: Dict[str, "weakref.WeakSet[asyncio.Task]"] = {}  # tasks that used each instance
         self._opening: Dict[str, asyncio.Future] = {}
         self._running: Dict[int, str] = {}
         self._tokens = itertools.count()
@@ -109,13 +115,26 @@ class WorkerLoop:
         """The opened instance of the function defined as ``key``, opening ``function`` if needed.
 
         Concurrent first uses wait for one ``open()``; a failed ``open()`` is retried next time.
+        The calling task counts as a user of the instance until it ends; beyond
+        ``MAX_IDLE_FUNCTIONS`` instances that no running task uses, the least recently used are
+        closed (a job that calls ``lookup_join`` for every micro-batch defines a new function each
+        time: without this, every worker would keep all of them open).
         """
         instance = self._functions.get(key)
-        if instance is not None:
-            return instance
-        pending = self._opening.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        if instance is None:
+            pending = self._opening.get(key)
+            if pending is not None:
+                instance = await asyncio.shield(pending)
+            else:
+                instance = await self._open(key, function)
+        self._functions.move_to_end(key)
+        user = asyncio.current_task()
+        if user is not None:
+            self._users.setdefault(key, weakref.WeakSet()).add(user)
+        await self._close_idle()
+        return instance
+
+    async def _open(self, key: str, function: Any) -> Any:
         pending = self.loop.create_future()
         self._opening[key] = pending
         try:
@@ -129,6 +148,18 @@ class WorkerLoop:
         self._functions[key] = function
         pending.set_result(function)
         return function
+
+    async def _close_idle(self) -> None:
+        """Close the least recently used instances that no running task uses, beyond the limit."""
+        idle = [key for key in self._functions
+                if not any(not task.done() for task in self._users.get(key, ()))]
+        for key in idle[:max(0, len(idle) - MAX_IDLE_FUNCTIONS)]:  # oldest first
+            function = self._functions.pop(key)
+            self._users.pop(key, None)
+            try:
+                await function.close()
+            except Exception:  # one failing close() must not fail the task that opened another
+                pass
 
     # ---------------------------------------------------------------- blocked-loop detection
     def track(self, name: str) -> int:
@@ -176,7 +207,7 @@ class WorkerLoop:
             warn_blocking(name, f"the event loop was blocked for {lag:.2f} s while running {name!r}.")
 
     async def close_functions(self) -> None:
-        functions, self._functions = list(self._functions.values()), {}
+        functions, self._functions = list(self._functions.values()), OrderedDict()
         for function in functions:
             try:
                 await function.close()
