@@ -35,119 +35,34 @@ values, URL userinfo) is scrubbed from messages, response bodies included
 (:mod:`aiospark.connectors.redaction`). The aiohttp session (a bounded connection pool) is
 shared by every ``HttpLookup`` of one configuration in the process
 (:mod:`aiospark.connectors.shared`).
+
+This module holds the lookup itself (configuration, the shared session, sending, batch splitting);
+:mod:`.http_request` builds what is sent (URLs, keys, auth headers) and :mod:`.http_response`
+reads what comes back (status errors, JSON rows).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import email.utils
 import json
-import math
 import re
-import time
 from typing import Any, Callable, Mapping, Sequence
-from urllib.parse import quote, urlsplit, urlunsplit, unquote
+from urllib.parse import urlsplit
 
 from ..lookup import keys as keyconv
-from ..lookup.schema import RowMapper, parse_schema
+from ..lookup.schema import parse_schema
 from ..lookup.source import LookupSource
 from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
                       check_positive, has_null, resolve_secret, short)
+from .http_request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
+from .http_response import HttpStatusError, JsonRows, parse_retry_after, status_error
 from .redaction import Redactor, scrubbed
 from .shared import SHARED, config_key
 
-__all__ = ["HttpLookup", "HttpStatusError"]
+__all__ = ["HttpLookup", "HttpStatusError", "parse_retry_after"]
 
+#: URLs with a query string in exception texts: the query may hold keys, so it is cut off
 _QUERY_RE = re.compile(r"(https?://[^\s'\"?#]*)\?[^\s'\"]*")
-_SECRETISH = ("key", "token", "secret", "pass", "auth", "sig", "credential")
-#: Request headers whose values are not secrets (every other header value is scrubbed)
-_PLAIN_HEADERS = {"accept", "accept-encoding", "accept-language", "cache-control", "content-type",
-                  "user-agent"}
-
-
-class HttpStatusError(ConnectorError):
-    """A non-success HTTP status. ``status``; ``retryable`` (429/5xx); ``retry_after`` seconds."""
-
-    def __init__(self, message: str, *, source: str = "", status: int = 0, retryable: bool = False,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message, source=source, retryable=retryable)
-        self.status = status
-        self.retry_after = retry_after
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date); None if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def _encode(v: Any) -> str:
-    if isinstance(v, (bytes, bytearray)):  # literal bytes, UTF-8 or not
-        s: Any = bytes(v)
-    else:
-        s = keyconv.to_text(v)  # KeyMismatch (no text form): the caller's miss
-    if s in (".", "..", b".", b".."):  # a bare dot segment would be normalised away by servers
-        return "%2E" * len(s)
-    return quote(s, safe="")
-
-
-def _json_key(v: Any) -> Any:
-    """A key value as the batch body carries it; KeyMismatch when JSON cannot carry it."""
-    if type(v) in (str, int, bool):
-        return v
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise keyconv.KeyMismatch(f"{v!r} has no JSON form")
-        return v
-    return keyconv.to_text(v)
-
-
-def _key_text(v: Any) -> str:
-    if type(v) is int:  # the common case; what json.dumps would give
-        return str(v)
-    return v if isinstance(v, str) else json.dumps(v)
-
-
-def _split_url(url: str, what: str, allow_fields: bool) -> tuple[str, str, Secret | None, Secret | None]:
-    """Return (url without userinfo, 'host:port', user, password)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} must be an absolute http:// or https:// URL, got {url!r}")
-    if "{" in parts.netloc or "}" in parts.netloc:
-        raise ValueError(f"{what} {url!r}: placeholders are allowed in the path and query only")
-    if not allow_fields and ("{" in url or "}" in url):
-        raise ValueError(f"{what} must be a fixed URL without placeholders, got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-    user = Secret(unquote(parts.username)) if parts.username else None
-    pw = Secret(unquote(parts.password)) if parts.password else None
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=netloc)), f"{host}:{port}", user, pw
-
-
-def _mask_query(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    masked = []
-    for item in parts.query.split("&"):
-        name, eq, _ = item.partition("=")
-        secretish = any(s in name.lower() for s in _SECRETISH)
-        masked.append(f"{name}=***" if eq and secretish else item)
-    return urlunsplit(parts._replace(query="&".join(masked)))
 
 
 class HttpLookup(LookupSource):
@@ -190,9 +105,7 @@ class HttpLookup(LookupSource):
         max_batch_delay: float = 0.005,
     ) -> None:
         self.schema = schema
-        self._fields = parse_schema(schema)
-        self._mapper = RowMapper(self._fields)
-        url, self._hostport, self._user, self._password = _split_url(url_template, "url_template", True)
+        url, self._hostport, self._user, self._password = split_url(url_template, "url_template", True)
         self._tpl = KeyTemplate(url, key_columns, "url_template")
         self.key_columns = self._tpl.key_columns
         self.method = str(method).upper()
@@ -203,10 +116,9 @@ class HttpLookup(LookupSource):
         if json_path is not None and (not isinstance(json_path, str) or not json_path.strip(".")):
             raise ValueError(f"json_path must be a dotted path like 'data.items', got {json_path!r}")
         self.json_path = json_path
-        self._path = tuple(json_path.split(".")) if json_path else ()
         self.batch_url = None
         if batch_url is not None:
-            self.batch_url, _, _, _ = _split_url(batch_url, "batch_url", False)
+            self.batch_url, _, _, _ = split_url(batch_url, "batch_url", False)
         for name, fn in (("batch_request", batch_request), ("batch_response", batch_response)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be a callable, got {fn!r}")
@@ -228,11 +140,12 @@ class HttpLookup(LookupSource):
                 auth_token is not None or auth_token_env or self._user or self._password):
             raise ValueError("an 'Authorization' header conflicts with auth_token/URL credentials")
         self._name = f"HttpLookup({self._hostport})"
+        self._answers = JsonRows(schema, parse_schema(schema), json_path, self._name)
         self._session: Any = None
         self._redactor = self._make_redactor()
 
     def _make_redactor(self) -> Redactor:
-        header_secrets = (Secret(v) for k, v in self._headers.items() if k.lower() not in _PLAIN_HEADERS)
+        header_secrets = (Secret(v) for k, v in self._headers.items() if k.lower() not in PLAIN_HEADERS)
         return Redactor(self._token, self._password, *header_secrets, basic=(self._user, self._password))
 
     @property
@@ -243,22 +156,12 @@ class HttpLookup(LookupSource):
         return {**self.__dict__, "_session": None, "_session_key": None}
 
     def __repr__(self) -> str:
-        tpl = _mask_query(self._tpl.template)
+        tpl = mask_query(self._tpl.template)
         return (f"HttpLookup({tpl!r}, {self.schema!r}, method={self.method!r}, "
                 f"batch_url={self.batch_url!r}, headers={sorted(self._headers)!r}, "
                 f"auth_token={'***' if self._token else None})")
 
     __str__ = __repr__
-
-    def _request_headers(self) -> dict[str, str]:
-        headers = dict(self._headers)
-        if self._token:
-            headers["Authorization"] = f"{self._auth_scheme} {self._token.reveal()}".strip()
-        elif self._user or self._password:
-            pair = (f"{self._user.reveal() if self._user else ''}:"
-                    f"{self._password.reveal() if self._password else ''}")
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-        return headers
 
     @scrubbed
     async def open(self) -> None:
@@ -273,7 +176,8 @@ class HttpLookup(LookupSource):
                 raise ConnectorError(f"environment variable {self._token_env} (auth_token_env) is "
                                      "not set", source=self._name)
             self._redactor = self._make_redactor()
-        headers = self._request_headers()
+        headers = request_headers(self._headers, self._token, self._auth_scheme, self._user,
+                                  self._password)
         key = config_key("http", sorted(headers.items()), self.max_connections, self.timeout)
 
         async def create() -> Any:
@@ -317,7 +221,8 @@ class HttpLookup(LookupSource):
                     except ValueError:
                         raise ConnectorError(f"{method} {self._where(url)} returned a non-JSON body "
                                              f"({len(data)} bytes)", source=self._name) from None
-                raise self._status_error(method, url, resp, data)
+                raise status_error(status, resp.reason, resp.headers.get("Retry-After"), data,
+                                   f"{method} {self._where(url)}", self._redactor, self._name)
         except ConnectorError:
             raise
         except asyncio.TimeoutError:
@@ -335,57 +240,6 @@ class HttpLookup(LookupSource):
         path = urlsplit(url).path or "/"
         return path if len(path) <= 200 else path[:197] + "..."
 
-    def _status_error(self, method: str, url: str, resp: Any, data: bytes) -> HttpStatusError:
-        status = resp.status
-        retryable = status == 429 or status >= 500
-        retry_after = parse_retry_after(resp.headers.get("Retry-After")) if retryable else None
-        # scrub the whole body before cutting it: a cut could leave half a secret behind
-        text = self._redactor.scrub(data[:65_536].decode("utf-8", "replace"), limit=200).strip()
-        msg = f"HTTP {status} {resp.reason or ''} for {method} {self._where(url)}".rstrip()
-        if text:
-            msg += f": {text}"
-        return HttpStatusError(msg, source=self._name, status=status, retryable=retryable,
-                               retry_after=retry_after)
-
-    # --- rows ----------------------------------------------------------------------------
-
-    def _select(self, data: Any) -> Any:
-        for part in self._path:
-            if isinstance(data, Mapping):
-                data = data.get(part)
-            elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
-                data = data[int(part)]
-            else:
-                return None
-        return data
-
-    def _rows(self, data: Any) -> list[dict]:
-        mapper = self._mapper
-        if data is None:
-            return []
-        if isinstance(data, Mapping):
-            return [mapper.row(data)]
-        items = data if isinstance(data, list) else [data]
-        rows = []
-        for item in items:
-            if isinstance(item, Mapping):
-                rows.append(mapper.row(item))
-            elif len(self._fields) == 1 and item is not None:
-                rows.append(mapper.single(item))
-            elif item is not None:
-                raise ConnectorError(f"expected JSON objects for schema {self.schema!r}, got "
-                                     f"{type(item).__name__}", source=self._name)
-        return rows
-
-    def _rows_or_error(self, data: Any) -> Any:
-        """A key's rows, or its own ConnectorError (a row that does not fit the schema)."""
-        try:
-            return self._rows(data)
-        except ConnectorError as exc:
-            return exc
-        except ValueError as exc:
-            return ConnectorError(str(exc), source=self._name)
-
     @scrubbed
     async def lookup(self, key: tuple) -> list[dict]:
         """GET (or POST) the rendered URL; 404 -> ``[]``; see the module doc for errors."""
@@ -393,16 +247,13 @@ class HttpLookup(LookupSource):
         if has_null(key):
             return []
         try:
-            url = self._tpl.render(key, _encode)
-            body = ({c: _json_key(v) for c, v in zip(self.key_columns, key)}
+            url = self._tpl.render(key, url_key)
+            body = ({c: json_key(v) for c, v in zip(self.key_columns, key)}
                     if self.method == "POST" else None)
         except keyconv.KeyMismatch:
             return []
         data = await self._request(self.method, url, body, missing_ok=True)
-        try:
-            return self._rows(self._select(data) if self._path else data)
-        except ValueError as exc:
-            raise ConnectorError(str(exc), source=self._name) from None
+        return self._answers.answer(data)
 
     @scrubbed
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
@@ -415,7 +266,7 @@ class HttpLookup(LookupSource):
             if has_null(k):
                 continue
             try:
-                wanted.append((k, tuple(_json_key(v) for v in k)))
+                wanted.append((k, tuple(json_key(v) for v in k)))
             except keyconv.KeyMismatch:
                 pass  # JSON cannot carry it: a miss
         out: dict[tuple, Any] = {}
@@ -441,27 +292,7 @@ class HttpLookup(LookupSource):
             half = len(wanted) // 2  # one key may be what the server refuses: split
             await asyncio.gather(self._batch(wanted[:half], out), self._batch(wanted[half:], out))
             return
-        if self._batch_response is not None:
-            try:
-                found = self._batch_response(data, sent) or {}
-            except ValueError as exc:
-                raise ConnectorError(str(exc), source=self._name) from None
-            for k, j in wanted:
-                out[k] = self._rows_or_error(found.get(j))
-            return
-        results = data.get("results") if isinstance(data, Mapping) else None
-        if isinstance(results, Mapping):
-            for k, j in wanted:
-                text = (_key_text(j[0]) if arity == 1
-                        else json.dumps(list(j), separators=(",", ":"), ensure_ascii=False))
-                out[k] = self._rows_or_error(results.get(text))
-            return
-        if isinstance(results, list) and len(results) == len(wanted):
-            for (k, _), r in zip(wanted, results):
-                out[k] = self._rows_or_error(r)
-            return
-        raise ConnectorError('batch response must be {"results": {key: rows}} or {"results": [...]} '
-                             "aligned with the request's keys", source=self._name)
+        self._answers.batch(data, wanted, arity, self._batch_response, out)
 
 
 async def _close_session(session: Any) -> None:
