@@ -1,5 +1,4 @@
 import pickle
-import time
 
 import cloudpickle
 import pytest
@@ -31,24 +30,26 @@ def test_put_existing_key_replaces_without_eviction():
 
 
 def test_expire_after_write():
-    c = LookupCache(expire_after_write=0.05)
+    now = [0.0]  # a controllable clock: expiry is decided by the clock, not by how fast we run
+    c = LookupCache(expire_after_write=5, clock=lambda: now[0])
     c.put(("k",), [{"v": 1}])
     assert c.get(("k",)) == [{"v": 1}]
-    time.sleep(0.03)
+    now[0] = 3.0
     assert c.get(("k",)) == [{"v": 1}]  # access does not extend a write expiry
-    time.sleep(0.04)
+    now[0] = 5.5
     assert c.get(("k",)) is None
     assert c.stats()["expirations"] == 1
     assert len(c) == 0
 
 
 def test_expire_after_access_is_extended_by_hits():
-    c = LookupCache(expire_after_access=0.05)
+    now = [0.0]
+    c = LookupCache(expire_after_access=5, clock=lambda: now[0])
     c.put(("k",), [{"v": 1}])
     for _ in range(4):
-        time.sleep(0.03)
-        assert c.get(("k",)) == [{"v": 1}]  # each hit refreshes
-    time.sleep(0.07)
+        now[0] += 3.0
+        assert c.get(("k",)) == [{"v": 1}]  # each hit refreshes: 12 s after the put, still there
+    now[0] += 7.0
     assert c.get(("k",)) is None
 
 
