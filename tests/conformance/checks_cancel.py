@@ -11,6 +11,13 @@ import asyncio
 import json
 import os
 
+# Imported here, not inside the calls: a Spark worker imports this module when it unpickles the
+# function, before the operator's timeout clock starts, so even a first call on a busy machine reaches
+# the server long before the timeout (an import inside the call could eat the whole timeout).
+import aiohttp
+import anyio
+import httpx
+
 
 def token_for(cfg: dict, kind: str) -> str:
     return f"{cfg['run']}-{kind}-{cfg['row']}"
@@ -24,8 +31,6 @@ def _mark(cfg: dict, kind: str, text: str) -> None:
 
 
 async def hang_in_httpx(arg: str) -> str:
-    import httpx
-
     cfg = json.loads(arg)
     client = httpx.AsyncClient(base_url=cfg["http"], timeout=600)
     seen = "no-cancel"
@@ -41,8 +46,6 @@ async def hang_in_httpx(arg: str) -> str:
 
 
 async def hang_in_aiohttp(arg: str) -> str:
-    import aiohttp
-
     cfg = json.loads(arg)
     session = aiohttp.ClientSession(cfg["http"])
     seen = "no-cancel"
@@ -60,9 +63,6 @@ async def hang_in_aiohttp(arg: str) -> str:
 
 async def hang_in_task_group(arg: str) -> str:
     """The cancel must also reach children: an anyio task group's child holding an httpx request."""
-    import anyio
-    import httpx
-
     cfg = json.loads(arg)
 
     async def child() -> None:

@@ -11,8 +11,9 @@ import pytest
 from . import checks_cancel as checks
 
 ROWS = 4
-# The operator's timeout: long enough that every call has reached /slow before it fires.
-TIMEOUT = 1.5
+# The operator's timeout: long enough that every call has reached /slow before it fires (the calls
+# only open a loopback connection first; their libraries are imported before the calls start).
+TIMEOUT = 2.0
 # How long the server may take to notice the closed sockets (it polls every 20 ms): generous.
 SERVER_NOTICE_SECONDS = 30.0
 
