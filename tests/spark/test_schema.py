@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 
 import aiospark
-from aiospark.spark.schema import to_python
+from aiospark.spark.checked import Output, OutputChecks, _Call
+from aiospark.spark.schema import RowConverter, to_python
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 MAP = pa.map_(pa.string(), pa.int64())
 
@@ -122,6 +124,76 @@ def test_error_rows_for_every_input_whose_output_does_not_fit(spark):
     assert "1.5" in errors[1] and "NOT NULL" in errors[2] and "nmae" in errors[3]
 
 
+def tagged(value, rows):
+    """A call's outputs as the error-row mode's call wrapper hands them on."""
+    call = _Call(value, len(rows))
+    return [Output(call, i, row) for i, row in enumerate(rows)]
+
+
+def error_checks(*fields):
+    schema = StructType([StructField(*f) for f in fields])
+    return OutputChecks(RowConverter(schema, "fn"), lambda value, text: ("ERROR", value, text))
+
+
+def test_error_row_checks_convert_a_chunk_in_bulk_and_blame_only_inputs_that_do_not_fit():
+    checks = error_checks(("n", IntegerType()), ("name", StringType(), False))
+    good = tagged("a", [{"n": 1, "name": "x"}, (2, "y")])  # a tuple is a row too
+    bad = tagged("b", [{"n": 3, "name": "z"}, {"n": 3.5, "name": "z"}])  # its 2nd output does not fit
+    failed_call = ("CALL FAILED", "c")  # not an output (e.g. an error row of a failed call): kept as is
+    values = good + [None] + bad + [failed_call] + tagged("d", [{"n": 4, "name": None}])
+    settled = checks.settle(values)
+    assert settled[:3] == [{"n": 1, "name": "x"}, {"n": 2, "name": "y"}, None]
+    assert settled[3][:2] == ("ERROR", "b") and "3.5" in settled[3][2]  # one error row, where b's outputs were
+    assert settled[4] == failed_call
+    assert settled[5][:2] == ("ERROR", "d") and "NOT NULL" in settled[5][2]
+    assert len(settled) == 6
+    # a chunk that fits is converted once, and nothing is replaced
+    rows = [{"n": i, "name": str(i)} for i in range(1000)]
+    assert checks.settle([o for i, r in enumerate(rows) for o in tagged(i, [r])]) == rows
+
+
+def test_error_row_checks_keep_a_calls_outputs_together_across_chunks():
+    checks = error_checks(("n", IntegerType()))
+    first = tagged("a", [{"n": 1}, {"n": 2}, {"n": 2.5}])
+    other = tagged("b", [{"n": 9}])
+    # the chunk ends after a's first two outputs: they are held back, not emitted without the third
+    assert checks.settle(other + first[:2]) == [{"n": 9}]
+    later = checks.settle(first[2:] + tagged("c", [{"n": 3}]))
+    assert [r[:2] if isinstance(r, tuple) else r for r in later] == [("ERROR", "a"), {"n": 3}]
+
+
+class ThreeRows(aiospark.AsyncFunction):
+    """Three outputs per input, as tuples; every 7th input's last output has a fraction for INT."""
+
+    async def async_invoke(self, row):
+        i = row["id"]
+        return [(i, k) for k in range(2)] + [(i, 2.5 if i % 7 == 3 else 2)]
+
+
+def results_are_tuples(results):
+    if not all(isinstance(r, tuple) for r in results):  # a predicate must see the function's rows
+        raise TypeError(f"the retry predicate saw {type(results[0]).__name__}")
+    return False
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_error_rows_replace_all_outputs_of_an_input_and_only_those(spark, ordered):
+    """3000 outputs in one task: they reach the check in chunks whose ends fall inside calls."""
+    n = 1000
+    op = aiospark.ordered_wait if ordered else aiospark.unordered_wait
+    retry = aiospark.RetryStrategy.fixed_delay(1, 0.01, result_predicate=results_are_tuples)
+    rows = op(spark.range(0, n, 1, 1), ThreeRows(), "id LONG, k INT", on_error="row", retry=retry,
+              output_batch_rows=100).collect()
+    errors = {r._input.id: r._error for r in rows if r._error is not None}
+    assert sorted(errors) == [i for i in range(n) if i % 7 == 3]
+    assert all(e.startswith("OutputSchemaError") and "2.5" in e for e in errors.values())
+    good = sorted((r.id, r.k) for r in rows if r._error is None)
+    assert good == [(i, k) for i in range(n) if i % 7 != 3 for k in range(3)]
+    if ordered:
+        assert [r.id if r._error is None else r._input.id for r in rows] == sorted(
+            r.id if r._error is None else r._input.id for r in rows)
+
+
 def test_async_udf_value_with_a_fraction_for_int(spark):
     @aiospark.async_udf("int")
     async def half(x):
@@ -132,3 +204,4 @@ def test_async_udf_value_with_a_fraction_for_int(spark):
     with pytest.raises(Exception) as info:
         df.select(half("id")).collect()
     assert "OutputSchemaError" in str(info.value) and re.search(r"\d\.5 is not a whole number", str(info.value))
+

@@ -128,6 +128,11 @@ class RowConverter:
             return f"OutputSchemaError: {exc}"
         return None
 
+    def as_dict(self, row: Any) -> Dict[str, Any]:
+        """One output row (dict, tuple or Row) as a dict of this schema's columns; an
+        :class:`OutputSchemaError` when it is none of those or has keys that are not columns."""
+        return self._as_dict(row)
+
     def _check_exact(self, rows: List[Dict[str, Any]]) -> None:
         found = self.exact.problem(rows)
         if found is not None:

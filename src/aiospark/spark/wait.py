@@ -16,7 +16,7 @@ from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .metrics import Metrics, task_reporter
-from .checked import checked_outputs
+from .checked import OutputChecks
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -62,9 +62,13 @@ class _PartitionRunner:
         options = self.options
         error_mode = self.on_error == "row"
         on_error = _error_row if error_mode else None
-        # error-row mode: an output that does not fit becomes its input's error row (checked per call)
-        invoke = checked_outputs(RowConverter(self.check_schema, self.what), ErrorRow) \
+        # error-row mode: an output that does not fit becomes its input's error row (outputs carry
+        # their input; checked in bulk per output chunk, row by row only when a chunk does not fit)
+        checks = OutputChecks(RowConverter(self.check_schema, self.what), ErrorRow) \
             if error_mode and self.check_schema is not None else None
+        invoke = checks.invoke if checks is not None else None
+        if checks is not None:
+            options = checks.options(options)  # retry predicates see the rows, not their tags
 
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
@@ -72,7 +76,7 @@ class _PartitionRunner:
         chunks = (to_python(batch) for batch in batches)
         for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
                                     out_rows=self.output_batch_rows, loop=wl, report=task_reporter(options.metrics)):
-            rows = self._rows(values, error_mode)
+            rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
             if rows:
                 yield converter.to_batch(rows)
 
