@@ -12,7 +12,8 @@ import pytest
 import aiospark
 from aiospark.spark.checked import Output, OutputChecks, _Call
 from aiospark.spark.schema import RowConverter, to_python
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import (ArrayType, IntegerType, MapType, StringType, StructField, StructType,
+                               TimestampType)
 
 MAP = pa.map_(pa.string(), pa.int64())
 
@@ -205,3 +206,48 @@ def test_async_udf_value_with_a_fraction_for_int(spark):
         df.select(half("id")).collect()
     assert "OutputSchemaError" in str(info.value) and re.search(r"\d\.5 is not a whole number", str(info.value))
 
+
+NESTED = StructType([
+    StructField("xs", ArrayType(IntegerType())),
+    StructField("m", MapType(StringType(), IntegerType())),
+    StructField("st", StructType([StructField("a", IntegerType()), StructField("ts", ArrayType(TimestampType()))])),
+])
+
+
+@pytest.mark.parametrize("row, path, shown", [
+    ({"xs": [1, 2.5]}, "xs[]", "2.5"),
+    ({"m": {"k": 1.5}}, "m{}", "1.5"),
+    ({"st": {"a": 0.5}}, "st.a", "0.5"),
+    ({"st": (7.5, None)}, "st.a", "7.5"),  # a struct given as a tuple
+    ({"st": {"ts": [datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc), datetime.datetime(2026, 1, 1)]}},
+     "st.ts[]", "naive and aware"),
+])
+def test_values_nested_in_arrays_maps_and_structs_are_checked_too(row, path, shown):
+    with pytest.raises(aiospark.OutputSchemaError, match=re.escape(f"at {path}:")) as info:
+        RowConverter(NESTED, "fn").to_batch([{"xs": [1, 2.0], "m": {"k": 3}}, row])
+    assert shown in str(info.value)
+    # whole numbers as floats fit, as at the top level
+    batch = RowConverter(NESTED, "fn").to_batch([{"xs": [1, 2.0], "m": {"k": 3.0}, "st": {"a": 4.0, "ts": None}}])
+    assert batch.to_pylist() == [{"xs": [1, 2], "m": [("k", 3)], "st": {"a": 4, "ts": None}}]
+
+
+def test_nested_values_that_do_not_fit_through_spark(spark):
+    async def fn(row):
+        i = row["id"]
+        return {"id": i, "xs": [i, i + 0.5 if i == 7 else i]}
+
+    df = spark.range(0, N, 1, 2)
+    with pytest.raises(Exception) as info:
+        aiospark.ordered_wait(df, fn, "id LONG, xs ARRAY<INT>").collect()
+    assert "OutputSchemaError" in str(info.value) and "xs[]" in str(info.value) and "7.5" in str(info.value)
+    rows = aiospark.ordered_wait(df, fn, "id LONG, xs ARRAY<INT>", on_error="row").collect()
+    assert [r._input.id for r in rows if r._error] == [7]
+    assert sorted(r.id for r in rows if r._error is None) == [i for i in range(N) if i != 7]
+
+    @aiospark.async_udf("array<int>")
+    async def halves(x):
+        return [x, x / 2]
+
+    with pytest.raises(Exception) as info:
+        df.select(halves("id")).collect()
+    assert "OutputSchemaError" in str(info.value) and "value[]" in str(info.value)

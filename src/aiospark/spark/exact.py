@@ -5,21 +5,24 @@ string into INT, an int beyond LONG), but it truncates a float into an integer c
 ``1``), reads a naive ``datetime`` as UTC next to aware ones, drops the zone of an aware one in a
 TIMESTAMP_NTZ column, and writes NULL into NOT NULL columns (Spark then fails in the JVM with
 "Value at index is null"). :class:`ExactChecks` looks for exactly those, column by column, and
-names the first offending value of each check it runs.
+names the first offending value of each check it runs. Values nested in ARRAY, MAP (keys and
+values) and STRUCT columns are checked the same way (:func:`plan_of`), and named by their path
+(``s.xs[]``, ``m{}``); NULLs are looked for in top-level NOT NULL columns only.
 
 Example::
 
     checks = ExactChecks(StructType.fromDDL("n INT NOT NULL"))
     checks.problem([{"n": 1.5}])    # ("n", 1.5, "1.5 is not a whole number: ...")
     column_problem([1, 2.5], kind_of(IntegerType()), "value", {})   # (2.5, "...")
+    value_problem([[1, 2.5]], plan_of(ArrayType(IntegerType())), "xs", {})   # (2.5, "at xs[]: ...")
 """
 from __future__ import annotations
 
 import datetime as _dt
 from typing import Any, Dict, List, Optional, Tuple
 
-from pyspark.sql.types import (ByteType, DataType, IntegerType, LongType, ShortType, StructType,
-                               TimestampType)
+from pyspark.sql.types import (ArrayType, ByteType, DataType, IntegerType, LongType, MapType, Row,
+                               ShortType, StructType, TimestampType)
 
 try:
     from pyspark.sql.types import TimestampNTZType
@@ -42,6 +45,74 @@ def kind_of(data_type: DataType) -> Optional[str]:
     return None
 
 
+#: what to check in a value of a type: ("leaf", kind), ("array", plan), ("map", key plan or None,
+#: value plan or None), ("struct", [(field name, index, plan)]); None when nothing in it needs a check
+Plan = Tuple[Any, ...]
+
+
+def plan_of(data_type: DataType) -> Optional[Plan]:
+    """What :func:`value_problem` must look at in values of ``data_type`` (None: nothing)."""
+    kind = kind_of(data_type)
+    if kind is not None:
+        return ("leaf", kind)
+    if isinstance(data_type, ArrayType):
+        element = plan_of(data_type.elementType)
+        return None if element is None else ("array", element)
+    if isinstance(data_type, MapType):
+        key, value = plan_of(data_type.keyType), plan_of(data_type.valueType)
+        return None if key is None and value is None else ("map", key, value)
+    if isinstance(data_type, StructType):
+        fields = [(f.name, i, p) for i, f in enumerate(data_type.fields) if (p := plan_of(f.dataType)) is not None]
+        return ("struct", fields) if fields else None
+    return None
+
+
+def value_problem(values: List[Any], plan: Plan, name: str,
+                  aware_seen: Dict[str, bool]) -> Optional[Tuple[Any, str]]:
+    """The first of ``values`` (of a column named ``name`` checked by ``plan``) that, or a value
+    nested in which, does not fit exactly, with why (saying where, for a nested value)."""
+    if plan[0] == "leaf":
+        return column_problem(values, plan[1], name, aware_seen)
+    leaves: Dict[str, Tuple[str, List[Any]]] = {}  # path -> (kind, values), in order of first sight
+    for v in values:
+        _collect(v, plan, name, leaves)
+    for path, (kind, found) in leaves.items():
+        why = column_problem(found, kind, path, aware_seen)
+        if why is not None:
+            return why[0], f"at {path}: {why[1]}"
+    return None
+
+
+def _collect(value: Any, plan: Plan, path: str, leaves: Dict[str, Tuple[str, List[Any]]]) -> None:
+    """Gather the leaf values under ``value`` by path. A value of the wrong shape is left to Arrow,
+    which refuses it."""
+    if value is None:
+        return
+    tag = plan[0]
+    if tag == "leaf":
+        leaves.setdefault(path, (plan[1], []))[1].append(value)
+    elif tag == "array":
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                _collect(item, plan[1], path + "[]", leaves)
+    elif tag == "map":
+        items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for pair in items:
+            if isinstance(pair, tuple) and len(pair) == 2:
+                if plan[1] is not None:
+                    _collect(pair[0], plan[1], path + "{key}", leaves)
+                if plan[2] is not None:
+                    _collect(pair[1], plan[2], path + "{}", leaves)
+    else:
+        if isinstance(value, Row) and hasattr(value, "__fields__"):
+            value = value.asDict(recursive=False)
+        for field, index, sub in plan[1]:
+            if isinstance(value, dict):
+                _collect(value.get(field), sub, f"{path}.{field}", leaves)
+            elif isinstance(value, tuple) and index < len(value):
+                _collect(value[index], sub, f"{path}.{field}", leaves)
+
+
 class ExactChecks:
     """The checks of one output schema, with what one task has seen so far.
 
@@ -51,14 +122,14 @@ class ExactChecks:
     """
 
     def __init__(self, schema: StructType):
-        self.columns = [(f.name, k) for f in schema.fields if (k := kind_of(f.dataType)) is not None]
+        self.columns = [(f.name, p) for f in schema.fields if (p := plan_of(f.dataType)) is not None]
         self.not_null = [(i, f.name) for i, f in enumerate(schema.fields) if not f.nullable]
         self.aware: Dict[str, bool] = {}
 
     def problem(self, rows: List[Dict[str, Any]]) -> Optional[Problem]:
         """The first value of ``rows`` (dicts) that does not fit its column exactly, or None."""
-        for name, kind in self.columns:
-            why = column_problem([r.get(name) for r in rows], kind, name, self.aware)
+        for name, plan in self.columns:
+            why = value_problem([r.get(name) for r in rows], plan, name, self.aware)
             if why is not None:
                 return (name, *why)
         for _, name in self.not_null:

@@ -8,7 +8,7 @@ import pyarrow as pa
 from pyspark.sql.types import DataType, Row, StructType
 
 from .compat import parse_ddl, to_arrow_schema, to_arrow_type
-from .exact import ExactChecks, column_problem, kind_of
+from .exact import ExactChecks, plan_of, value_problem
 
 
 class OutputSchemaError(ValueError):
@@ -189,9 +189,9 @@ def values_to_array(values: Sequence[Any], data_type: DataType, pa_type: pa.Data
 
         values_to_array([1, 2], IntegerType(), pa.int32(), "async_udf 'f'")
     """
-    kind = kind_of(data_type)
-    if kind is not None:
-        found = column_problem(list(values), kind, "value", {} if aware_seen is None else aware_seen)
+    plan = plan_of(data_type)
+    if plan is not None:
+        found = value_problem(list(values), plan, "value", {} if aware_seen is None else aware_seen)
         if found is not None:
             raise OutputSchemaError(f"{what} returned {_short(found[0])}, which does not fit its return type "
                                     f"{data_type.simpleString()} exactly: {found[1]}")
