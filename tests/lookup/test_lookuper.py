@@ -270,18 +270,26 @@ def test_validation():
         Lookuper(object())
 
 
-def test_cache_hit_path_is_cheap():
+def test_cache_hits_call_nothing_and_never_wait_for_the_loop():
+    """A hit is answered from the cache: no source call, and no loop iteration (the speed of that
+    path is measured in benchmarks/lookup_batching.py, not asserted here)."""
+    source = Slow(delay=0)
+
     async def main():
-        async with Lookuper(Slow(delay=0), cache=LookupCache(max_rows=100_000)) as lk:
+        async with Lookuper(source, cache=LookupCache(max_rows=100_000)) as lk:
             await asyncio.gather(*(lk.lookup((i,)) for i in range(2000)))
-            t0 = time.perf_counter()
-            for _ in range(10):
+            calls = len(source.calls)
+            loop = asyncio.get_running_loop()
+            ticks = []
+            loop.call_soon(ticks.append, 1)  # runs at the next loop iteration
+            for _ in range(3):
                 for i in range(2000):
                     await lk.lookup((i,))
-            per_call = (time.perf_counter() - t0) / 20_000
-        assert per_call < 50e-6, per_call
-    run(main())
+            return calls, len(source.calls), len(ticks)  # counted before __aexit__ yields
 
+    before, after, ticks = run(main())
+    assert before == after == 2000
+    assert ticks == 0  # 6,000 hits answered without yielding to the loop once
 
 def test_lookup_on_another_loop_is_a_clear_error():
     lk = Lookuper(Slow(delay=0))
