@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 from .adaptive import AdaptiveConcurrency
 from .errors import AsyncTimeoutError, describe_input
-from .function import AsyncFunction, describe_function
+from .function import AsyncFunction
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
 from .result_future import ResultFuture
@@ -288,7 +288,3 @@ class Caller:
                 self._report(call, None, exc.cause, exc.what)
             else:
                 self._report(call, None, exc, CALL)
-
-    def describe(self) -> str:
-        """The user's function, for messages."""
-        return describe_function(self.function)
