@@ -45,3 +45,48 @@ def test_calls_that_finish_without_io_and_calls_that_suspend_keep_their_order():
 
     assert run_all(mixed, range(30), capacity=7) == list(range(30))
     assert seen == [True] * 30
+
+
+def _hangs_with_timeout(handler):
+    class Hangs(AsyncFunction):
+        async def async_invoke(self, value):
+            await asyncio.sleep(3600)
+            return [value]
+
+    Hangs.timeout = handler
+    return Hangs()
+
+
+def test_a_timeout_handler_that_returns_no_list_fails_naming_it():
+    import pytest
+    from aiospark import AsyncFunctionError
+
+    def sync_handler(self, value):
+        return "fallback"  # not a list
+
+    async def async_handler(self, value):
+        return 42  # not a list either
+
+    for handler in (sync_handler, async_handler):
+        with pytest.raises(AsyncFunctionError, match="timeout handler") as info:
+            run_all(_hangs_with_timeout(handler), [1], timeout=0.05)
+        assert isinstance(info.value.__cause__, TypeError)
+        assert "timeout must return a list" in str(info.value.__cause__)
+
+
+def test_a_raising_retry_predicate_fails_the_operator_even_with_on_error():
+    """on_error turns failed calls into rows; a predicate that raises is a bug in the job's
+    configuration, not a failed call: it fails the operator (SPEC section 1)."""
+    import pytest
+    from aiospark import AsyncFunctionError, RetryStrategy
+
+    def predicate(results):
+        raise RuntimeError("predicate exploded")
+
+    async def echo(value):
+        return value
+
+    with pytest.raises(AsyncFunctionError, match="retry result_predicate") as info:
+        run_all(echo, [1, 2], retry=RetryStrategy.fixed_delay(2, 0.001, result_predicate=predicate),
+                on_error=lambda value, exc: ["error row"])
+    assert str(info.value.__cause__) == "predicate exploded"
