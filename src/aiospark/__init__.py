@@ -5,7 +5,7 @@ ordered or unordered output. The core engine (``aiospark.core``) is pure asyncio
 points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
 from .core.adaptive import AdaptiveConcurrency
-from .core.metrics import OperatorMetrics
+from .core.metrics import OperatorMetrics, record_usage
 from .core.ratelimit import RateLimit
 from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
                    OrderedQueue,
@@ -38,7 +38,7 @@ def __getattr__(name: str):  # Spark entry points load pyspark only when first u
 
 
 __all__ = [
-    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit",
+    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit", "record_usage",
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
     "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",

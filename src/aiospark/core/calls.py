@@ -5,8 +5,10 @@ The life of an element's call, top-down:
 1. The operator puts a :class:`Call` (the element's queue entry) in its queue, then
    :meth:`Caller.start` runs :meth:`Caller._attempts` for it in a real ``asyncio.Task`` -- the task
    the user's code sees as ``asyncio.current_task()``.
-2. ``_attempts`` waits for the rate limit, awaits the user's function, and when the attempt raises
-   (or its result is one the retry strategy rejects) sleeps the back-off and tries again.
+2. ``_attempts`` waits for the rate limit (charging the call's ``cost``), awaits the user's
+   function, and when the attempt raises (or its result is one the retry strategy rejects) sleeps
+   the back-off and tries again. An error carrying ``retry_after`` (a 429's ``Retry-After``) also
+   pauses the rate limit for that long, so no other call of the limit starts meanwhile.
 3. If the call's deadline passes first, :meth:`Caller.time_out` cancels its Task -- the attempt or
    the back-off under way, so the user's ``finally`` blocks and ``async with`` exits run -- and once
    it has unwound, ``function.timeout(value)`` gives the results (never retried).
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
+import numbers
 import time
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -96,6 +100,10 @@ class _NotAList(TypeError):
     """An AsyncFunction returned something other than a list: a failure, never retried."""
 
 
+class CostError(ValueError):
+    """The rate limit's ``cost(value)`` raised or gave no finite number >= 0 for this input."""
+
+
 class Caller:
     """Makes the calls of one operator (see the module docstring).
 
@@ -110,6 +118,8 @@ class Caller:
                  metrics: Optional[OperatorMetrics] = None):
         self.function = function
         self.returns_list = isinstance(function, AsyncFunction)
+        #: whether an attempt's result is the list of results (an AsyncFunction's, or a batch's)
+        self.takes_list = self.returns_list
         self.invoke = function.async_invoke if self.returns_list else function
         self.timeout = timeout
         self.retry = retry
@@ -120,6 +130,10 @@ class Caller:
         self._reserve = getattr(limiter, "reserve", None)  # a token bucket: how long to wait
         self._acquire = None if self._reserve is not None else getattr(limiter, "acquire", None)
         self._limited = self._reserve is not None or self._acquire is not None
+        #: ``cost(value) -> float`` charged per attempt (None: every call costs 1)
+        self._cost: Optional[Callable[[Any], float]] = getattr(limiter, "cost", None)
+        #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
+        self._pause: Optional[Callable[[float], None]] = getattr(limiter, "pause", None)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task] = None  # type: ignore[assignment]
@@ -145,14 +159,18 @@ class Caller:
         else:
             task.add_done_callback(functools.partial(self._finished, call))
 
+    def flush(self) -> None:
+        """End of input: start whatever waits to be started (nothing here: calls start at once)."""
+
     async def _attempts(self, value: Any) -> List[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
         results that stand, or raises the exception that stands."""
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Optional[Iterator[float]] = None
+        cost = self.cost_of(value) if self._cost is not None else None
         while True:
             if self._limited:
-                await self._wait_for_rate_limit()
+                await self._wait_for_rate_limit(cost)
             metrics.calls += 1
             begun = _clock()
             try:
@@ -161,6 +179,8 @@ class Caller:
                 latency = _clock() - begun
                 if adaptive is not None:
                     adaptive.on_failure(exc, latency)
+                if self._pause is not None:
+                    self._pause_for(exc)
                 if retry is None:
                     raise
                 delays = delays or retry.delays()
@@ -173,7 +193,7 @@ class Caller:
                 metrics.record_latency(latency)
                 if adaptive is not None:
                     adaptive.on_success(latency, self._inflight())
-                results = self._results_of(result) if self.returns_list else [result]
+                results = self._results_of(result) if self.takes_list else [result]
                 if retry is None or retry.result_predicate is None:
                     return results
                 try:
@@ -187,15 +207,35 @@ class Caller:
             metrics.retries += 1
             await asyncio.sleep(delay)
 
-    async def _wait_for_rate_limit(self) -> None:
+    async def _wait_for_rate_limit(self, cost: Optional[float]) -> None:
         if self._reserve is not None:
-            delay = self._reserve()
+            delay = self._reserve() if cost is None else self._reserve(cost)
             if delay > 0.0:
                 self.metrics.rate_limited += 1
                 await asyncio.sleep(delay)
         elif self._acquire is not None:
-            if await self._acquire():
+            if await (self._acquire() if cost is None else self._acquire(cost)):
                 self.metrics.rate_limited += 1
+
+    def cost_of(self, value: Any) -> float:
+        """What one attempt for ``value`` is charged against the rate limit (its ``cost``)."""
+        cost_fn = self._cost
+        try:
+            cost = cost_fn(value)  # type: ignore[misc]
+        except Exception as exc:
+            raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= cost < math.inf:
+            raise CostError(f"the rate limit's cost function {_name(cost_fn)} must return a finite "
+                            f"number >= 0, got {describe_input(cost, 80)}")
+        return float(cost)
+
+    def _pause_for(self, exc: Exception) -> None:
+        """A failed attempt that says when to come back (``retry_after`` seconds, e.g. a 429's
+        Retry-After) pauses the whole limit: the service is telling every caller, not this one."""
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > 0:
+            self._pause(float(retry_after))  # type: ignore[misc]
 
     @staticmethod
     def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> Optional[float]:
@@ -230,9 +270,10 @@ class Caller:
         self.metrics.timeouts += 1
         if self.adaptive is not None:
             self.adaptive.on_overload(self.timeout)
-        call.task.cancel()  # type: ignore[union-attr]
+        if call.task is not None:  # None: it waits for its turn (key order); see on_timeout
+            call.task.cancel()
 
-    def _on_timeout(self, call: Call) -> None:
+    def on_timeout(self, call: Call) -> None:
         """Ask ``function.timeout(value)`` (sync or async) for the timed-out call's results."""
         value = call.element[0]
         try:
@@ -277,7 +318,7 @@ class Caller:
         if call.timed_out:
             if not task.cancelled():
                 task.exception()  # it ended anyway (finished meanwhile, or swallowed the cancel)
-            self._on_timeout(call)
+            self.on_timeout(call)
         elif task.cancelled():  # cancelled by the user's code, or abandoned by the operator
             self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
         else:
@@ -288,3 +329,7 @@ class Caller:
                 self._report(call, None, exc.cause, exc.what)
             else:
                 self._report(call, None, exc, CALL)
+
+
+def _name(function: Any) -> str:
+    return repr(getattr(function, "__qualname__", None) or type(function).__name__)

@@ -20,12 +20,14 @@ Example::
 """
 from __future__ import annotations
 
+import contextvars
 import math
+import numbers
 from bisect import bisect_left as _bisect_left
 from bisect import bisect_right as _bisect
 from typing import Any, Dict, Iterable, List, Optional
 
-__all__ = ["OperatorMetrics"]
+__all__ = ["OperatorMetrics", "record_usage"]
 
 #: Lower bound of the first regular bucket (seconds); faster samples share one underflow bucket.
 HISTOGRAM_MIN = 1e-5
@@ -65,16 +67,18 @@ class OperatorMetrics:
     * ``error_rows`` -- final failures turned into output rows by ``on_error``
     * ``rate_limited`` -- calls that had to wait for the rate limit before starting
     * ``inflight_peak`` -- the most calls in flight at once (``record_inflight``)
+    * ``usage`` -- what the calls reported with :func:`record_usage` (e.g. LLM tokens), by name
 
     Latency (seconds per attempt) goes to :meth:`record_latency`; read it back with
     :meth:`quantile`, :meth:`summary` or ``str()``.
     """
 
-    __slots__ = COUNTERS + ("inflight_peak", "_counts", "_count", "_sum", "_min", "_max")
+    __slots__ = COUNTERS + ("inflight_peak", "usage", "_counts", "_count", "_sum", "_min", "_max")
 
     def __init__(self) -> None:
         self.calls = self.successes = self.retries = self.timeouts = 0
         self.failures = self.error_rows = self.rate_limited = self.inflight_peak = 0
+        self.usage: Dict[str, float] = {}
         self._counts: List[int] = [0] * _SIZE
         self._count = 0
         self._sum = 0.0
@@ -203,6 +207,7 @@ class OperatorMetrics:
         ``max_ms`` (``None`` when nothing was recorded) and ``latency_count``."""
         out: Dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
         out["inflight_peak"] = self.inflight_peak
+        out["usage"] = dict(self.usage)
         out["latency_count"] = self._count
         for key, value in (("p50_ms", self.quantile(0.5)), ("p95_ms", self.quantile(0.95)),
                            ("p99_ms", self.quantile(0.99)), ("mean_ms", self.latency_mean),
@@ -214,7 +219,8 @@ class OperatorMetrics:
         p = [_fmt_ms(self.quantile(q)) for q in (0.5, 0.95, 0.99)]
         return (f"calls={self.calls} ok={self.successes} retries={self.retries} "
                 f"timeouts={self.timeouts} failed={self.failures} error_rows={self.error_rows} "
-                f"inflight_peak={self.inflight_peak} p50={p[0]} p95={p[1]} p99={p[2]}")
+                f"inflight_peak={self.inflight_peak} p50={p[0]} p95={p[1]} p99={p[2]}"
+                + "".join(f" {name}={_fmt_amount(amount)}" for name, amount in sorted(self.usage.items())))
 
     def __repr__(self) -> str:
         return f"<OperatorMetrics {self} rate_limited={self.rate_limited}>"
@@ -228,6 +234,8 @@ class OperatorMetrics:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.inflight_peak > self.inflight_peak:
             self.inflight_peak = other.inflight_peak
+        for name, amount in other.usage.items():
+            self.usage[name] = self.usage.get(name, 0) + amount
         if other._count:
             counts = self._counts
             for i, c in enumerate(other._counts):
@@ -256,6 +264,7 @@ class OperatorMetrics:
             "version": FORMAT_VERSION,
             **{name: getattr(self, name) for name in COUNTERS},
             "inflight_peak": self.inflight_peak,
+            "usage": dict(self.usage),
             "latency": {
                 "min_seconds": HISTOGRAM_MIN, "factor": HISTOGRAM_FACTOR, "buckets": HISTOGRAM_BUCKETS,
                 "count": self._count, "sum": self._sum,
@@ -279,6 +288,11 @@ class OperatorMetrics:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ValueError(f"{name} must be an int >= 0, got {value!r}")
                 setattr(m, name, value)
+            usage = data.get("usage", {})  # absent in metrics written before usage existed
+            if not isinstance(usage, dict):
+                raise ValueError(f"usage must be a dict of name -> amount, got {usage!r}")
+            for name, amount in usage.items():
+                m.usage[str(name)] = _check_amount(name, amount)
             lat = data["latency"]
             if (lat["min_seconds"], lat["factor"], lat["buckets"]) != (
                     HISTOGRAM_MIN, HISTOGRAM_FACTOR, HISTOGRAM_BUCKETS):
@@ -314,6 +328,55 @@ class OperatorMetrics:
         other = OperatorMetrics.from_dict(state)
         for name in self.__slots__:
             setattr(self, name, getattr(other, name))
+
+
+#: the metrics of the operator whose calls run in the current context (set by ``open()``)
+_current: contextvars.ContextVar[Optional[OperatorMetrics]] = contextvars.ContextVar(
+    "aiospark_operator_metrics", default=None)
+
+
+def bind_usage(metrics: OperatorMetrics) -> None:
+    """Make :func:`record_usage` in calls started from the current context add to ``metrics``.
+
+    The operator does this in ``open()``: every call's Task is created from that context (or
+    from a callback of an earlier call, whose context is a copy of it), so each call sees the
+    metrics of the operator that runs it, also when several operators share one event loop.
+    """
+    _current.set(metrics)
+
+
+def record_usage(**amounts: float) -> None:
+    """Add ``amounts`` (e.g. LLM tokens) to the ``usage`` of the operator running this call.
+
+    Call it from inside a call (an ``async def`` or ``AsyncFunction.async_invoke``); the job's
+    total is then in ``out.aiospark_metrics.total().usage``. Outside an operator it does nothing.
+    Amounts must be finite numbers >= 0.
+
+    Example::
+
+        async def ask(row):
+            reply = await client.chat.completions.create(...)
+            aiospark.record_usage(prompt_tokens=reply.usage.prompt_tokens,
+                                  completion_tokens=reply.usage.completion_tokens)
+            return {"id": row["id"], "answer": reply.choices[0].message.content}
+    """
+    checked = {name: _check_amount(name, amount) for name, amount in amounts.items()}
+    metrics = _current.get()
+    if metrics is None:
+        return
+    usage = metrics.usage
+    for name, amount in checked.items():
+        usage[name] = usage.get(name, 0) + amount
+
+
+def _check_amount(name: Any, amount: Any) -> float:
+    if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= amount < math.inf:
+        raise ValueError(f"usage {name!r} must be a finite number >= 0, got {amount!r}")
+    return amount
+
+
+def _fmt_amount(amount: float) -> str:
+    return str(int(amount)) if float(amount).is_integer() else f"{amount:.3g}"
 
 
 def _fmt_ms(seconds: Optional[float]) -> str:

@@ -5,7 +5,9 @@ life, top-down:
 
 1. ``process_element`` waits while the queue is full (backpressure), then the element enters the
    queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
-   attempts, retries, rate limit, timeout -- all parts of the call).
+   attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` the call
+   is that of the element's batch (:mod:`aiospark.core.batches`); with ``key`` it waits until
+   the element before it with an equal key is over (:mod:`aiospark.core.key_order`).
 2. When the call is over, the caller reports it (:meth:`AsyncWaitOperator._call_over`): its
    results complete the queue entry, or its error fails the operator (or becomes error rows with
    ``on_error``).
@@ -36,12 +38,14 @@ import asyncio
 from typing import Any, Callable, Iterable, List, Optional, Union
 
 from .adaptive import AdaptiveConcurrency
+from .batches import BatchCaller, check_batching
 from .calls import PREDICATES, Call, Caller
 from .deadlines import Deadlines
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
-from .metrics import OperatorMetrics
+from .key_order import KeyTurns
+from .metrics import OperatorMetrics, bind_usage
 from .queues import OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
 from .settings import check_capacity, check_retry, check_timeout
@@ -64,7 +68,11 @@ class AsyncWaitOperator:
     ``None`` or ``<= 0`` means no timeout. ``on_error(value, exc) -> list``, when given, turns a
     call's final failure into that element's results instead of failing the operator.
     ``rate_limit`` is a :class:`~aiospark.core.ratelimit.RateLimit`, a number of calls per second,
-    or a shared limiter (``async acquire()``). ``manage_lifecycle=False`` leaves
+    or a shared limiter (``async acquire()``). ``batch_size`` (an int >= 1) calls ``function``
+    with lists of up to that many values (``batch_delay`` seconds to wait for a batch to fill),
+    and it returns one result per value (see :mod:`aiospark.core.batches`). ``key(value)`` makes
+    the calls of values with equal keys run one at a time, in input order (their outputs keep
+    that order; see :mod:`aiospark.core.key_order`). ``manage_lifecycle=False`` leaves
     ``function.open()`` and ``close()`` to the caller (the Spark runtime opens a function once per
     worker, not per task).
     """
@@ -72,7 +80,8 @@ class AsyncWaitOperator:
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
                  timeout: Optional[float] = 60.0, capacity: Union[int, str, AdaptiveConcurrency] = 100,
                  retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None,
-                 rate_limit: Any = None, manage_lifecycle: bool = True):
+                 rate_limit: Any = None, batch_size: Optional[int] = None, batch_delay: float = 0.01,
+                 key: Optional[Callable[[Any], Any]] = None, manage_lifecycle: bool = True):
         check_async_function(function)
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
@@ -83,13 +92,20 @@ class AsyncWaitOperator:
         self.timeout = check_timeout(timeout)
         self.retry = check_retry(retry)
         self.capacity, self.adaptive = check_capacity(capacity)
+        self.batch_size, self.batch_delay = check_batching(batch_size, batch_delay, self.capacity)
+        if key is not None and self.batch_size is not None:
+            raise ValueError("key= and batch_size= do not go together: a batch would hold elements of one key "
+                             "that must run one after another; use one or the other")
+        self._turns = KeyTurns(key) if key is not None else None
         self._output = output
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
         self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
-        self._caller = Caller(function, report=self._call_over, timeout=self.timeout, retry=self.retry,
-                              rate_limit=rate_limit, adaptive=self.adaptive)
+        calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
+                      "rate_limit": rate_limit, "adaptive": self.adaptive}
+        self._caller = Caller(function, **calls) if self.batch_size is None else \
+            BatchCaller(function, batch_size=self.batch_size, batch_delay=self.batch_delay, **calls)
         self._deadlines: Optional[Deadlines] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._failure: Optional[AsyncFunctionError] = None
@@ -117,6 +133,7 @@ class AsyncWaitOperator:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
         loop = self._loop = asyncio.get_running_loop()
         self._caller.bind(loop, lambda: self.inflight)
+        bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
         if self.timeout is not None:
             self._deadlines = Deadlines(loop, self.timeout, self._queue.pending, self._caller.time_out)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
@@ -132,6 +149,7 @@ class AsyncWaitOperator:
     async def finish(self) -> None:
         """End of input: wait until every held element has been emitted (retries keep their delays)."""
         self._check()
+        self._caller.flush()
         while not self._queue.is_empty():
             self._idle_waiter = self._loop.create_future()  # type: ignore[union-attr]
             await self._idle_waiter
@@ -228,7 +246,27 @@ class AsyncWaitOperator:
             metrics.inflight_peak = inflight
         if self._deadlines is not None:
             self._deadlines.started(call)
+        if self._turns is not None and not self._take_turn(call):
+            return  # it waits behind the call under way for its key
         self._caller.start(call)
+
+    def _take_turn(self, call: Call) -> bool:
+        try:
+            return self._turns.admit(call)  # type: ignore[union-attr]
+        except Exception as exc:
+            self._call_over(call, None, exc, "key function")
+            return False
+
+    def _next_turn(self, call: Call) -> None:
+        """``call`` is over: the next element of its key starts (or, if its deadline passed while
+        it waited, gets its timeout results)."""
+        following = self._turns.next_after(call)  # type: ignore[union-attr]
+        if following is None:
+            return
+        if following.timed_out:
+            self._caller.on_timeout(following)
+        else:
+            self._caller.start(following)
 
     def _call_over(self, call: Call, results: Optional[List[Any]], error: Optional[BaseException],
                    what: str) -> None:
@@ -251,6 +289,8 @@ class AsyncWaitOperator:
                 return
             self._caller.metrics.error_rows += 1
         call.complete(results)  # type: ignore[arg-type]  # -> the queue -> _emit_completed
+        if self._turns is not None:  # after complete(): equal keys complete in input order
+            self._next_turn(call)
 
     def fail(self, value: Any, exc: BaseException, what: str = "async call") -> None:
         """Fail the operator: nothing more is emitted, calls still running are cancelled."""

@@ -1,0 +1,77 @@
+"""Key-ordered calls: elements with equal keys are called one after another, in input order.
+
+Like Flink's key-ordered async mode (FLIP-519): in a change stream, the updates of one key must
+reach the service -- and the output -- in the order they happened, while different keys still
+run concurrently. Every element enters the operator's queue at once (capacity counts it); only
+its call waits: :meth:`KeyTurns.admit` says whether the element's key is idle (start now) or
+busy (wait behind the call under way). When a call is over and its element has completed,
+:meth:`KeyTurns.next_after` hands out the next element of that key. An element completes only
+after the one before it of its key, so any queue emits equal keys in input order.
+
+A deadline counts from when the element entered the operator, as it does for a rate-limit
+wait: an element whose deadline passes while it waits for its turn times out when its turn
+comes (its timeout handler then runs, still in key order).
+
+Example (what the operator does)::
+
+    turns = KeyTurns(lambda row: row["account"])
+    if turns.admit(call):
+        caller.start(call)
+    ...
+    # the call is over and its element completed:
+    following = turns.next_after(call)
+    if following is not None:
+        caller.start(following)
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Optional
+
+from .calls import Call
+
+
+class KeyTurns:
+    """Whose turn it is, per key (see the module docstring). ``key_of(value)`` must return a
+    hashable key; elements it raises for are the operator's to fail."""
+
+    __slots__ = ("key_of", "_waiting", "_keys")
+
+    def __init__(self, key_of: Callable[[Any], Any]):
+        if not callable(key_of):
+            raise TypeError(f"key must be a callable value -> hashable key, got {type(key_of).__name__}")
+        self.key_of = key_of
+        #: busy key -> the elements waiting behind its running call, oldest first
+        self._waiting: Dict[Any, Deque[Call]] = {}
+        #: element -> its key, while the element is held
+        self._keys: Dict[Call, Any] = {}
+
+    def admit(self, call: Call) -> bool:
+        """``call`` entered the queue: ``True`` if its call may start now, ``False`` if it waits
+        for its turn. Raises what ``key_of`` raises (or ``TypeError`` for an unhashable key)."""
+        key = self.key_of(call.element[0])
+        waiting = self._waiting.get(key)
+        self._keys[call] = key
+        if waiting is None:
+            self._waiting[key] = deque()
+            return True
+        waiting.append(call)
+        return False
+
+    def next_after(self, call: Call) -> Optional[Call]:
+        """``call`` is over: the next element of its key, whose turn it is now (``None``: none)."""
+        key = self._keys.pop(call, _NO_KEY)
+        if key is _NO_KEY:
+            return None  # its key could not be computed: it never took a turn
+        waiting = self._waiting[key]
+        if waiting:
+            return waiting.popleft()
+        del self._waiting[key]
+        return None
+
+    def __len__(self) -> int:
+        """Keys with a call under way."""
+        return len(self._waiting)
+
+
+_NO_KEY = object()
