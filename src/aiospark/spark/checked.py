@@ -63,7 +63,12 @@ def _tag(value: Any, results: Any) -> Any:
 
 
 def _untag(results: List[Any]) -> List[Any]:
-    return [r.row if type(r) is Output else r for r in results]
+    # a batch of an AsyncFunction gives one list of outputs per input
+    return [r.row if type(r) is Output else _untag(r) if type(r) is list else r for r in results]
+
+
+def _tag_one(value: Any, result: Any) -> Any:
+    return None if result is None else Output(_Call(value, 1), 0, result)  # None: no row
 
 
 class OutputChecks:
@@ -80,16 +85,21 @@ class OutputChecks:
         self._carry: List[Output] = []
 
     # ------------------------------------------------------------------ at the call
-    def invoke(self, function: Any) -> Any:
-        """An ``invoke`` wrapper: the function, whose outputs are tagged with their input."""
+    def invoke(self, function: Any, batch: bool = False) -> Any:
+        """An ``invoke`` wrapper: the function, whose outputs are tagged with their input.
+        ``batch``: the function takes a list of inputs and returns one result per input."""
         if isinstance(function, AsyncFunction):
-            return _TaggedFunction(function)
+            return _TaggedFunction(function, batch)
 
-        async def call(value: Any) -> Any:
-            result = await function(value)
-            if result is None:
-                return None  # no row
-            return Output(_Call(value, 1), 0, result)
+        if batch:
+            async def call(values: List[Any]) -> Any:
+                results = await function(values)
+                if not isinstance(results, (list, tuple)) or len(results) != len(values):
+                    return results  # the operator reports the broken contract
+                return [_tag_one(v, r) for v, r in zip(values, results)]
+        else:
+            async def call(value: Any) -> Any:
+                return _tag_one(value, await function(value))
 
         call.__qualname__ = getattr(function, "__qualname__", "function")  # errors name the user's function
         return call
@@ -173,11 +183,17 @@ class OutputChecks:
 class _TaggedFunction(AsyncFunction):
     """An opened AsyncFunction whose outputs are tagged; ``timeout`` is the function's own."""
 
-    def __init__(self, function: AsyncFunction):
+    def __init__(self, function: AsyncFunction, batch: bool = False):
         self.function = function
+        self.batch = batch
 
     async def async_invoke(self, value: Any) -> Any:
-        return _tag(value, await self.function.async_invoke(value))
+        results = await self.function.async_invoke(value)
+        if not self.batch:
+            return _tag(value, results)
+        if not isinstance(results, (list, tuple)) or len(results) != len(value):
+            return results  # the operator reports the broken contract
+        return [_tag(v, r) for v, r in zip(value, results)]
 
     def timeout(self, value: Any) -> Any:
         results = self.function.timeout(value)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
+from ..core.batches import check_batching
 from ..core.function import check_async_function
 from ..core.settings import check_capacity, check_retry, check_timeout
 from ..core.ratelimit import RateLimit
@@ -41,19 +42,30 @@ class CallOptions:
     retry: Optional[RetryStrategy]
     rate_limit: Any = None
     metrics: Optional[Metrics] = None
+    #: inputs per call (None: one), and how long a batch waits to fill
+    batch_size: Optional[int] = None
+    batch_delay: float = 0.01
+    #: ``value -> key``: calls for equal keys run one at a time (``unordered_wait(key=...)``)
+    order_key: Optional[Callable[[Any], Any]] = None
     #: identifies the function's definition, so every task of a worker shares one opened instance
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
     def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
                rate_limit: Any = None, metrics: Any = None, what: str = "function",
-               name: str = "aiospark") -> "CallOptions":
+               name: str = "aiospark", batch_size: Any = None, batch_delay: Any = 0.01,
+               order_key: Optional[Callable[[Any], Any]] = None) -> "CallOptions":
         check_async_function(function, what)
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
         queue_capacity, adaptive = check_capacity(capacity)
+        batch_size, batch_delay = check_batching(batch_size, batch_delay, queue_capacity)
+        if order_key is not None and batch_size is not None:
+            raise ValueError(f"{name}: key= and batch_size= do not go together (calls of one key run one at a "
+                             "time, a batch would run them at once); use one or the other")
         return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
-                   check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name))
+                   check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name),
+                   batch_size=batch_size, batch_delay=batch_delay, order_key=order_key)
 
     @property
     def max_capacity(self) -> int:
@@ -71,4 +83,5 @@ class CallOptions:
             rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
-                                 on_error=on_error, rate_limit=rate_limit, manage_lifecycle=False)
+                                 on_error=on_error, rate_limit=rate_limit, batch_size=self.batch_size,
+                                 batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False)

@@ -71,6 +71,8 @@ class _UdfRunner:
         spread = self.arity != 1
 
         def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
+            if options.batch_size is not None and not isinstance(function, AsyncFunction):
+                return _batch_call(function, spread)
             if not spread or isinstance(function, AsyncFunction):
                 return function  # an AsyncFunction (internal: lookups) takes the tuple of values
 
@@ -160,6 +162,19 @@ class AsyncUDF:
         return f"<async_udf {self.__name__} -> {self._return_type}>"
 
 
+def _batch_call(function: Callable[..., Any], spread: bool) -> Callable[..., Any]:
+    """A batch of rows in, one list per argument column out to ``function``."""
+    if spread:
+        async def call(rows: list) -> Any:
+            return await function(*[list(column) for column in zip(*rows)])
+    else:
+        async def call(rows: list) -> Any:
+            return await function(rows)
+
+    call.__qualname__ = describe_function(function)
+    return call
+
+
 def _pandas_runner() -> type:
     from .udf_pandas import PandasUdfRunner  # imports pandas: only on PySpark < 4.1
 
@@ -192,7 +207,8 @@ def _is_connect(cols: tuple) -> bool:
 
 def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: Any = 100,
               retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
-              rate_limit: Any = None, metrics: Optional[Metrics] = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
+              rate_limit: Any = None, metrics: Optional[Metrics] = None, batch_size: Optional[int] = None,
+              batch_delay: float = 0.01) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
@@ -202,7 +218,16 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     UDFs it is deterministic by default; pass ``deterministic=False`` for calls that must never be
     merged or repeated by the optimizer (Spark then refuses it inside aggregates). ``capacity``,
     ``rate_limit`` and ``metrics`` work as for :func:`aiospark.ordered_wait`; the metrics of every
-    query using the function add up in ``f.metrics``.
+    query using the function add up in ``f.metrics``. ``batch_size=n`` calls the function with one
+    list per argument column (up to ``n`` rows, waiting at most ``batch_delay`` seconds for a batch
+    to fill); it returns a list with one value per row, in order. A failing batch is split in
+    halves until the failing row is alone (NULL under ``on_error="null"``).
+
+    Batched example::
+
+        @aiospark.async_udf("array<float>", batch_size=64, capacity=256)
+        async def embed(texts):                      # a list of up to 64 strings
+            return await embeddings_api(texts)       # one vector per text, in order
 
     Example::
 
@@ -229,13 +254,15 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
                             "for 0..n rows per input use aiospark.ordered_wait with an AsyncFunction")
         options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
                                      rate_limit=rate_limit, metrics=metrics, what="async_udf function",
-                                     name=getattr(function, "__name__", "async_udf"))
+                                     name=getattr(function, "__name__", "async_udf"), batch_size=batch_size,
+                                     batch_delay=batch_delay)
         return functools.update_wrapper(AsyncUDF(function, return_type, options, on_error, bool(deterministic)),
                                         function, updated=())
 
     # validate the shared options now, before any function is seen
     CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
-                       rate_limit=rate_limit, metrics=metrics if metrics is not None else _NO_METRICS)
+                       rate_limit=rate_limit, metrics=metrics if metrics is not None else _NO_METRICS,
+                       batch_size=batch_size, batch_delay=batch_delay)
     return decorate
 
 

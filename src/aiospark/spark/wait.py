@@ -15,6 +15,7 @@ from ..core import RetryStrategy
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
+from .row_key import row_key
 from .metrics import Metrics, task_reporter
 from .checked import OutputChecks
 from .schema import RowConverter, parse_schema, to_python
@@ -66,7 +67,8 @@ class _PartitionRunner:
         # their input; checked in bulk per output chunk, row by row only when a chunk does not fit)
         checks = OutputChecks(RowConverter(self.check_schema, self.what), ErrorRow) \
             if error_mode and self.check_schema is not None else None
-        invoke = checks.invoke if checks is not None else None
+        batch = options.batch_size is not None
+        invoke = (lambda function: checks.invoke(function, batch)) if checks is not None else None
         if checks is not None:
             options = checks.options(options)  # retry predicates see the rows, not their tags
 
@@ -97,12 +99,14 @@ def _error_row(value: Any, exc: BaseException) -> List[Any]:
 def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
-          name: Optional[str] = None) -> Any:
+          name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
+    order_key = row_key(df, key, name) if key is not None else None
     options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
-                                 rate_limit=rate_limit, metrics=metrics, name=name)
+                                 rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
+                                 batch_delay=batch_delay, order_key=order_key)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
@@ -137,7 +141,8 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
                  capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                  rate_limit: Any = None, metrics: Optional[Metrics] = None,
-                 output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
+                 output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
+                 batch_delay: float = 0.01) -> Any:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -155,6 +160,11 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     or ``RateLimit(rate, burst)``) or in total (``RedisRateLimit``; retries count too).
     ``metrics`` (an :class:`aiospark.Metrics`, made for you when omitted and reachable as
     ``out.aiospark_metrics``) sums the tasks' call counters and latencies after the action.
+    ``batch_size=n`` calls ``function`` with a list of up to ``n`` rows (waiting at most
+    ``batch_delay`` seconds for a batch to fill); it returns a list with one result per row, in
+    order (an AsyncFunction: one list of rows per row). ``capacity`` still counts rows; timeout,
+    retries and rate limit apply per batch; a batch that fails is split in halves until the row
+    that fails is alone (its neighbours succeed).
 
     Example::
 
@@ -165,20 +175,27 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
         out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics)
+                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay)
 
 
 def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
                    capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                    rate_limit: Any = None, metrics: Optional[Metrics] = None,
-                   output_batch_rows: int = OUTPUT_BATCH_ROWS) -> Any:
+                   output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
+                   batch_delay: float = 0.01, key: Union[str, List[str], None] = None) -> Any:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
+
+    ``key`` (a column name or a list of them) keeps per-key order, as for a change stream: calls
+    for rows with equal keys run one at a time, in input order, and so are emitted; different
+    keys run concurrently. Order holds within a Spark partition: partition the input by key
+    (as a Kafka topic keyed by it is) for order across the whole job.
 
     Example::
 
         df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
+        aiospark.unordered_wait(changes, apply_change, "account LONG, balance LONG", key="account")
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics)
+                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key)

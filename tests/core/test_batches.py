@@ -1,0 +1,248 @@
+"""Batched calls in the core operator: batch_size / batch_delay, split on failure, per-batch
+timeout, retry and rate-limit cost, and the errors of a batch function that breaks its contract."""
+import asyncio
+
+import pytest
+
+from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, RetryStrategy
+from aiospark.core.batches import BatchError
+
+from ._util import Collector, expect_failure, feed_all, run, run_operator, safe_close
+
+
+class Recorder:
+    """An ``async def f(values) -> list`` that records the batches it gets."""
+
+    def __init__(self, delay=0.005, bad=(), transient=0):
+        self.batches = []
+        self.delay = delay
+        self.bad = set(bad)
+        self.transient = transient
+
+    async def __call__(self, values):
+        self.batches.append(list(values))
+        await asyncio.sleep(self.delay)
+        if self.transient:
+            self.transient -= 1
+            raise ConnectionError("flaky")
+        bad = self.bad.intersection(values)
+        if bad:
+            raise ValueError(f"bad values {sorted(bad)}")
+        return [v * 10 for v in values]
+
+
+def test_batches_fill_to_batch_size_and_keep_input_order():
+    fn = Recorder()
+    out = run(run_operator(fn, range(100), ordered=True, capacity=64, batch_size=16, batch_delay=1.0))
+    assert out.values() == [v * 10 for v in range(100)]
+    sizes = [len(b) for b in fn.batches]
+    assert sum(sizes) == 100 and max(sizes) == 16
+    assert sizes[:6] == [16] * 6  # full batches start at once; only the last one is partial
+    assert [v for b in fn.batches for v in b] == list(range(100))  # every value once, in order
+
+
+def test_a_partial_batch_starts_after_batch_delay_not_at_the_end():
+    fn = Recorder(delay=0.0)
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, capacity=100, batch_size=50, batch_delay=0.02)
+        await op.open()
+        for v in range(3):
+            await op.process_element(v)
+        await asyncio.sleep(0.3)  # no finish(): only the delay can start the batch
+        emitted = out.values()
+        await op.finish()
+        await op.close()
+        return emitted
+
+    assert run(main()) == [0, 10, 20]
+    assert fn.batches == [[0, 1, 2]]
+
+
+def test_finish_starts_the_partial_batch_at_once():
+    fn = Recorder(delay=0.0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        op = AsyncWaitOperator(fn, Collector(), capacity=100, batch_size=50, batch_delay=30.0)
+        await op.open()
+        await op.process_element(1)
+        began = loop.time()
+        await op.finish()
+        await op.close()
+        return loop.time() - began
+
+    assert run(main()) < 10.0  # far below batch_delay: finish() flushed the batch
+
+
+def test_a_failing_batch_is_split_until_the_bad_value_fails_alone():
+    fn = Recorder(bad={13})
+    out = run(run_operator(fn, range(32), ordered=True, capacity=32, batch_size=16,
+                           on_error=lambda v, e: [f"error {v}: {e}"]))
+    assert out.values() == [f"error 13: bad values [13]" if v == 13 else v * 10 for v in range(32)]
+    assert [13] in fn.batches  # the bad value ended in a batch of its own
+    assert max(len(b) for b in fn.batches if 13 not in b) <= 16
+
+
+def test_without_on_error_the_bad_value_fails_the_operator_naming_it():
+    fn = Recorder(bad={7})
+
+    async def main():
+        op = AsyncWaitOperator(fn, Collector(), capacity=16, batch_size=8)
+        await op.open()
+        try:
+            return await expect_failure(op, range(16))
+        finally:
+            await safe_close(op)
+
+    error = run(main())
+    assert "7" in str(error) and isinstance(error.__cause__, ValueError)
+
+
+def test_wrong_number_of_results_names_both_counts_and_is_not_split():
+    calls = []
+
+    async def short(values):
+        calls.append(len(values))
+        return values[:-1]
+
+    out = run(run_operator(short, range(8), capacity=8, batch_size=8,
+                           on_error=lambda v, e: [str(e)]))
+    assert calls == [8]
+    assert len(out.values()) == 8
+    message = out.values()[0]
+    assert "returned 7 results for a batch of 8 inputs" in message and "short" in message
+
+
+def test_a_batch_function_returning_no_list_fails_clearly():
+    async def nothing(values):
+        return None
+
+    async def main():
+        op = AsyncWaitOperator(nothing, Collector(), capacity=4, batch_size=4)
+        await op.open()
+        try:
+            return await expect_failure(op, range(4))
+        finally:
+            await safe_close(op)
+
+    error = run(main())
+    assert "must return a list with one result per input" in str(error.__cause__)
+
+
+def test_retries_apply_to_the_whole_batch():
+    fn = Recorder(transient=2)
+    out = run(run_operator(fn, range(8), capacity=8, batch_size=8,
+                           retry=RetryStrategy.fixed_delay(3, 0.001)))
+    assert out.values() == [v * 10 for v in range(8)]
+    assert fn.batches == [list(range(8))] * 3  # two failed attempts of the batch, then success
+
+
+def test_a_timeout_times_out_every_value_of_the_batch_with_its_handler():
+    class Slow(AsyncFunction):
+        def __init__(self):
+            self.cancelled = 0
+
+        async def async_invoke(self, values):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            return [[v] for v in values]
+
+        def timeout(self, value):
+            return [f"late {value}"]
+
+    fn = Slow()
+    out = run(run_operator(fn, range(6), capacity=6, batch_size=3, timeout=0.05))
+    assert sorted(out.values()) == sorted(f"late {v}" for v in range(6))
+    assert fn.cancelled == 2  # each running batch was cancelled once
+
+
+def test_a_value_whose_batch_never_fills_times_out_alone():
+    async def never_called(values):
+        raise AssertionError("the batch never starts before the timeout")
+
+    async def main():
+        op = AsyncWaitOperator(never_called, Collector(), capacity=10, batch_size=10, batch_delay=30, timeout=0.05)
+        await op.open()
+        await op.process_element("x")
+        await asyncio.sleep(0.2)
+        try:
+            await op.finish()
+        except AsyncFunctionError as exc:
+            return exc
+        finally:
+            await safe_close(op)
+
+    error = run(main())
+    assert isinstance(error.__cause__, AsyncTimeoutError)
+
+
+def test_async_function_batches_give_a_list_of_outputs_per_value():
+    class Explode(AsyncFunction):
+        async def async_invoke(self, values):
+            return [[v] * (v % 3) for v in values]
+
+    out = run(run_operator(Explode(), range(9), capacity=9, batch_size=4))
+    assert out.values() == [v for v in range(9) for _ in range(v % 3)]
+
+
+def test_async_function_batch_entry_that_is_not_a_list_fails_that_value_only():
+    class OneBad(AsyncFunction):
+        async def async_invoke(self, values):
+            return ["oops" if v == 2 else [v] for v in values]
+
+    out = run(run_operator(OneBad(), range(4), capacity=4, batch_size=4,
+                           on_error=lambda v, e: [f"error {v}"]))
+    assert out.values() == [0, 1, "error 2", 3]
+
+
+def test_rate_limit_cost_of_a_batch_is_the_sum_of_its_values():
+    charged = []
+
+    class Bucket:
+        cost = staticmethod(lambda value: value)
+
+        def reserve(self, cost=1.0):
+            charged.append(cost)
+            return 0.0
+
+    run(run_operator(Recorder(delay=0), [1, 2, 3, 4], capacity=4, batch_size=2, rate_limit=Bucket()))
+    assert charged == [3.0, 7.0]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 0}, "batch_size must be an int >= 1"),
+    ({"batch_size": 2.5}, "batch_size must be an int >= 1"),
+    ({"batch_size": True}, "batch_size must be an int >= 1"),
+    ({"batch_size": 4, "batch_delay": -1}, "batch_delay must be seconds >= 0"),
+    ({"batch_size": 4, "batch_delay": float("nan")}, "batch_delay must be seconds >= 0"),
+    ({"batch_size": 200}, "raise capacity to at least 200"),
+    ({"batch_size": 4, "key": lambda v: v}, "key= and batch_size= do not go together"),
+])
+def test_bad_batch_arguments_say_what_to_change(kwargs, message):
+    async def fn(values):
+        return values
+
+    with pytest.raises(ValueError, match=message):
+        AsyncWaitOperator(fn, Collector(), capacity=100, **kwargs)
+
+
+def test_many_values_flow_through_batches_with_backpressure():
+    fn = Recorder(delay=0.001)
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, ordered=False, capacity=40, batch_size=10, batch_delay=0.001)
+        await op.open()
+        await feed_all(op, range(2000))
+        await op.finish()
+        await op.close()
+        return out, op.metrics
+
+    out, metrics = run(main())
+    assert sorted(out.values()) == [v * 10 for v in range(2000)]
+    assert metrics.inflight_peak <= 40

@@ -1,0 +1,148 @@
+"""Key-ordered calls in the core operator: equal keys run one at a time and are emitted in input
+order; different keys run concurrently; timeouts and errors keep the order."""
+import asyncio
+import random
+
+import pytest
+
+from aiospark.core import AsyncFunction, AsyncWaitOperator, Watermark
+
+from ._util import Collector, feed_all, run, run_operator
+
+
+def test_a_change_stream_applied_in_key_order_reaches_the_right_final_state():
+    # each change sets an account's balance from the previous one: applied out of order, the final
+    # balances would be wrong. Latencies are random, so completion order differs from input order.
+    rng = random.Random(7)
+    changes = [(rng.randrange(20), rng.randrange(-50, 50)) for _ in range(600)]
+    balances = {}
+    running = {}
+    overlaps = []
+
+    async def apply(change):
+        account, delta = change
+        running[account] = running.get(account, 0) + 1
+        overlaps.append(running[account])
+        await asyncio.sleep(rng.random() * 0.005)
+        balances[account] = balances.get(account, 0) + delta
+        running[account] -= 1
+        return (account, balances[account])
+
+    out = run(run_operator(apply, changes, ordered=False, capacity=64, key=lambda c: c[0]))
+    assert max(overlaps) == 1  # never two calls of one account at once
+    expected = {}
+    emitted_per_key = {}
+    for account, delta in changes:
+        expected[account] = expected.get(account, 0) + delta
+        emitted_per_key.setdefault(account, []).append(expected[account])
+    assert balances == expected
+    seen = {}
+    for account, balance in out.values():
+        seen.setdefault(account, []).append(balance)
+    assert seen == emitted_per_key  # per key: every change, in input order
+
+
+def test_different_keys_run_concurrently():
+    peak = [0, 0]
+
+    async def slow(value):
+        peak[0] += 1
+        peak[1] = max(peak[1], peak[0])
+        await asyncio.sleep(0.02)
+        peak[0] -= 1
+        return value
+
+    run(run_operator(slow, range(50), ordered=False, capacity=50, key=lambda v: v % 10))
+    assert peak[1] == 10  # one call per key at a time, all ten keys at once
+
+
+def test_output_of_other_keys_is_not_held_back_by_a_slow_key():
+    async def fn(value):
+        key, _ = value
+        await asyncio.sleep(0.2 if key == "slow" else 0.001)
+        return value
+
+    out = run(run_operator(fn, [("slow", 0)] + [("fast", i) for i in range(5)], ordered=False,
+                           capacity=10, key=lambda v: v[0]))
+    assert out.values()[-1] == ("slow", 0)
+
+
+def test_a_timed_out_call_keeps_its_place_in_key_order():
+    class Fn(AsyncFunction):
+        async def async_invoke(self, value):
+            await asyncio.sleep(5 if value == 0 else 0.001)
+            return [value]
+
+        def timeout(self, value):
+            return [f"late {value}"]
+
+    # 0 times out; 1 and 2 (same key) wait behind it -- their own deadlines pass too while they wait
+    out = run(run_operator(Fn(), [0, 1, 2, 3], ordered=False, capacity=10, timeout=0.1,
+                           key=lambda v: "k" if v < 3 else "other"))
+    keyed = [v for v in out.values() if v != 3]
+    assert keyed == ["late 0", "late 1", "late 2"]
+
+
+def test_a_key_function_that_raises_fails_that_element():
+    def key(value):
+        if value == 2:
+            raise LookupError("no key for 2")
+        return value % 2
+
+    async def echo(value):
+        return value
+
+    out = run(run_operator(echo, range(5), ordered=False, capacity=5, key=key,
+                           on_error=lambda v, e: [f"error {v}: {e}"]))
+    assert sorted(map(str, out.values())) == sorted(["0", "1", "error 2: no key for 2", "3", "4"])
+
+
+def test_an_unhashable_key_fails_with_type_error():
+    async def echo(value):
+        return value
+
+    out = run(run_operator(echo, [[1], [2]], ordered=False, capacity=5, key=lambda v: v,
+                           on_error=lambda v, e: [type(e).__name__]))
+    assert out.values() == ["TypeError", "TypeError"]
+
+
+def test_watermarks_still_split_segments_with_keys():
+    async def fn(value):
+        await asyncio.sleep(0.001 * (5 - value % 5))
+        return value
+
+    out = run(run_operator(fn, [0, 1, 2, Watermark(10), 3, 4, 5], ordered=False, capacity=10,
+                           key=lambda v: v % 2))
+    elements = list(out)
+    wm = next(i for i, e in enumerate(elements) if isinstance(e, Watermark))
+    assert sorted(e.value for e in elements[:wm]) == [0, 1, 2]
+    assert sorted(e.value for e in elements[wm + 1:]) == [3, 4, 5]
+
+
+def test_key_must_be_callable():
+    async def fn(value):
+        return value
+
+    with pytest.raises(TypeError, match="key must be a callable"):
+        AsyncWaitOperator(fn, Collector(), key="account")
+
+
+def test_key_order_under_backpressure_with_many_values():
+    async def fn(value):
+        await asyncio.sleep(random.random() * 0.001)
+        return value
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, ordered=False, capacity=16, key=lambda v: v % 3)
+        await op.open()
+        await feed_all(op, range(1500))
+        await op.finish()
+        await op.close()
+        return out
+
+    values = run(main()).values()
+    assert sorted(values) == list(range(1500))
+    for k in range(3):
+        mine = [v for v in values if v % 3 == k]
+        assert mine == sorted(mine)
