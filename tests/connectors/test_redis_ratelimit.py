@@ -37,7 +37,7 @@ def new_key():
 
 
 def limiter(server, rate, burst=None, **kw):
-    return RedisRateLimit(rate, burst, url=server.url, password=PASSWORD, **kw)
+    return RedisRateLimit(rate, burst=burst, url=server.url, password=PASSWORD, **kw)
 
 
 def max_in_window(times, window):
@@ -52,7 +52,7 @@ def test_spec_defaults_and_validation():
     assert lim.key == "aiospark:ratelimit:default"
     assert RedisRateLimit(20, name="geo").key == "aiospark:ratelimit:geo"
     assert RedisRateLimit(20, key="my:key").key == "my:key"
-    assert RedisRateLimit(20).lease == 1 and RedisRateLimit(20, 3, lease=4).burst == 3
+    assert RedisRateLimit(20).lease == 1 and RedisRateLimit(20, burst=3, lease=4).burst == 3
     assert isinstance(lim, AsyncLimiter)
     # an async limiter only: an operator that looks for a synchronous reserve() must not find one
     assert not isinstance(lim, Limiter) and getattr(lim, "reserve", None) is None
@@ -62,7 +62,7 @@ def test_spec_defaults_and_validation():
     with pytest.raises(TypeError, match="calls per second"):
         RedisRateLimit("500")
     with pytest.raises(ValueError, match="burst"):
-        RedisRateLimit(10, 0)
+        RedisRateLimit(10, burst=0)
     with pytest.raises(ValueError, match="lease"):
         RedisRateLimit(10, lease=0)
     with pytest.raises(ValueError, match="key"):
@@ -95,7 +95,7 @@ def test_picklable_before_and_after_open(server):
         blob = pickle.dumps(lim)  # runtime state (connection, waiters) is not pickled
         await lim.close()
         clone = pickle.loads(blob)
-        assert clone.acquired == 0 and clone._client is None
+        assert clone.acquired == 0 and clone._conn is None
         waited = await clone.acquire()  # opens itself on first use
         await clone.close()
         return waited
@@ -122,12 +122,11 @@ def test_close_fails_callers_waiting_for_a_reservation(server):
     async def main():
         lim = limiter(server, 1000, key=new_key())
         await lim.open()
-        lim._script_orig = lim._script
 
         async def slow_script(**kw):   # hold the round trip so callers are still waiting
             await asyncio.sleep(10)
 
-        lim._script = slow_script
+        lim._conn.script = slow_script
         tasks = [asyncio.create_task(lim.acquire()) for _ in range(3)]
         await asyncio.sleep(0.05)
         await lim.close()
@@ -295,7 +294,7 @@ def test_several_clients_in_one_process_share_the_rate(server):
 # ---------------------------------------------------------------------------------- processes
 def _process_hammer(url, password, key, rate, burst, tasks, ready, go, start_at, results):
     """Child process: its own RedisRateLimit and event loop, hammering acquire() in a window."""
-    lim = RedisRateLimit(rate, burst, url=url, password=password, key=key)
+    lim = RedisRateLimit(rate, burst=burst, url=url, password=password, key=key)
 
     async def main():
         await lim.open()
@@ -326,7 +325,7 @@ def _process_hammer(url, password, key, rate, burst, tasks, ready, go, start_at,
 
 def _process_reserve(url, password, key, rate, seconds, seed, results):
     """Child process: 8 coroutines reserving random batches as fast as they can."""
-    lim = RedisRateLimit(rate, 1, url=url, password=password, key=key)
+    lim = RedisRateLimit(rate, burst=1, url=url, password=password, key=key)
     rng = random.Random(seed)
 
     async def main():
@@ -447,7 +446,7 @@ def test_concurrent_first_acquires_open_once(server):
     async def main():
         lim = limiter(server, 1000, 100, key=new_key())
         await asyncio.gather(*(lim.acquire() for _ in range(20)))
-        client = lim._client
+        client = lim._conn
         n = lim.acquired
         await lim.close()
         return client, n

@@ -34,8 +34,8 @@ def test_rate_limit_defaults_and_value_semantics():
     assert RateLimit(1000, burst=3).burst == 3
     r = RateLimit(50, burst=7)
     assert r.rate == 50.0 and isinstance(r.rate, float)
-    assert r == RateLimit(50.0, 7) and r != RateLimit(50, 8) and r != RateLimit(51, 7)
-    assert hash(r) == hash(RateLimit(50, 7))
+    assert r == RateLimit(50.0, burst=7) and r != RateLimit(50, burst=8) and r != RateLimit(51, burst=7)
+    assert hash(r) == hash(RateLimit(50, burst=7))
     assert repr(r) == "RateLimit(50, burst=7)"
     assert repr(RateLimit(0.5)) == "RateLimit(0.5, burst=1)"
     with pytest.raises(AttributeError):
@@ -58,7 +58,7 @@ def test_rate_limit_rejects_non_numbers(rate):
                                        ("2", TypeError), (True, TypeError)])
 def test_rate_limit_rejects_bad_bursts(burst, exc):
     with pytest.raises(exc, match="burst"):
-        RateLimit(10, burst)
+        RateLimit(10, burst=burst)
 
 
 def test_rate_limit_is_picklable_and_copyable():
@@ -69,7 +69,7 @@ def test_rate_limit_is_picklable_and_copyable():
 
 
 def test_coerce():
-    r = RateLimit(3, 2)
+    r = RateLimit(3, burst=2)
     assert RateLimit.coerce(r) is r
     assert RateLimit.coerce(None) is None
     assert RateLimit.coerce(50) == RateLimit(50)
@@ -83,8 +83,8 @@ def test_coerce():
         np = None
     if np is not None:
         assert RateLimit.coerce(np.int64(40)) == RateLimit(40)
-        assert RateLimit(np.float64(2.5), np.int32(3)) == RateLimit(2.5, 3)
-        assert type(RateLimit(10, np.int64(2)).burst) is int
+        assert RateLimit(np.float64(2.5), burst=np.int32(3)) == RateLimit(2.5, burst=3)
+        assert type(RateLimit(10, burst=np.int64(2)).burst) is int
     with pytest.raises(ValueError):
         RateLimit.coerce(0)
     for bad in ("50", True, [50], {"rate": 5}, object(), RateLimit):
@@ -130,7 +130,7 @@ def test_bucket_validation():
     with pytest.raises(TypeError):
         TokenBucket(10, 1, clock=5)
     assert TokenBucket(100).burst == 10  # same default as RateLimit
-    assert RateLimit(7, 3).bucket().burst == 3
+    assert RateLimit(7, burst=3).bucket().burst == 3
 
 
 def test_reservations_are_spaced_one_over_rate_apart():
@@ -304,3 +304,162 @@ def test_acquire_admits_about_r_t_plus_burst_in_real_time():
 
     count = run(main())
     assert 100 * 0.9 <= count <= 200 * 0.5 + 10
+
+
+# ---------------------------------------------------------------------------------- per and cost
+def tokens_of(row):
+    return len(row["text"]) / 4
+
+
+def test_per_window_defaults_and_value_semantics():
+    r = RateLimit(90_000, per=60, cost=tokens_of)
+    assert (r.rate, r.per, r.burst, r.cost) == (90_000.0, 60.0, 9_000, tokens_of)  # a tenth of a window
+    assert r.per_second == 1_500.0
+    b = r.bucket()
+    assert (b.rate, b.burst, b.cost) == (1_500.0, 9_000, tokens_of)
+    assert RateLimit(6, per=60).burst == 1 and RateLimit(6, per=60).bucket().rate == pytest.approx(0.1)
+    assert repr(r) == "RateLimit(90000, per=60, burst=9000, cost=tests.core.test_ratelimit.tokens_of)"
+    assert r == RateLimit(90_000, per=60, cost=tokens_of) and hash(r) == hash(RateLimit(90_000, per=60, cost=tokens_of))
+    assert r != RateLimit(90_000, per=60) and r != RateLimit(90_000, per=30, cost=tokens_of)
+    assert RateLimit(5) == RateLimit(5, per=1.0, burst=1, cost=None)
+    assert make_limiter(r).cost is tokens_of and make_limiter(5).cost is None
+
+
+def test_burst_is_keyword_only():
+    with pytest.raises(TypeError):
+        RateLimit(100, 10)
+
+
+@pytest.mark.parametrize("per,exc", [(0, ValueError), (-60, ValueError), (float("nan"), ValueError),
+                                     (float("inf"), ValueError), ("60", TypeError), (None, TypeError),
+                                     (True, TypeError)])
+def test_bad_per_says_what_to_pass(per, exc):
+    with pytest.raises(exc, match=r"per must be a .*number of seconds .*per=60"):
+        RateLimit(100, per=per)
+
+
+@pytest.mark.parametrize("cost", [5, "len", [1], RateLimit, object()])
+def test_cost_must_be_a_function(cost):
+    with pytest.raises(TypeError, match=r"cost must be a function of one call's input .*cost=lambda row"):
+        RateLimit(100, cost=cost)
+    with pytest.raises(TypeError, match="cost must be a function"):
+        TokenBucket(100, cost=cost)
+
+
+def test_cost_lambda_travels_with_cloudpickle():
+    import cloudpickle
+
+    r = RateLimit(1000, per=60, burst=50, cost=lambda row: len(row["text"]) * 2)
+    clone = pickle.loads(cloudpickle.dumps(r))
+    assert (clone.rate, clone.per, clone.burst) == (1000.0, 60.0, 50)
+    assert clone.cost({"text": "abc"}) == 6
+    assert pickle.loads(cloudpickle.dumps(r.bucket())).cost({"text": "a"}) == 2
+    named = RateLimit(10, cost=tokens_of)
+    assert pickle.loads(pickle.dumps(named)) == named  # a module-level function pickles by reference
+
+
+def test_costs_are_charged_against_the_bucket():
+    clock = FakeClock(0.0)
+    b = TokenBucket(10, 10, clock=clock)       # 10 units/s, bucket of 10
+    assert b.reserve(4) == 0.0
+    assert b.reserve(4) == 0.0                 # 8 taken, 2 left
+    assert b.reserve(4) == pytest.approx(0.2)  # needs 4: 2 more refill in 0.2 s
+    assert b.reserve(0) == pytest.approx(0.2)  # free, but FIFO: not before the one queued
+    clock.now = 10.0                           # idle: full again
+    assert [b.reserve(2.5) for _ in range(5)] == pytest.approx([0, 0, 0, 0, 0.25])
+
+
+def test_rate_per_window():
+    clock = FakeClock(0.0)
+    b = RateLimit(600, per=60, burst=1).bucket(clock=clock)   # 10 per second
+    assert [b.reserve() for _ in range(4)] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    clock = FakeClock(0.0)
+    tpm = RateLimit(60_000, per=60, burst=500, cost=tokens_of).bucket(clock=clock)  # 1000 tokens/s
+    delays = [tpm.reserve(tpm.cost({"text": "x" * 1600})) for _ in range(4)]  # 400 each
+    assert delays == pytest.approx([0.0, 0.3, 0.7, 1.1])
+
+
+def test_a_cost_above_burst_passes_and_leaves_debt():
+    clock = FakeClock(0.0)
+    b = TokenBucket(10, 5, clock=clock)
+    assert b.reserve(50) == 0.0                 # bucket full: it starts, 45 units in debt
+    assert b.reserve(1) == pytest.approx(4.6)   # the debt is paid back at 10/s first
+    clock.now = 100.0
+    assert b.reserve(1) == 0.0
+    assert b.reserve(50) == pytest.approx(0.1)  # waits for a full bucket, not for 50 units
+    # only ever huge costs: each waits for the previous one's debt, none waits forever
+    clock = FakeClock(0.0)
+    b = TokenBucket(10, 1, clock=clock)
+    assert [b.reserve(100) for _ in range(3)] == pytest.approx([0.0, 10.0, 20.0])
+
+
+@pytest.mark.parametrize("cost", [-1, float("nan"), float("inf")])
+def test_reserve_refuses_bad_costs(cost):
+    b = TokenBucket(10, 1)
+    with pytest.raises(ValueError, match="cost must be a finite number >= 0"):
+        b.reserve(cost)
+    assert b.reserve() == 0.0  # nothing was charged
+
+
+def test_weighted_greedy_callers_stay_within_rate_and_one_big_cost_in_any_window():
+    import random
+
+    rng = random.Random(7)
+    rate, burst = 100, 20
+    clock = FakeClock(0.0)
+    b = TokenBucket(rate, burst, clock=clock)
+    starts = []
+    while clock.now <= 20.0:
+        while True:
+            cost = rng.choice([0.5, 1, 3, 7.25, 19, 40])
+            d = b.reserve(cost)
+            starts.append((clock.now + d, cost))
+            if d > 0:
+                break
+        clock.now = round(clock.now + 0.003, 10)
+    assert [s for s, _ in starts] == sorted(s for s, _ in starts)  # FIFO
+    times = [s for s, _ in starts]
+    for window in (0.1, 1.0, 5.0):
+        for i, s in enumerate(times):
+            j = bisect.bisect_right(times, s + window - 1e-9)
+            units = sum(c for _, c in starts[i:j])
+            assert units <= rate * window + 40 + 1e-6, (window, s, units)
+
+
+def test_pause_holds_every_start_until_it_ends():
+    clock = FakeClock(0.0)
+    b = TokenBucket(10, 2, clock=clock)
+    assert b.paused_for() == 0.0
+    b.pause(3.0)
+    assert b.paused_for() == 3.0 and b.peek() == 3.0
+    assert [b.reserve() for _ in range(4)] == pytest.approx([3.0, 3.0, 3.1, 3.2])  # a full bucket at 3 s
+    b.pause(1.0)                               # shorter than the pause in place: no change
+    assert b.paused_for() == 3.0
+    for bad in (0, -5, float("nan"), float("inf"), "soon", None):
+        b.pause(bad)                           # never raises, changes nothing
+    assert b.paused_for() == 3.0
+    clock.now = 3.05
+    assert b.paused_for() == 0.0 and b.reserve() == pytest.approx(0.25)  # the queue goes on
+
+
+def test_pause_does_not_bunch_a_queue_that_runs_past_it():
+    clock = FakeClock(0.0)
+    b = TokenBucket(10, 1, clock=clock)
+    assert [b.reserve() for _ in range(30)][-1] == pytest.approx(2.9)  # queued up to 3.0
+    b.pause(1.0)
+    assert b.reserve() == pytest.approx(3.0)   # after the queue, spaced as before
+
+
+def test_acquire_reserves_again_after_a_pause_that_began_while_it_waited():
+    async def main():
+        loop = asyncio.get_running_loop()
+        b = TokenBucket(20, 1, clock=loop.time)
+        b.reserve()                             # the next start is 0.05 s away
+        t0 = loop.time()
+        waiting = asyncio.create_task(b.acquire(2))
+        await asyncio.sleep(0)
+        b.pause(0.3)
+        await waiting
+        return loop.time() - t0
+
+    assert run(main()) >= 0.3                   # never before the end of the pause

@@ -1,21 +1,26 @@
-"""Call-rate limits: at most ``rate`` calls per second, with bursts of up to ``burst`` calls.
+"""Rate limits: at most ``rate`` calls -- or cost units -- per ``per`` seconds, with bursts.
 
-Flink's Async I/O has no rate limit (FLINK-28487); aiospark adds one. Three pieces:
+Flink's Async I/O has no rate limit (FLINK-28487); aiospark adds one. The pieces:
 
 * :class:`RateLimit` -- the validated, picklable *spec* users pass as ``rate_limit=`` (a plain
   number works too: :meth:`RateLimit.coerce`). It describes a limit; it holds no state.
-* :class:`TokenBucket` -- the per-task limiter that enforces a :class:`RateLimit` on one event
-  loop. :meth:`TokenBucket.reserve` is O(1), never awaits and starts no timer: it takes one token
-  and returns how long the caller must wait before starting. Reservations queue up FIFO, so N
-  callers that reserve at once get start times spaced ``1/rate`` apart.
+  ``RateLimit(100)`` is 100 calls per second; ``RateLimit(90_000, per=60, cost=lambda row:
+  len(row["text"]) / 4)`` is 90k (estimated) tokens per minute, each call charging its cost.
+* :class:`~aiospark.core.token_bucket.TokenBucket` -- the per-task limiter that enforces a
+  :class:`RateLimit` on one event loop. ``reserve(cost)`` is O(1), never awaits and starts no
+  timer: it charges the units and returns how long the caller must wait before starting.
+  Reservations queue up FIFO, so N unit-cost callers that reserve at once get start times spaced
+  ``per/rate`` apart.
 * :class:`Limiter` / :class:`AsyncLimiter` -- the two shapes a limiter can have. A synchronous
-  limiter has ``reserve() -> float``; an asynchronous or shared one (e.g.
+  limiter has ``reserve(cost) -> float``; an asynchronous or shared one (e.g.
   :class:`aiospark.connectors.redis_ratelimit.RedisRateLimit`, one limit for a whole cluster)
-  has ``async acquire()``. :func:`make_limiter` turns whatever the user passed into one of them.
+  has ``async acquire(cost)``. Both have ``cost`` (the cost function or ``None``) and
+  ``pause(seconds)`` (a ``Retry-After``: start nothing for that long). :func:`make_limiter`
+  turns whatever the user passed into one of them. The caller computes each call's cost with
+  the limiter's ``cost`` (:class:`aiospark.core.calls.Caller`).
 
-The bucket is a GCRA (generic cell rate algorithm), i.e. a token bucket of ``burst`` tokens
-refilled at ``rate`` per second, written as a "theoretical arrival time". It is exact over long
-windows: in any window of ``T`` seconds at most ``rate * T + burst`` calls start.
+Over any window of ``T`` seconds the calls that start cost at most
+``rate / per * T + max(burst, largest single cost)`` in total.
 
 Example::
 
@@ -26,62 +31,56 @@ Example::
     else:
         start_call()
 
-    await bucket.acquire()                              # the same, for code that can await
+    await bucket.acquire(cost=3.5)                      # the same, for code that can await
 """
 from __future__ import annotations
 
-import asyncio
-import math
 import numbers
-import time
-from typing import Any, Callable, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Optional, Protocol, Union, runtime_checkable
 
-__all__ = ["AsyncLimiter", "Limiter", "RateLimit", "TokenBucket", "make_limiter"]
+from .token_bucket import (Clock, CostFunction, TokenBucket, check_burst, check_cost, check_per,
+                           check_rate, default_burst)
 
-Clock = Callable[[], float]
+__all__ = ["AsyncLimiter", "Limiter", "RateLimit", "TokenBucket", "check_burst", "check_cost",
+           "check_per", "check_rate", "cost_name", "default_burst", "make_limiter"]
 
-
-def check_rate(rate: Any, what: str = "rate") -> float:
-    """``rate`` as a float of calls per second; it must be a finite number > 0."""
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
-        raise TypeError(f"{what} must be a number of calls per second (e.g. 50 or 0.5), got {rate!r}")
-    rate = float(rate)
-    if not (rate > 0) or math.isinf(rate):
-        raise ValueError(f"{what} must be a finite number of calls per second > 0, got {rate!r}")
-    return rate
-
-
-def default_burst(rate: float) -> int:
-    """One tenth of a second's worth of calls, at least 1: ``max(1, ceil(rate / 10))``."""
-    return max(1, math.ceil(rate / 10))
-
-
-def check_burst(burst: Any, rate: float) -> int:
-    """``burst`` as an int >= 1 (``None`` = :func:`default_burst`)."""
-    if burst is None:
-        return default_burst(rate)
-    if isinstance(burst, bool) or not isinstance(burst, numbers.Integral):
-        raise TypeError(f"burst must be an int (calls allowed at once), got {burst!r}")
-    if burst < 1:
-        raise ValueError(f"burst must be >= 1 (calls allowed at once), got {burst}")
-    return int(burst)
+def cost_name(cost: Any) -> str:
+    """How errors name a cost function: its qualified name (``module.func``), else its repr."""
+    name = getattr(cost, "__qualname__", None) or getattr(type(cost), "__qualname__", None)
+    module = getattr(cost, "__module__", None)
+    return f"{module}.{name}" if module and name else repr(cost)[:100]
 
 
 class RateLimit:
-    """At most ``rate`` calls per second, with bursts of at most ``burst`` calls.
+    """At most ``rate`` units per ``per`` seconds, with bursts of at most ``burst`` units.
 
-    ``rate``: calls per second, a finite number > 0 (``0.5`` = one call every two seconds).
-    ``burst``: how many calls may start at once after an idle period, an int >= 1; default
-    ``max(1, ceil(rate / 10))``. A spec only (no state): immutable, hashable, picklable, compares
-    by value. Enforce it with :meth:`bucket`.
+    ``rate``: a finite number > 0 of units per ``per`` seconds (``RateLimit(0.5)`` = one call
+    every two seconds). ``per``: the window in seconds, a finite number > 0 (default 1).
+    ``cost``: a function of one call's input (a row) returning the units that call charges, e.g.
+    ``lambda row: len(row["text"]) / 4`` for tokens; default ``None``: every call costs 1.
+    ``burst``: how many units may start at once after an idle period, an int >= 1; default a tenth
+    of a ``per`` window's units, ``max(1, ceil(rate / 10))``. A call that costs more than
+    ``burst`` still starts, once the bucket is full, and leaves it in debt (later calls wait).
+
+    A spec only (no state): immutable, hashable, picklable (a ``cost`` lambda pickles with
+    cloudpickle, as Spark does), compares by value (``cost`` by identity). Enforce it with
+    :meth:`bucket`.
     """
 
-    __slots__ = ("rate", "burst")
+    __slots__ = ("rate", "per", "burst", "cost")
 
-    def __init__(self, rate: float, burst: Optional[int] = None):
+    def __init__(self, rate: float, *, per: float = 1.0, burst: Optional[int] = None,
+                 cost: Optional[CostFunction] = None):
         rate = check_rate(rate)
         object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "per", check_per(per))
         object.__setattr__(self, "burst", check_burst(burst, rate))
+        object.__setattr__(self, "cost", check_cost(cost))
+
+    @property
+    def per_second(self) -> float:
+        """Units per second: ``rate / per``."""
+        return self.rate / self.per
 
     @classmethod
     def coerce(cls, value: Any) -> Any:
@@ -101,107 +100,55 @@ class RateLimit:
             return value
         raise TypeError(
             "rate_limit must be a number of calls per second (e.g. rate_limit=50), "
-            "aiospark.RateLimit(rate, burst=...), a shared limiter such as RedisRateLimit(...), "
-            f"or None; got {type(value).__name__}: {value!r}"[:300])
+            "aiospark.RateLimit(rate, per=..., burst=..., cost=...), a shared limiter such as "
+            f"RedisRateLimit(...), or None; got {type(value).__name__}: {value!r}"[:300])
 
-    def bucket(self, *, clock: Optional[Clock] = None) -> "TokenBucket":
+    def bucket(self, *, clock: Optional[Clock] = None) -> TokenBucket:
         """A fresh :class:`TokenBucket` enforcing this limit (one per task / event loop)."""
-        return TokenBucket(self.rate, self.burst, clock=clock)
+        return TokenBucket(self.rate / self.per, self.burst, clock=clock, cost=self.cost)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("RateLimit is immutable; create a new one")
 
     def __reduce__(self) -> Any:
-        return (RateLimit, (self.rate, self.burst))
+        return (_rebuild, (self.rate, self.per, self.burst, self.cost))
 
     def __eq__(self, other: Any) -> bool:
         if type(other) is not RateLimit:
             return NotImplemented
-        return self.rate == other.rate and self.burst == other.burst
+        return (self.rate == other.rate and self.per == other.per and self.burst == other.burst
+                and self.cost is other.cost)
 
     def __hash__(self) -> int:
-        return hash((RateLimit, self.rate, self.burst))
+        return hash((RateLimit, self.rate, self.per, self.burst, id(self.cost)))
 
     def __repr__(self) -> str:
-        rate = int(self.rate) if self.rate.is_integer() else self.rate
-        return f"RateLimit({rate!r}, burst={self.burst})"
+        def num(x: float) -> Any:
+            return int(x) if x.is_integer() else x
+
+        text = f"RateLimit({num(self.rate)!r}"
+        if self.per != 1.0:
+            text += f", per={num(self.per)!r}"
+        text += f", burst={self.burst}"
+        if self.cost is not None:
+            text += f", cost={cost_name(self.cost)}"
+        return text + ")"
 
 
-class TokenBucket:
-    """Per-task limiter: ``rate`` calls per second, bursts of ``burst`` (GCRA with reservations).
-
-    For one event loop (no locks). ``clock`` is a function returning seconds on the same
-    monotonic timeline as the caller's timers; default :func:`time.monotonic`, which is what
-    ``asyncio`` loops use for ``loop.time()`` (pass ``clock=loop.time`` to be explicit).
-
-    State is the start time of the current busy period (``_epoch``) and the number of tokens
-    taken since then (``_taken``); the theoretical arrival time is ``epoch + taken / rate``, so
-    start times are exact multiples of ``1/rate`` with no accumulated rounding.
-    """
-
-    __slots__ = ("rate", "burst", "_clock", "_epoch", "_taken", "_slack")
-
-    def __init__(self, rate: float, burst: Optional[int] = None, *, clock: Optional[Clock] = None):
-        self.rate = check_rate(rate)
-        self.burst = check_burst(burst, self.rate)
-        if clock is not None and not callable(clock):
-            raise TypeError(f"clock must be a callable returning seconds, got {type(clock).__name__}")
-        self._clock: Clock = clock or time.monotonic
-        self._slack = self.burst - 1   # tokens that may be taken ahead of the steady schedule
-        self._epoch = -math.inf
-        self._taken = 0
-
-    def reserve(self) -> float:
-        """Take one token; return the seconds to wait before starting (``0.0``: start now).
-
-        The token is taken either way: a caller that gets ``d > 0`` must start at ``now + d``
-        (not earlier); later reservations are scheduled after it (FIFO). O(1), no awaiting.
-        """
-        now = self._clock()
-        taken = self._taken
-        if self._epoch + taken / self.rate <= now:
-            # idle long enough for a full bucket: a new busy period starts now
-            self._epoch = now
-            self._taken = 1
-            return 0.0
-        self._taken = taken + 1
-        start = self._epoch + (taken - self._slack) / self.rate
-        return start - now if start > now else 0.0
-
-    def peek(self) -> float:
-        """The delay :meth:`reserve` would return now, without taking a token."""
-        now = self._clock()
-        if self._epoch + self._taken / self.rate <= now:
-            return 0.0
-        start = self._epoch + (self._taken - self._slack) / self.rate
-        return start - now if start > now else 0.0
-
-    async def acquire(self) -> float:
-        """Reserve a token and sleep until its start time; returns the delay (``0.0``: not limited)."""
-        delay = self.reserve()
-        if delay > 0.0:
-            await asyncio.sleep(delay)
-        return delay
-
-    def __getstate__(self) -> dict:
-        clock = self._clock
-        return {"rate": self.rate, "burst": self.burst,
-                "clock": None if clock is time.monotonic else clock}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["rate"], state["burst"], clock=state["clock"])  # type: ignore[misc]
-
-    def __repr__(self) -> str:
-        return f"TokenBucket(rate={self.rate!r}, burst={self.burst})"
+def _rebuild(rate: float, per: float, burst: int, cost: Optional[CostFunction]) -> RateLimit:
+    return RateLimit(rate, per=per, burst=burst, cost=cost)
 
 
 @runtime_checkable
 class Limiter(Protocol):
     """A synchronous limiter, driven by the operator without any awaiting.
 
-    ``reserve()`` takes one permit and returns the seconds the caller must wait before starting
-    the call (``0.0`` = now). It must be O(1) and must not block; the operator schedules the
-    delayed start itself (``loop.call_at``). :class:`TokenBucket` is one.
+    ``reserve(cost=1.0)`` charges ``cost`` units and returns the seconds the caller must wait
+    before starting the call (``0.0`` = now). It must be O(1) and must not block; the operator
+    schedules the delayed start itself. :class:`TokenBucket` is one. Limiters made by
+    :func:`make_limiter` also have ``cost`` (the cost function, or ``None``), ``pause(seconds)``
+    (start nothing for that long; never raises) and ``paused_for()`` (seconds of pause left: a
+    caller whose wait is over reserves again while it is not 0); user-made limiters may lack them.
 
     Having a ``reserve`` attribute is what marks a limiter as synchronous (it wins over
     ``acquire``), so an asynchronous limiter must not define one.
@@ -214,14 +161,15 @@ class Limiter(Protocol):
 class AsyncLimiter(Protocol):
     """An asynchronous limiter, e.g. one shared by many processes through a server.
 
-    ``await acquire()`` returns when the caller may start one call. It may return the seconds the
-    limit made the caller wait (a truthy value = "this call was rate limited", for metrics) or
+    ``await acquire(cost=1.0)`` returns when the caller may start one call of that cost (it honours
+    pauses itself). It may return the seconds the limit made the caller wait (a truthy value = "this call was rate limited", for metrics) or
     ``None``. It raises when the limiter cannot
     decide (e.g. its server is unreachable); the call then fails like any other attempt. Such a
     limiter may also have ``async open()`` / ``async close()``, which the owner of the event loop
     calls around its use. How it plugs into the operator: the attempt becomes
     ``await limiter.acquire(); return await function(value)``, run in the attempt's task, so the
-    operator's timeout and cancellation cover the wait too.
+    operator's timeout and cancellation cover the wait too. ``cost`` and ``pause(seconds)`` are as
+    for :class:`Limiter`.
     """
 
     async def acquire(self) -> Optional[float]: ...

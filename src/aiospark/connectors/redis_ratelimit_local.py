@@ -1,0 +1,235 @@
+"""How one process's callers of a :class:`~aiospark.connectors.redis_ratelimit.RedisRateLimit`
+get their start times from the reservations its round trips bring back.
+
+Unit-cost calls share *leased* tokens: a process reserves up to ``lease`` tokens at once -- as
+many as callers are waiting, or, when it is busy, about what it will need while those tokens last
+(from its recent demand) -- so round trips stay few and an idle process holds nothing back. One
+round trip is in flight at a time; callers arriving meanwhile are batched into the next one.
+Tokens go to callers first come, first served, by one loop timer for the next token; a caller
+cancelled while waiting leaves its token to the next caller. Tokens not used within
+``max(0.1 s, burst/rate)`` of their start (a stalled event loop), or starting before the end of a
+pause, are dropped.
+
+Cost-weighted calls cannot share tokens (costs differ): the callers waiting at one moment are
+reserved together in one round trip, each for its own cost, and each sleeps until its own start;
+one that wakes up inside a pause that began meanwhile reserves again.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Deque, List, Optional, Sequence, Tuple
+
+from .redis_ratelimit_script import Reservation
+
+__all__ = ["LocalCallers", "DEMAND_TAU", "MAX_WEIGHTED_BATCH"]
+
+#: Time constant (seconds) of this process's demand estimate (acquire() calls per second).
+DEMAND_TAU = 0.1
+#: A token may be handed out this much (seconds) before its start time: loop timers can fire a
+#: hair early (clock resolution), and re-arming for a microsecond would only spin.
+_EARLY = 1e-6
+#: Most cost-weighted calls reserved in one round trip.
+MAX_WEIGHTED_BATCH = 256
+
+
+class LocalCallers:
+    """The local half of ``RedisRateLimit`` (a mixin): it uses the limiter's ``_reserve(costs)``
+    round trip and its runtime state (``_loop``, ``_callers``, ``_tokens``, ``_weighted``, ...)."""
+
+    _loop: Optional[asyncio.AbstractEventLoop]
+    _conn: Any
+    _callers: Deque[asyncio.Future]
+    _tokens: Deque[Tuple[float, float]]
+    _weighted: Deque[Tuple[asyncio.Future, float]]
+    _fetcher: Optional[asyncio.Task]
+    _wfetcher: Optional[asyncio.Task]
+    _timer: Optional[asyncio.TimerHandle]
+    _timer_at: float
+    _demand: float
+    _demand_at: float
+    _paused_until: float
+    _stale: float
+    _interval: float
+    _source: str
+    lease: int
+    acquired: int
+
+    async def open(self) -> None:  # pragma: no cover - defined by the limiter
+        raise NotImplementedError
+
+    async def _reserve(self, costs: Sequence[float]) -> Reservation:  # pragma: no cover
+        raise NotImplementedError
+
+    async def _acquire_unit(self) -> float:
+        """acquire() for a unit cost: a leased token."""
+        if self._conn is None:
+            await self.open()
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        elapsed = now - self._demand_at
+        self._demand = (self._demand * math.exp(-elapsed / DEMAND_TAU) if elapsed > 0.0 else self._demand) + 1.0
+        self._demand_at = now
+        callers, tokens = self._callers, self._tokens
+        if not callers:  # fast path: a token that is due, nobody ahead
+            floor = self._floor(now)
+            while tokens and tokens[0][0] < floor:
+                tokens.popleft()
+            if tokens and tokens[0][0] <= now + _EARLY:
+                tokens.popleft()
+                self.acquired += 1
+                return 0.0
+        caller = loop.create_future()
+        callers.append(caller)
+        self._dispatch()
+        try:
+            start, known = await caller
+        except asyncio.CancelledError:
+            if caller.done() and not caller.cancelled() and caller.exception() is None:
+                tokens.appendleft(caller.result())  # handed over just as we were cancelled
+            else:
+                try:
+                    callers.remove(caller)
+                except ValueError:
+                    pass
+            self._dispatch()
+            raise
+        self.acquired += 1
+        # what the limit cost this caller: from when it asked, or when its token arrived from
+        # Redis if later (the round trip is latency, not limiting), to the token's start time
+        waited = start - (known if known > now else now)
+        return waited if waited > 0.0 else 0.0
+
+    def _dispatch(self) -> None:
+        """Hand due tokens to waiting callers in order; arm one timer for the next token; start a
+        round trip when more callers wait than tokens are held."""
+        loop = self._loop
+        if loop is None:
+            return
+        callers, tokens = self._callers, self._tokens
+        now = loop.time()
+        while callers:
+            if callers[0].done():  # cancelled
+                callers.popleft()
+                continue
+            floor = self._floor(now)
+            while tokens and tokens[0][0] < floor:
+                tokens.popleft()
+            if not tokens:
+                break
+            start = tokens[0][0]
+            if start <= now + _EARLY:
+                callers.popleft().set_result(tokens.popleft())
+                continue
+            if self._timer is None or self._timer_at != start:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = loop.call_at(start, self._on_timer)
+                self._timer_at = start
+            break
+        if len(callers) > len(tokens) and self._fetcher is None:
+            self._fetcher = loop.create_task(self._fetch())
+
+    def _floor(self, now: float) -> float:
+        """Held tokens starting before this are dropped: stale ones, and those a pause covers."""
+        stale = now - self._stale
+        paused = self._paused_until - _EARLY
+        return paused if paused > stale else stale
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    async def _fetch(self) -> None:
+        """Reserve tokens while more callers wait than tokens are held, one round trip at a time."""
+        callers, tokens = self._callers, self._tokens
+        try:
+            while len(callers) > len(tokens):
+                reservation = await self._reserve([1.0] * self._batch_size(len(callers) - len(tokens)))
+                known = self._loop.time()  # type: ignore[union-attr]
+                tokens.extend((start, known) for start in reservation.starts)
+                self._dispatch()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            while callers:  # they cannot get a token now: fail them rather than hang
+                caller = callers.popleft()
+                if not caller.done():
+                    caller.set_exception(exc)
+        finally:
+            if self._fetcher is asyncio.current_task():
+                self._fetcher = None
+
+    def _batch_size(self, missing: int) -> int:
+        """Tokens to reserve now: the callers still without one, or -- when this process is busy --
+        what it is likely to need in the time ``lease`` tokens last at the global rate (at most
+        ``lease``). Unused ones go to later callers of this process, or are dropped once stale."""
+        elapsed = self._loop.time() - self._demand_at  # type: ignore[union-attr]
+        per_second = self._demand * math.exp(-max(0.0, elapsed) / DEMAND_TAU) / DEMAND_TAU
+        expected = math.ceil(per_second * self.lease * self._interval)
+        return max(1, min(self.lease, max(missing, expected)))
+
+    async def _acquire_weighted(self, cost: float) -> float:
+        """acquire() for a cost other than 1: reserved for this caller alone (batched into one
+        round trip with the other callers waiting then); reserved again if a pause began while it
+        waited for its start."""
+        if self._conn is None:
+            await self.open()
+        loop = self._loop
+        assert loop is not None
+        asked, first_known = loop.time(), None
+        while True:
+            caller = loop.create_future()
+            entry = (caller, cost)
+            self._weighted.append(entry)
+            if self._wfetcher is None:
+                self._wfetcher = loop.create_task(self._fetch_weighted())
+            try:
+                start, known = await caller
+            except asyncio.CancelledError:
+                try:
+                    self._weighted.remove(entry)
+                except ValueError:
+                    pass  # its round trip is under way: those units are spent
+                raise
+            if first_known is None:
+                first_known = known
+            now = loop.time()
+            if start > now + _EARLY:
+                await asyncio.sleep(start - now)
+            if loop.time() + _EARLY >= self._paused_until:
+                self.acquired += 1
+                waited = start - (first_known if first_known > asked else asked)
+                return waited if waited > 0.0 else 0.0
+
+    async def _fetch_weighted(self) -> None:
+        """Reserve the waiting cost-weighted callers, in order, a batch per round trip."""
+        weighted, loop = self._weighted, self._loop
+        batch: List[Tuple[asyncio.Future, float]] = []
+        try:
+            while weighted:
+                batch = []
+                while weighted and len(batch) < MAX_WEIGHTED_BATCH:
+                    entry = weighted.popleft()
+                    if not entry[0].done():
+                        batch.append(entry)
+                if not batch:
+                    continue
+                reservation = await self._reserve([c for _, c in batch])
+                known = loop.time()  # type: ignore[union-attr]
+                for (caller, _), start in zip(batch, reservation.starts):
+                    if not caller.done():
+                        caller.set_result((start, known))
+                batch = []
+        except BaseException as exc:
+            failure = RuntimeError(f"{self._source} was closed") if isinstance(exc, asyncio.CancelledError) else exc
+            for caller, _ in [*batch, *weighted]:  # they cannot get a start time now: fail, not hang
+                if not caller.done():
+                    caller.set_exception(failure)
+            weighted.clear()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            if self._wfetcher is asyncio.current_task():
+                self._wfetcher = None

@@ -1,0 +1,158 @@
+"""The server side of :class:`~aiospark.connectors.redis_ratelimit.RedisRateLimit`: the Lua script
+that keeps one global, cost-weighted GCRA schedule (and the limit's pause) in Redis, and the
+connection that runs it.
+
+One atomic script call reserves a list of costs in schedule order and returns, for each, its
+start time as an offset from the Redis server's ``TIME`` (never the clients' clocks). The
+schedule key holds the theoretical arrival time (TAT, server microseconds); ``<key>:paused_until``
+holds the end of the current pause (a ``Retry-After``), which no reservation starts before. A call
+may ask for no costs at all, only to set a pause.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ._common import Secret
+
+__all__ = ["GCRA_SCRIPT", "Reservation", "ScheduleConnection", "parse_url"]
+
+#: Connections per RedisRateLimit (acquire() keeps at most two round trips in flight).
+MAX_CONNECTIONS = 8
+
+#: KEYS[1] = schedule key, KEYS[2] = pause key.
+#: ARGV = interval per unit (µs), burst (units), pause (µs from now, 0 = none), then one cost per call.
+#: A call costing c starts once the bucket holds min(c, burst) units (a cost above burst leaves
+#: the bucket in debt), and never before the end of the pause. Returns, as strings (Lua numbers
+#: would be truncated to integers in the reply): {server now, pause left (µs, <= 0: none),
+#: slot start, slot end (µs), then each call's start offset from now (µs, <= 0: already due)}.
+GCRA_SCRIPT = """
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local pause = tonumber(ARGV[3])
+if not interval or interval <= 0 or not burst or burst < 1 or not pause or pause < 0 then
+  return redis.error_reply('aiospark rate limit: bad arguments')
+end
+for i = 4, #ARGV do
+  local c = tonumber(ARGV[i])
+  if not c or c < 0 or c ~= c or c == math.huge then
+    return redis.error_reply('aiospark rate limit: bad cost')
+  end
+end
+local paused = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if pause > 0 and now + pause > paused then
+  paused = now + pause
+  redis.call('SET', KEYS[2], string.format('%.17g', paused), 'PX', string.format('%d', math.ceil(pause / 1000) + 1000))
+end
+local base = now
+if paused > now then base = paused end
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if tat < base then tat = base end
+local out = {string.format('%.17g', now), string.format('%.17g', paused - now), string.format('%.17g', tat), ''}
+for i = 4, #ARGV do
+  local c = tonumber(ARGV[i])
+  local need = c
+  if need > burst then need = burst end
+  local start = tat - (burst - need) * interval
+  if start < base then start = base end
+  tat = tat + c * interval
+  out[#out + 1] = string.format('%.17g', start - now)
+end
+out[4] = string.format('%.17g', tat)
+if #ARGV >= 4 then
+  local ttl = math.ceil((tat - now) / 1000) + 1000
+  redis.call('SET', KEYS[1], string.format('%.17g', tat), 'PX', string.format('%d', ttl))
+end
+return out
+"""
+
+
+class Reservation(NamedTuple):
+    """Calls reserved in one round trip.
+
+    ``starts``: when each call may start, on the reserving loop's clock (``loop.time()``).
+    ``slot``: the part of the global schedule they occupy, ``(start, end)`` in server microseconds;
+    slots of different reservations never overlap (the script is atomic).
+    ``paused_until``: the end of the limit's pause on the loop's clock (``-inf``: not paused).
+    """
+    starts: Tuple[float, ...]
+    slot: Tuple[float, float]
+    paused_until: float = -math.inf
+
+
+def parse_url(url: Any) -> Tuple[str, str, Optional[Secret], Optional[Secret]]:
+    """``(url without credentials, "host:port/db" for messages, username, password)``."""
+    if not isinstance(url, str):
+        raise ValueError(f"url must be a string like 'redis://127.0.0.1:6379/0', got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"url must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
+    user = Secret(unquote(parts.username)) if parts.username else None
+    pw = Secret(unquote(parts.password)) if parts.password else None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    for k, v in query:
+        if k == "password":
+            pw = Secret(v)
+    query = [(k, v) for k, v in query if k != "password"]
+    clean = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1], query=urlencode(query)))
+    if parts.scheme == "unix":
+        where = parts.path or "?"
+    else:
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            raise ValueError("url has an invalid port") from None
+        where = f"{parts.hostname or '127.0.0.1'}:{port}/{parts.path.strip('/') or '0'}"
+    return clean, where, user, pw
+
+
+class ScheduleConnection:
+    """A connection pool to one Redis server with the script loaded, for one event loop.
+
+    :meth:`connect` and :meth:`reserve` raise redis-py's own exceptions; the limiter turns them
+    into :class:`~aiospark.connectors.ConnectorError`.
+    """
+
+    def __init__(self, client: Any, script: Any, loop: Any) -> None:
+        self.client, self.script, self.loop = client, script, loop
+
+    @classmethod
+    async def connect(cls, url: str, *, password: Optional[str], username: Optional[str],
+                      timeout: float, loop: Any) -> "ScheduleConnection":
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=timeout, password=password,
+            username=username, decode_responses=True, socket_timeout=timeout,
+            socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1))
+        client = aredis.Redis(connection_pool=pool)
+        try:
+            await client.ping()
+            script = client.register_script(GCRA_SCRIPT)
+            await client.script_load(GCRA_SCRIPT)
+        except BaseException:
+            await client.aclose()
+            await pool.disconnect()
+            raise
+        return cls(client, script, loop)
+
+    async def reserve(self, keys: Sequence[str], interval_us: float, burst: int, pause_us: float,
+                      costs: Sequence[float]) -> Reservation:
+        """Reserve ``costs`` in order (and extend the pause to ``pause_us`` from now, if longer)."""
+        reply = await self.script(keys=list(keys), args=[repr(interval_us), burst, repr(pause_us),
+                                                         *(repr(float(c)) for c in costs)])
+        t = self.loop.time()
+        paused = float(reply[1]) / 1e6
+        starts = tuple(t + d if d > 0.0 else t for d in (float(x) / 1e6 for x in reply[4:]))
+        return Reservation(starts, (float(reply[2]), float(reply[3])),
+                           t + paused if paused > 0.0 else -math.inf)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.client.connection_pool.disconnect()
