@@ -349,7 +349,7 @@ def record_usage(**amounts: float) -> None:
     """Add ``amounts`` (e.g. LLM tokens) to the ``usage`` of the operator running this call.
 
     Call it from inside a call (an ``async def`` or ``AsyncFunction.async_invoke``); the job's
-    total is then in ``out.aiospark_metrics.total().usage``. Outside an operator it does nothing.
+    total is then in ``out.aiospark_metrics.total.usage``. Outside an operator it does nothing.
     Amounts must be finite numbers >= 0.
 
     Example::
