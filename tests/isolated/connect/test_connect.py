@@ -412,3 +412,47 @@ def test_streaming_unordered_wait_and_async_udf_exactly_once(spark, tmp_path):
     _write_json(source / "c.json", second)
     _run_available_now(query(), sink, checkpoint)  # restart from the checkpoint: only the new file
     check(first + second)
+
+
+# -- batches and key order --------------------------------------------------------------------------
+
+
+async def squares_batch(rows):
+    await asyncio.sleep(0.002)
+    if any(r["id"] == 77 for r in rows):
+        raise ValueError("77 is refused")
+    return [{"id": r["id"], "sq": r["id"] * r["id"]} for r in rows]
+
+
+@aiospark.async_udf("long", batch_size=16, capacity=64, on_error="null")
+async def squares_udf(ids):
+    if 77 in ids:
+        raise ValueError("77 is refused")
+    return [i * i for i in ids]
+
+
+async def keyed_echo(row):
+    await asyncio.sleep(random.random() * 0.004)
+    return {"k": row["k"], "seq": row["seq"]}
+
+
+def test_batches_split_to_one_error_row(spark):
+    out = aiospark.ordered_wait(spark.range(0, 300, 1, 2), squares_batch, "id LONG, sq LONG", capacity=64,
+                                batch_size=32, on_error="row").collect()
+    assert [r._input.id for r in out if r._error is not None] == [77]
+    assert sorted(r.id for r in out if r._error is None) == [i for i in range(300) if i != 77]
+
+
+def test_async_udf_batches_with_null_on_error(spark):
+    rows = spark.range(0, 200, 1, 2).select("id", squares_udf("id").alias("sq")).collect()
+    assert {r.id: r.sq for r in rows} == {i: (None if i == 77 else i * i) for i in range(200)}
+
+
+def test_key_order_per_key(spark):
+    df = spark.range(0, 600, 1, 1).selectExpr("id % 7 AS k", "id AS seq")
+    got = [(r.k, r.seq) for r in aiospark.unordered_wait(df, keyed_echo, "k LONG, seq LONG", capacity=50,
+                                                           key="k").collect()]
+    assert sorted(s for _, s in got) == list(range(600))
+    for k in range(7):
+        seqs = [s for key, s in got if key == k]
+        assert seqs == sorted(seqs)
