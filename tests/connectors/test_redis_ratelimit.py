@@ -496,3 +496,174 @@ def test_acquire_returns_the_wait_caused_by_the_limit(server):
     # then up to 1/rate = 0.5 s each: computed from the token's start, so never more; a stall
     # before asking (up to 0.4 s here) only shortens it
     assert all(0.1 <= w <= 0.51 for w in waits[2:]), waits
+
+
+# ---------------------------------------------------------------------------------- cost and per
+def cost_field(value):
+    return value["cost"]
+
+
+def test_per_and_cost_spec():
+    lim = RedisRateLimit(90_000, per=60, cost=cost_field, key="k")
+    assert (lim.rate, lim.per, lim.burst, lim.lease, lim.cost) == (90_000.0, 60.0, 9_000, 30, cost_field)
+    assert lim.pause_key == "k:paused_until"
+    assert "per=60" in repr(lim) and "cost=cost_field" in repr(lim)
+    clone = pickle.loads(cloudpickle.dumps(RedisRateLimit(10, cost=lambda v: v * 3)))
+    assert clone.cost(2) == 6 and clone.paused_for() == 0.0
+    assert make_limiter(lim) is lim
+    with pytest.raises(TypeError):
+        RedisRateLimit(10, 2)  # burst is keyword-only
+    with pytest.raises(ValueError, match="per must be"):
+        RedisRateLimit(10, per=0)
+    with pytest.raises(TypeError, match="cost must be a function"):
+        RedisRateLimit(10, cost="tokens")
+
+
+def test_costs_are_charged_in_the_global_schedule(server):
+    """10 units/s, burst 5: a cost of 50 starts at once (full bucket) and leaves 45 units of debt,
+    which the next caller -- in another RedisRateLimit of the same key -- waits for."""
+    key = new_key()
+
+    async def main():
+        a, b = limiter(server, 100, 5, key=key), limiter(server, 100, 5, key=key)
+        w_big = await a.acquire(50)
+        w_next = await b.acquire(1)
+        r = await a._reserve([2.5, 0.0, 7])
+        with pytest.raises(ValueError, match="cost must be a finite number >= 0"):
+            await a.acquire(-1)
+        for lim in (a, b):
+            await lim.close()
+        return w_big, w_next, r
+
+    w_big, w_next, r = run(main())
+    assert w_big == 0.0
+    # the start time the schedule gave it: (50 - 5 + 1) / 100 s after the first, minus the round trip
+    assert 0.35 <= w_next <= 0.47, w_next
+    assert r.slot[1] - r.slot[0] == pytest.approx(9.5 * 10_000)     # µs: costs add up
+    assert r.starts[1] == r.starts[0]                  # FIFO: a free call waits its turn too
+    # 7 > burst: it waits for a full bucket (5 units, 50 ms), not for 7 units
+    assert r.starts[2] == pytest.approx(r.starts[0] + 0.05, abs=1e-6)
+
+
+def _hammer_thread(lim, urls, costs, seconds, workers, out, pause_at=None):
+    """A thread with its own event loop and limiter: ``workers`` coroutines call
+    ``GET urls[i]/item/..`` at the limit for ``seconds``, each call charging ``costs[i]``."""
+    import aiohttp
+
+    async def main():
+        await lim.open()
+        async with aiohttp.ClientSession() as session:
+            end = time.monotonic() + seconds
+            sent = [0] * len(urls)
+
+            async def worker(w):
+                n = 0
+                while time.monotonic() < end:
+                    i = (w + n) % len(urls)
+                    n += 1
+                    await lim.acquire(costs[i])
+                    async with session.get(f"{urls[i]}/item/{w}-{n}") as resp:
+                        await resp.read()
+                    sent[i] += 1
+
+            async def pauser():
+                await asyncio.sleep(pause_at[0])
+                out["paused_at"] = time.monotonic()
+                lim.pause(pause_at[1])
+
+            jobs = [worker(w) for w in range(workers)] + ([pauser()] if pause_at else [])
+            await asyncio.gather(*jobs)
+        await lim.close()
+        out["sent"] = sent
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), seconds + 30))
+    except BaseException as exc:  # reported to the test, never a hang
+        out["error"] = repr(exc)
+
+
+def _threads(*targets):
+    import threading
+
+    threads = [threading.Thread(target=_hammer_thread, args=args, daemon=True) for args in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a limiter thread hung"
+
+
+def test_cluster_wide_cost_weighted_rate_at_a_counting_server(server):
+    """Two limiters (two threads, two event loops) share 600 units per 2 s through Redis; calls
+    of cost 2 go to one counting server and calls of cost 5 to another, so the units that arrive
+    per second are counted where the requests land."""
+    from tests.support.service import FaultService, ServiceConfig
+
+    rate, per, burst, seconds = 600, 2, 30, 4.0
+    key = new_key()
+    with FaultService(ServiceConfig(latency=0.0), process=True) as cheap, \
+            FaultService(ServiceConfig(latency=0.0), process=True) as dear:
+        urls, costs = [cheap.url, dear.url], [2.0, 5.0]
+        outs = [{}, {}]
+        _threads(*((RedisRateLimit(rate, per=per, burst=burst, url=server.url, password=PASSWORD, key=key),
+                    urls, costs, seconds, 8, out) for out in outs))
+        arrivals = sorted([(t, 2.0) for t in cheap.arrivals()] + [(t, 5.0) for t in dear.arrivals()])
+    assert all("error" not in o for o in outs), outs
+    assert all(sum(o["sent"]) > 20 for o in outs), outs           # both limiters got their share
+    times = [t for t, _ in arrivals]
+    first = times[0]
+    units = sum(c for t, c in arrivals if first + 0.5 <= t < first + 3.5)
+    assert abs(units / 3.0 - rate / per) <= 0.1 * rate / per, units / 3.0
+    # no second holds more than its 300 units + the burst (+ one call, + 10% for a busy machine)
+    for i, t in enumerate(times):
+        j = bisect.bisect_left(times, t + 1.0)
+        assert sum(c for _, c in arrivals[i:j]) <= (rate / per + burst + 5) * 1.1
+
+
+@pytest.mark.parametrize("cost_b", [1.0, 1.5], ids=["leased-tokens", "cost-weighted"])
+def test_a_pause_in_one_limiter_stops_the_others(server, cost_b):
+    """Limiter A pauses for 1 s (a Retry-After) while limiter B, in another thread with its own
+    loop, is calling at the limit: B's calls stop for about that long, cluster-wide."""
+    from tests.support.service import FaultService, ServiceConfig
+
+    key = new_key()
+    with FaultService(ServiceConfig(latency=0.0), process=True) as svc:
+        out_a, out_b = {}, {}
+
+        def spec():
+            return RedisRateLimit(60, burst=3, url=server.url, password=PASSWORD, key=key)
+
+        _threads((spec(), [svc.url], [cost_b], 3.0, 6, out_b),
+                 (spec(), [svc.url], [1.0], 0.8, 1, out_a, (0.8, 1.0)))  # A: a few calls, then pauses
+        arrivals = sorted(svc.arrivals())
+    assert "error" not in out_a and "error" not in out_b, (out_a, out_b)
+    paused_at = out_a["paused_at"]
+    gaps = [(b - a, a) for a, b in zip(arrivals, arrivals[1:])]
+    longest, since = max(gaps)
+    assert longest >= 0.75, (longest, since - paused_at)            # ~1 s with no call at all
+    assert -0.1 <= since - paused_at <= 0.3, since - paused_at      # ... beginning at the pause
+    assert arrivals[-1] > paused_at + 1.0                           # and calls resumed after it
+    assert sum(1 for t in arrivals if paused_at + 0.2 <= t < paused_at + 0.95) == 0
+
+
+def test_pause_and_costs_with_redis_down_fail_clearly_never_hang():
+    async def main():
+        with RedisServer() as srv:
+            lim = RedisRateLimit(100, cost=cost_field, url=srv.url, key=new_key(), timeout=2)
+            assert await lim.acquire(2.5) == 0.0
+        # the server is gone
+        lim.pause(1.0)                       # never raises; this process still pauses
+        assert 0.9 <= lim.paused_for() <= 1.0
+        with pytest.raises(ConnectorError) as info:
+            await lim.acquire(2.5)
+        await asyncio.sleep(0.05)            # the background write of the pause has failed quietly
+        await lim.close()
+        dead = RedisRateLimit(100, url=f"redis://127.0.0.1:{free_port()}/0", timeout=2)
+        dead.pause(3)                        # not open, no Redis: still no exception
+        with pytest.raises(ConnectorError) as info2:
+            await dead.acquire(4.0)
+        return info.value, info2.value
+
+    err, err2 = run(main(), guard=20)
+    for e in (err, err2):
+        assert e.retryable and "RedisRateLimit" in str(e), e

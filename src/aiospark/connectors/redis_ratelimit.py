@@ -142,13 +142,16 @@ class RedisRateLimit(LocalCallers):
         self._weighted: Deque[Tuple[asyncio.Future, float]] = deque()  # cost-weighted callers, FIFO
         self._wfetcher: Optional[asyncio.Task] = None
         self._paused_until = -math.inf  # end of the pause, on the loop's clock (time.monotonic)
+        # the end of the last pause() here: passed on by every round trip while it lasts. A pause
+        # learnt from Redis is not passed back (re-anchoring it on every round trip would creep)
+        self._own_pause_until = -math.inf
         self._pause_writer: Optional[asyncio.Task] = None
         self.acquired = self.round_trips = self.tokens_reserved = 0
 
     # ------------------------------------------------------------------ spec behaviour
     _RUNTIME = ("_conn", "_loop", "_opening", "_fetcher", "_callers", "_tokens",
                 "_timer", "_timer_at", "_demand", "_demand_at", "_weighted", "_wfetcher",
-                "_paused_until", "_pause_writer", "acquired", "round_trips", "tokens_reserved")
+                "_paused_until", "_own_pause_until", "_pause_writer", "acquired", "round_trips", "tokens_reserved")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._RUNTIME}
@@ -267,7 +270,7 @@ class RedisRateLimit(LocalCallers):
             await self.open()
         conn, loop = self._conn, self._loop
         assert conn is not None and loop is not None
-        pause = self._paused_until - loop.time()
+        pause = self._own_pause_until - loop.time()
         try:
             reservation = await conn.reserve((self.key, self.pause_key), self._interval_us, self.burst,
                                              pause * 1e6 if pause > 0.0 else 0.0, costs)
@@ -291,9 +294,11 @@ class RedisRateLimit(LocalCallers):
                 return
             loop = self._loop
             until = (loop.time() if loop is not None else time.monotonic()) + seconds
-            if until <= self._paused_until:
+            if until <= self._own_pause_until:
                 return
-            self._paused_until = until
+            self._own_pause_until = until
+            if until > self._paused_until:
+                self._paused_until = until
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
@@ -311,9 +316,9 @@ class RedisRateLimit(LocalCallers):
     async def _write_pause(self) -> None:
         try:
             while True:
-                written = self._paused_until
+                written = self._own_pause_until
                 await self._reserve(())
-                if self._paused_until <= written:
+                if self._own_pause_until <= written:
                     return
         except asyncio.CancelledError:
             raise

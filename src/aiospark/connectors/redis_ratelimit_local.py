@@ -29,6 +29,9 @@ DEMAND_TAU = 0.1
 #: A token may be handed out this much (seconds) before its start time: loop timers can fire a
 #: hair early (clock resolution), and re-arming for a microsecond would only spin.
 _EARLY = 1e-6
+#: A start time this close to the end of a pause counts as after it: a pause learnt from Redis is
+#: placed on the loop's clock a round trip's latency late, and that jitter must not void tokens.
+_PAUSE_SLACK = 0.005
 #: Most cost-weighted calls reserved in one round trip.
 MAX_WEIGHTED_BATCH = 256
 
@@ -134,7 +137,7 @@ class LocalCallers:
     def _floor(self, now: float) -> float:
         """Held tokens starting before this are dropped: stale ones, and those a pause covers."""
         stale = now - self._stale
-        paused = self._paused_until - _EARLY
+        paused = self._paused_until - _PAUSE_SLACK
         return paused if paused > stale else stale
 
     def _on_timer(self) -> None:
@@ -198,7 +201,7 @@ class LocalCallers:
             now = loop.time()
             if start > now + _EARLY:
                 await asyncio.sleep(start - now)
-            if loop.time() + _EARLY >= self._paused_until:
+            if self._paused_until <= start + _PAUSE_SLACK:  # no pause began while it waited
                 self.acquired += 1
                 waited = start - (first_known if first_known > asked else asked)
                 return waited if waited > 0.0 else 0.0
