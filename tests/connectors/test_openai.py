@@ -334,3 +334,14 @@ def test_client_openai_without_the_sdk_says_pip_install_openai(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert "ERR" in out.stdout and "pip install openai" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_refused_text_is_split_out_of_its_batch(srv, client):
+    fn = OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY, client=client, batch_size=8, batch_delay=0.2)
+    texts = ["a", "b", "c", "bad-request", "d", "e"]
+    results = run(invoke_all(fn, texts))
+    refused = results[3]
+    assert isinstance(refused, HttpStatusError) and refused.status == 400 and not refused.retryable
+    assert [r for i, r in enumerate(results) if i != 3] == [[vector(t)] for t in texts if t != "bad-request"]
+    assert srv.batch_sizes[0] == 6 and 1 in srv.batch_sizes  # the whole batch, then halves down to one

@@ -24,7 +24,7 @@ Example::
                              tokens_per_minute=1_000_000)
     out = aiospark.unordered_wait(df, embed, embed.output_schema(df), capacity=256,
                                   retry=default_retry())
-    out.show(); print(out.aiospark_metrics.total().usage)   # {'prompt_tokens': ..., 'total_tokens': ...}
+    out.show(); print(out.aiospark_metrics.total.usage)   # {'prompt_tokens': ..., 'total_tokens': ...}
 
     chat = OpenAIChat("llama3", base_url="http://127.0.0.1:11434/v1", input="question",
                       output="answer", system="Answer in one word.", max_tokens=16)
@@ -37,7 +37,9 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
 * Embeddings batching: rows are grouped into one request with ``input=[...]`` of up to
   ``batch_size`` texts, sent when full or ``batch_delay`` seconds after its first text (an
   :class:`aiospark.lookup.Lookuper` over the endpoint). Equal texts in flight share one slot;
-  ``cache=LookupCache(...)`` keeps answers. An error for a request reaches every row of it. A
+  ``cache=LookupCache(...)`` keeps answers. An error for a request (429, 5xx, timeout, a bad
+  answer) reaches every row of it; a refusal (other 4xx) is split in halves until the text
+  at fault stands alone, so only its row gets the error. A
   batch fills only from rows in flight: give the entry point ``capacity >= 2 * batch_size``.
 * Limits: ``requests_per_minute`` and ``tokens_per_minute`` are token buckets per worker process
   (so the cluster's total is workers x limit; for one limit across the cluster pass the entry
@@ -51,7 +53,7 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   not fit the API: see :mod:`aiospark.connectors.openai_transport`.
 * Usage: after each answer, ``aiospark.core.metrics.record_usage(prompt_tokens=...,
   completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once);
-  the job's total is ``out.aiospark_metrics.total().usage``.
+  the job's total is ``out.aiospark_metrics.total.usage``.
 * Secrets: ``api_key`` (else the ``api_key_env`` environment variable, ``OPENAI_API_KEY`` by
   default; ``api_key_env=None`` never reads it) never shows in a repr, message or error text
   (:class:`~aiospark.connectors.redaction.Redactor`); no key -> no ``Authorization`` header.
@@ -72,6 +74,7 @@ from ..lookup.cache import LookupCache
 from ..lookup.lookuper import Lookuper
 from ..lookup.source import LookupSource
 from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret
+from .http_response import HttpStatusError
 from .openai_transport import CLIENTS, Transport, open_transport
 from .redaction import Redactor, scrubbed
 
@@ -291,9 +294,27 @@ class _EmbeddingsEndpoint(LookupSource):
         self.max_batch_delay = function.batch_delay
 
     async def lookup(self, key: tuple) -> list:
-        return (await self.lookup_batch([key]))[key]
+        found = (await self.lookup_batch([key]))[key]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        try:
+            return await self._request(keys)
+        except HttpStatusError as exc:
+            # a refusal (4xx but 429) may be one text's fault (too long, bad content): halve the
+            # batch until that text stands alone and gets the error as its own; 429 and 5xx stay
+            # the whole request's (retryable: the retried rows form new batches)
+            if exc.retryable or not 400 <= exc.status < 500:
+                raise
+            if len(keys) == 1:
+                return {keys[0]: exc}
+            half = len(keys) // 2
+            first, second = await asyncio.gather(self.lookup_batch(keys[:half]), self.lookup_batch(keys[half:]))
+            return {**first, **second}
+
+    async def _request(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         fn = self.function
         texts = [k[0] for k in keys]
         body: dict[str, Any] = {"model": fn.model, "input": texts, "encoding_format": "float"}
