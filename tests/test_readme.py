@@ -76,12 +76,20 @@ def check_metrics(out: str, tmp: Path) -> None:
     assert len(parquet_rows(tmp / "geo")) == 2_000
 
 
+def check_beyond_flink(out: str, tmp: Path) -> None:
+    assert "[Row(id=13, _error='ValueError: the service refuses id 13')]" in out, out
+    keyed = re.search(r"\[Row\(account=3, seq=3\), Row\(account=3, seq=13\), Row\(account=3, seq=23\), "
+                      r"Row\(account=3, seq=33\), Row\(account=3, seq=43\)\]", out)
+    assert keyed, out
+
+
 CHECKS: Dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
     "async def country(ip)": check_udf,
     "aiospark.lookup_join(orders, customers": check_lookup,
     'Metrics("geo")': check_metrics,
+    "async def score_many(rows)": check_beyond_flink,
 }
 
 
