@@ -62,7 +62,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from .service_config import LOOPBACK_HOST, ServiceConfig
 from .service_server import MAX_ARRIVALS, ServiceCore, expected_item, item_value  # noqa: F401 (re-exported)
 
-__all__ = ["FaultService", "ServiceConfig", "expected_item", "item_value", "main", "MAX_ARRIVALS"]
+__all__ = ["FaultService", "LimitedService", "ServiceConfig", "expected_item", "item_value", "main",
+           "MAX_ARRIVALS"]
 
 _START_TIMEOUT = 20.0
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -400,8 +401,159 @@ def _kill_process(proc: subprocess.Popen, errlog: Any) -> None:
     errlog.close()
 
 
+class LimitedService:
+    """A service that serves at most ``limit`` requests at once, ``latency`` seconds each, in a
+    child process on 127.0.0.1 -- and either answers ``status`` (429) at once beyond that
+    (``mode="reject"``) or queues the extra requests first come, first served (``mode="queue"``).
+
+    The two behaviours of a real saturated API, for measuring adaptive concurrency. ``GET
+    /item/{key}`` answers ``{"key": key}``; :meth:`stats` gives ``requests``, ``ok``, ``rejected``,
+    ``peak_serving``, ``peak_waiting`` and ``p50``/``p90`` of the service's response time (arrival
+    to answer, queueing included, seconds); :meth:`reset_stats` zeroes them.
+
+    Example::
+
+        with LimitedService(limit=40, latency=0.02, mode="queue") as svc:
+            ...  # GET svc.url + "/item/1"
+            print(svc.stats()["p50"])
+    """
+
+    MODES = ("reject", "queue")
+
+    def __init__(self, limit: int = 40, latency: float = 0.02, mode: str = "reject", status: int = 429) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit={limit!r} must be an int >= 1 (requests served at once)")
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < 3600:
+            raise ValueError(f"latency={latency!r} must be seconds >= 0")
+        if mode not in self.MODES:
+            raise ValueError(f"mode={mode!r} must be 'reject' (answer {status} beyond the limit) or 'queue'")
+        if status not in (429, 503):
+            raise ValueError(f"status={status!r} must be 429 or 503")
+        self.limit, self.latency, self.mode, self.status = limit, float(latency), mode, status
+        self._proc: Optional[subprocess.Popen] = None
+        self._finalizer: Optional[weakref.finalize] = None
+        self._url: Optional[str] = None
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise RuntimeError("LimitedService is not started; use `with LimitedService(...) as svc`")
+        return self._url
+
+    def start(self) -> "LimitedService":
+        if self._url is not None:
+            return self
+        repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+        spec = json.dumps({"limit": self.limit, "latency": self.latency, "mode": self.mode, "status": self.status})
+        errlog = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, "-m", "tests.support.service", "--limited-json", spec],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, env=env,
+                                start_new_session=True)
+        self._proc = proc
+        self._finalizer = weakref.finalize(self, _kill_process, proc, errlog)
+        try:
+            self._url = _read_lines(proc, 1, _START_TIMEOUT)[0]
+        except Exception as exc:
+            self._finalizer()
+            raise RuntimeError(f"LimitedService child process failed to start: {exc}\n{_read_tail(errlog)}") from None
+        return self
+
+    def stop(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "LimitedService":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stats(self) -> Dict[str, Any]:
+        with _NO_PROXY.open(self.url + "/stats", timeout=30.0) as resp:
+            return json.loads(resp.read())
+
+    def reset_stats(self) -> None:
+        with _NO_PROXY.open(urllib.request.Request(self.url + "/reset", data=b"", method="POST"), timeout=30.0):
+            pass
+
+
+def _serve_limited(spec: Dict[str, Any]) -> None:
+    """The child process of :class:`LimitedService`: serve until stdin closes."""
+    from aiohttp import web
+
+    limit, latency, mode, status = spec["limit"], spec["latency"], spec["mode"], spec["status"]
+    counts = {"requests": 0, "ok": 0, "rejected": 0, "peak_serving": 0, "peak_waiting": 0}
+    state = {"serving": 0, "waiting": 0}
+    times: List[float] = []
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/item/"):
+            loop = asyncio.get_running_loop()
+            arrived = loop.time()
+            counts["requests"] += 1
+            if state["serving"] >= limit:
+                if mode == "reject":
+                    counts["rejected"] += 1
+                    return web.Response(status=status, text="overloaded")
+                state["waiting"] += 1
+                counts["peak_waiting"] = max(counts["peak_waiting"], state["waiting"])
+                try:
+                    async with slots:  # first come, first served
+                        return await serve(loop, arrived, path)
+                finally:
+                    state["waiting"] -= 1
+            async with slots:
+                return await serve(loop, arrived, path)
+        if path == "/stats":
+            ordered = sorted(times)
+            pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None)
+            return web.json_response(dict(counts, serving=state["serving"], p50=pick(0.5), p90=pick(0.9)))
+        if path == "/reset":
+            counts.update(requests=0, ok=0, rejected=0, peak_serving=state["serving"], peak_waiting=0)
+            times.clear()
+            return web.json_response({})
+        return web.Response(status=404)
+
+    async def serve(loop: asyncio.AbstractEventLoop, arrived: float, path: str) -> web.StreamResponse:
+        state["serving"] += 1
+        counts["peak_serving"] = max(counts["peak_serving"], state["serving"])
+        try:
+            await asyncio.sleep(latency)
+        finally:
+            state["serving"] -= 1
+        counts["ok"] += 1
+        times.append(loop.time() - arrived)
+        return web.json_response({"key": path[6:]})
+
+    async def run() -> None:
+        nonlocal slots
+        slots = asyncio.Semaphore(limit)
+        server = web.Server(handle)
+        runner = web.ServerRunner(server, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, LOOPBACK_HOST, 0, backlog=4096)
+        await site.start()
+        port = runner.addresses[0][1]
+        print(f"http://{LOOPBACK_HOST}:{port}", flush=True)
+        eof = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(eof.set)), daemon=True).start()
+        await eof.wait()
+        await runner.cleanup()
+
+    slots: Any = None
+    asyncio.run(run())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI entry point: ``python -m tests.support.service [--latency 0.02 ...]`` (see ``--help``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 2 and args[0] == "--limited-json":  # LimitedService's child process
+        _serve_limited(json.loads(args[1]))
+        return 0
     from .service_cli import main as cli_main
 
     return cli_main(argv)

@@ -1,12 +1,28 @@
-"""Adaptive concurrency: find how many calls in flight a service can take (AIMD).
+"""Adaptive concurrency: find how many calls in flight a service can take, and stay there.
 
-Like TCP congestion control and Netflix's concurrency-limits: the limit grows by about one per
-round trip while the service keeps up (latency near its baseline and the limit actually used),
-shrinks gently when latency climbs above ``latency_tolerance`` times the baseline, and is cut
-multiplicatively (``limit * backoff``) on an overload signal -- a timeout, HTTP 429 or 503 --
-at most once per round trip. It stays within ``[min_limit, max_limit]``.
+A delay-and-loss limit in the style of TCP Vegas and Netflix's concurrency-limits (Gradient2),
+updated once per round trip:
 
-Everything is O(1) per call (one monotonic clock read, no timer): the caller reports outcomes.
+* **Windows.** Successes are averaged over a window of about one round trip (and at least
+  ``MIN_WINDOW_SAMPLES`` answers); the limit changes when a window closes, not per call, so the
+  noise of single latencies does not steer it.
+* **Delay (the service queues).** ``gradient = clamp(tolerance * baseline / window_rtt, 0.5, 1)``
+  and ``limit += smoothing * (limit * (gradient - 1) + sqrt(limit))``: while the round trip stays
+  within ``latency_tolerance`` times the no-load baseline, the limit grows by ``smoothing * sqrt(limit)``
+  per round trip (the queue allowance); when the service queues, it settles where the gradient
+  balances the allowance, a bounded queue above the knee, instead of growing until something fails.
+* **Loss (the service rejects).** An overload (timeout, HTTP 429 or 503) cuts the limit to
+  ``limit * backoff`` -- at most once per congestion event: an overload from an attempt that
+  started less than one round trip after the last cut is the same event (the calls sent before
+  the cut were still being served), so a burst of 429s is one cut, not one per rejected call.
+* **Baseline.** The no-load round trip is the lowest window average seen. It is re-learnt upwards
+  only on evidence that the service itself got slower: the limit halved during a run of slow
+  windows and the round trip did not improve. Our own queueing improves when we send less, so it
+  never raises the baseline (no drift towards "slow is normal").
+* **Start.** Slow start, as TCP: the limit doubles per round trip until the first sign of
+  congestion, which halves it once.
+
+Everything is O(1) per call, one clock read, no allocation, no timer: the caller reports outcomes.
 
 Example (how an operator drives it)::
 
@@ -26,19 +42,25 @@ __all__ = ["AdaptiveConcurrency", "is_overload"]
 
 #: HTTP statuses that mean "too much load": Too Many Requests, Service Unavailable.
 OVERLOAD_STATUSES = frozenset((429, 503))
-#: The limit grows only when at least this fraction of it was in flight (it is actually used).
-USED_FRACTION = 0.75
-#: Latencies below this (seconds) are treated as this when setting the baseline, so a service
-#: answering in microseconds does not make every normal wobble look like a slowdown.
+#: A window closes after one smoothed round trip and at least this many answers: fewer would let
+#: one slow answer (a GC pause, a busy CPU) look like queueing.
+MIN_WINDOW_SAMPLES = 8
+#: The limit grows only when at least this fraction of it was in flight during the window
+#: (an application that sends less than the limit tells nothing about the service).
+USED_FRACTION = 0.5
+#: For this many windows after a cut on overload the limit grows by ``smoothing`` (not
+#: ``smoothing * sqrt(limit)``) per window: it probes gently just below the level that was
+#: rejected, so rejections stay rare; later, it probes faster again (the service may have grown).
+PROBE_WINDOWS = 50
+#: The gradient never cuts more than this per window: a latency spike shrinks the limit, gently.
+MIN_GRADIENT = 0.5
+#: Latencies below this (seconds) are treated as this, so a service answering in microseconds
+#: does not make every normal wobble look like a slowdown.
 LATENCY_FLOOR = 1e-4
-#: The baseline follows lower latencies with weight ``smoothing`` per sample, and drifts towards
-#: higher ones with a time constant of this many seconds, whatever the call rate. (A service that
-#: got slower for everyone is re-learnt sooner: when a run of too-slow answers has made the limit
-#: shrink to ``RELEARN_FRACTION`` of what it was without the latency recovering.)
-BASELINE_DRIFT_SECONDS = 30.0
+#: Re-learn a slower baseline when a run of slow windows has shrunk the limit to this fraction of
+#: where it began while the round trip stayed above ``RELEARN_NO_BETTER`` of what it was then.
 RELEARN_FRACTION = 0.5
-#: Slack (seconds) when comparing an attempt's start with the time of the last cut.
-_EPS = 1e-9
+RELEARN_NO_BETTER = 0.9
 
 
 def is_overload(exc: BaseException) -> bool:
@@ -73,39 +95,39 @@ def _real(name: str, value: Any, lo: float, hi: float, lo_open: bool, hi_open: b
 
 
 class AdaptiveConcurrency:
-    """An AIMD concurrency limit between ``min_limit`` and ``max_limit``.
+    """A concurrency limit between ``min_limit`` and ``max_limit`` that follows the service.
 
     Args:
         max_limit: the hard ceiling (e.g. the operator's ``capacity``), int >= 1.
         initial: starting limit, default ``min(max_limit, 8)`` (raised to ``min_limit`` if lower).
         min_limit: the floor, int >= 1 and <= ``max_limit``.
-        backoff: multiplicative decrease on overload, in (0, 1): ``limit = floor(limit * backoff)``.
-        latency_tolerance: a success slower than this times the baseline latency counts as
-            "the service is queueing" (> 1).
-        smoothing: weight in (0, 1] of a new sample in the baseline (smoothed minimum) latency.
+        backoff: multiplicative decrease on an overload, in (0, 1): ``limit = limit * backoff``,
+            once per congestion event. 0.9 (default) keeps throughput high; lower backs off harder.
+        latency_tolerance: a round trip up to this times the no-load baseline is not queueing
+            (> 1). Lower keeps latency closer to the baseline, higher keeps more calls in flight.
+        smoothing: in (0, 1], how much of the computed change is applied per round trip.
+        slow_start: double the limit per round trip until the first sign of congestion (default);
+            ``False`` grows by the queue allowance from the start.
         clock: seconds on the caller's monotonic timeline (default :func:`time.monotonic`, the
-            clock of asyncio loops); used to tell which round trip an outcome belongs to.
+            clock of asyncio loops).
 
     ``limit`` is the number of calls that may be in flight now. Report every attempt's outcome
     with :meth:`on_success` or :meth:`on_failure` (or :meth:`on_overload` directly).
 
-    Latency is the soft signal, overloads the hard one: under sustained saturation the baseline
-    slowly re-learns higher latencies (so that a service that really got slower for everyone does
-    not starve us down to ``min_limit``), which lets the limit creep up until the service answers
-    with a timeout, 429 or 503. Use a finite operator timeout so that such a signal exists.
+    Example::
 
-    Round trips: after a multiplicative decrease at time ``t``, outcomes of attempts that started
-    before ``t`` (``now - latency < t``) are not acted upon -- they were sent under the old limit,
-    so a burst of 503s from one window cuts the limit once, not once per error.
+        ac = AdaptiveConcurrency(max_limit=400)
+        aiospark.unordered_wait(df, fetch, "id LONG", capacity=ac, retry=retry)  # one limit per task
     """
 
     __slots__ = ("max_limit", "min_limit", "backoff", "latency_tolerance", "smoothing", "_clock",
-                 "_limit", "_int_limit", "_baseline", "_sampled_at", "_avg", "_cut_at", "_slow_from",
-                 "decreases")
+                 "_limit", "_int_limit", "_baseline", "_rtt", "_slow_start",
+                 "_w_start", "_w_count", "_w_sum", "_w_used",
+                 "_cut_at", "_cut_rtt", "_since_cut", "_streak_limit", "_streak_rtt", "decreases", "windows")
 
     def __init__(self, max_limit: int, *, initial: Optional[int] = None, min_limit: int = 1,
-                 backoff: float = 0.5, latency_tolerance: float = 2.0, smoothing: float = 0.1,
-                 clock: Optional[Callable[[], float]] = None):
+                 backoff: float = 0.9, latency_tolerance: float = 1.4, smoothing: float = 0.2,
+                 slow_start: bool = True, clock: Optional[Callable[[], float]] = None):
         self.max_limit = _int("max_limit", max_limit, 1)
         self.min_limit = _int("min_limit", min_limit, 1)
         if self.min_limit > self.max_limit:
@@ -120,17 +142,27 @@ class AdaptiveConcurrency:
         self.backoff = _real("backoff", backoff, 0.0, 1.0, True, True)
         self.latency_tolerance = _real("latency_tolerance", latency_tolerance, 1.0, math.inf, True, True)
         self.smoothing = _real("smoothing", smoothing, 0.0, 1.0, True, False)
+        if not isinstance(slow_start, bool):
+            raise TypeError(f"slow_start must be True or False, got {slow_start!r}")
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be a callable returning seconds, got {type(clock).__name__}")
         self._clock = clock or time.monotonic
         self._limit = float(initial)
         self._int_limit = initial
-        self._baseline = 0.0       # smoothed minimum latency; 0.0 = no sample yet
-        self._sampled_at = 0.0     # clock() at the last success
-        self._slow_from = 0.0      # limit when the current run of too-slow successes began
-        self._avg = 0.0            # smoothed latency of all samples (round-trip estimate)
-        self._cut_at = -math.inf   # time of the last multiplicative decrease
-        self.decreases = 0         # multiplicative decreases so far (for metrics / tests)
+        self._slow_start = slow_start
+        self._baseline = 0.0       # no-load round trip: lowest window average; 0.0 = none yet
+        self._rtt = 0.0            # smoothed round trip (window averages): the window length
+        self._w_start = -math.inf  # the current window: start time (-inf: not begun) ...
+        self._w_count = 0          # ... successes in it ...
+        self._w_sum = 0.0          # ... their summed latency ...
+        self._w_used = 0           # ... and the most calls in flight seen in it
+        self._cut_at = -math.inf   # time of the last decrease on overload ...
+        self._cut_rtt = 0.0        # ... and the round trip then: the same event lasts that long
+        self._since_cut = PROBE_WINDOWS  # windows closed since the last cut on overload
+        self._streak_limit = 0.0   # limit when the current run of slow windows began (0: none)
+        self._streak_rtt = 0.0     # round trip of the first slow window of that run
+        self.decreases = 0         # decreases on overload so far (for metrics / tests)
+        self.windows = 0           # windows closed so far (limit updates from latency)
 
     is_overload = staticmethod(is_overload)
 
@@ -141,7 +173,8 @@ class AdaptiveConcurrency:
 
     @property
     def baseline_latency(self) -> Optional[float]:
-        """The smoothed minimum latency (seconds), ``None`` before the first success."""
+        """The no-load round trip (seconds) the gradient compares with, ``None`` before the first
+        window closed."""
         return self._baseline or None
 
     def _set(self, value: float) -> None:
@@ -152,71 +185,53 @@ class AdaptiveConcurrency:
         self._limit = value
         self._int_limit = int(value)
 
+    # ------------------------------------------------------------------ outcomes (the hot path)
     def on_success(self, latency_seconds: float, inflight: int) -> None:
         """A successful attempt took ``latency_seconds``; ``inflight`` calls were in flight when it
-        finished, itself included.
-
-        Within tolerance and with the limit in use (``inflight >= 0.75 * limit``): grow by
-        ``1/limit`` (about +1 per round trip). Slower than ``latency_tolerance * baseline``:
-        shrink by ``1/limit`` (about -1 per round trip).
-        """
+        finished, itself included. O(1); the limit changes only when a window closes."""
         if not latency_seconds >= 0.0:
             raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds!r}")
         now = self._clock()
-        sample = latency_seconds if latency_seconds > LATENCY_FLOOR else LATENCY_FLOOR
-        baseline = self._baseline
-        if baseline == 0.0:
-            self._baseline = self._avg = baseline = sample
-        else:
-            if sample < baseline:
-                self._baseline = baseline + self.smoothing * (sample - baseline)
-            else:  # drift up by time, not by sample count (independent of throughput)
-                elapsed = now - self._sampled_at
-                if elapsed > 0.0:
-                    weight = elapsed / BASELINE_DRIFT_SECONDS
-                    self._baseline = baseline + (weight if weight < 1.0 else 1.0) * (sample - baseline)
-            self._avg += self.smoothing * (sample - self._avg)
-        self._sampled_at = now
-        if now - latency_seconds < self._cut_at - _EPS:
-            return  # started before the last cut: it reports on the old window
-        limit = self._limit
-        if sample > self.latency_tolerance * baseline:
-            streak_from = self._slow_from
-            if not streak_from:
-                self._slow_from = streak_from = limit
-            if limit > self.min_limit:
-                self._set(limit - 1.0 / limit)
-            if self._limit <= max(self.min_limit, streak_from * RELEARN_FRACTION):
-                # slower and slower although we sent ever fewer calls: not our load, the service
-                # itself got slower -- take the current latency as the new baseline
-                self._baseline = self._avg
-                self._slow_from = 0.0
-        else:
-            self._slow_from = 0.0
-            if inflight >= USED_FRACTION * limit and limit < self.max_limit:
-                self._set(limit + 1.0 / limit)
+        if now - latency_seconds < self._w_start:
+            return  # sent before the last update: it reports on the old limit
+        self._w_count += 1
+        self._w_sum += latency_seconds if latency_seconds > LATENCY_FLOOR else LATENCY_FLOOR
+        if inflight > self._w_used:
+            self._w_used = inflight
+        if self._w_count >= MIN_WINDOW_SAMPLES and now - self._w_start >= self._rtt:
+            self._close_window(now)
 
     def on_overload(self, latency_seconds: Optional[float] = None) -> bool:
-        """The service said "too much" (timeout, 429, 503): ``limit = max(min_limit,
-        floor(limit * backoff))``, at most once per round trip. Returns whether the limit was cut.
+        """The service said "too much" (timeout, 429, 503): ``limit = limit * backoff`` (half of
+        it in slow start), once per congestion event. Returns whether the limit was cut.
 
-        ``latency_seconds``: how long the overloaded attempt ran. Given, the signal is ignored
-        when that attempt started before the last cut. Not given, it is ignored for one smoothed
-        round trip after the last cut.
+        ``latency_seconds``: how long the overloaded attempt ran. An attempt that started less
+        than one round trip after the last cut belongs to the same event (the calls sent before
+        it were still being served) and is ignored. Not given: ignored for two round trips after
+        the last cut.
         """
         now = self._clock()
         if latency_seconds is not None:
             if not latency_seconds >= 0.0:
                 raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds!r}")
-            if now - latency_seconds < self._cut_at - _EPS:
-                return False
-            if self._avg:
-                self._avg += self.smoothing * (latency_seconds - self._avg)
-        elif now <= self._cut_at + max(self._avg, LATENCY_FLOOR):
+            started = now - latency_seconds
+        else:
+            started = now - max(self._rtt, self._cut_rtt)
+        if started < self._cut_at + self._cut_rtt:
             return False
-        self._set(float(max(self.min_limit, math.floor(self._int_limit * self.backoff))))
+        if self._slow_start:
+            self._slow_start = False
+            value = self._limit * 0.5
+        else:
+            value = self._limit * self.backoff
+        if value >= self._limit - 1.0:  # a small limit still drops by one call
+            value = self._limit - 1.0
+        self._set(value)
         self._cut_at = now
+        self._cut_rtt = self._rtt if self._rtt > LATENCY_FLOOR else LATENCY_FLOOR
         self.decreases += 1
+        self._since_cut = 0
+        self._new_window(now)
         return True
 
     def on_failure(self, exc: BaseException, latency_seconds: Optional[float] = None) -> bool:
@@ -226,6 +241,59 @@ class AdaptiveConcurrency:
         if is_overload(exc):
             return self.on_overload(latency_seconds)
         return False
+
+    # ------------------------------------------------------------------ once per round trip
+    def _new_window(self, now: float) -> None:
+        self._w_start = now
+        self._w_count = 0
+        self._w_sum = 0.0
+        self._w_used = 0
+
+    def _close_window(self, now: float) -> None:
+        """One round trip's answers are in: update the baseline and the limit from their average."""
+        rtt = self._w_sum / self._w_count
+        in_use = self._w_used
+        used = in_use >= USED_FRACTION * self._limit
+        self._new_window(now)
+        self.windows += 1
+        self._rtt = rtt if self._rtt == 0.0 else self._rtt + 0.25 * (rtt - self._rtt)
+        baseline = self._baseline
+        if baseline == 0.0 or rtt < baseline:
+            self._baseline = baseline = rtt
+        limit = self._limit
+        gradient = self.latency_tolerance * baseline / rtt
+        if gradient >= 1.0:
+            self._streak_limit = 0.0
+            if not used:
+                return  # the application sends less than the limit: no news about the service
+            if self._slow_start:
+                # double, but never past twice what was really in flight: a client that cannot
+                # fill its limit (busy CPU, slow input) must not build a burst it then sends at once
+                self._set(min(limit, in_use) * 2.0)
+            elif self._since_cut < PROBE_WINDOWS:
+                self._since_cut += 1
+                self._set(limit + self.smoothing)
+            else:
+                self._set(limit + self.smoothing * math.sqrt(limit))
+            return
+        # slower than tolerated: the service queues (or got slower for everyone)
+        if self._slow_start:
+            self._slow_start = False
+            self._set(limit * 0.5)
+            return
+        if self._streak_limit == 0.0:
+            self._streak_limit, self._streak_rtt = limit, rtt
+        elif limit <= RELEARN_FRACTION * self._streak_limit and rtt >= RELEARN_NO_BETTER * self._streak_rtt:
+            # half the calls and no faster: not (only) our queue, the service itself is slower.
+            # Re-learn to the edge of tolerance, not to ``rtt``: the limit stops shrinking and
+            # grows again only while the round trip does not climb -- and when the cause was a
+            # neighbour with a higher baseline, this evens the two out instead of overshooting.
+            self._baseline = rtt / self.latency_tolerance
+            self._streak_limit = 0.0
+            return
+        if gradient < MIN_GRADIENT:
+            gradient = MIN_GRADIENT
+        self._set(limit + self.smoothing * (limit * (gradient - 1.0) + math.sqrt(limit)))
 
     def __repr__(self) -> str:
         return (f"AdaptiveConcurrency(limit={self._int_limit}, min_limit={self.min_limit}, "
