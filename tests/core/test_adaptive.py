@@ -444,3 +444,25 @@ def test_a_small_max_limit_binds():
     run = simulate("queue", tasks=1, max_limit=25, duration=3.0)
     assert run["limiters"][0].limit == 25               # the service takes 40: the ceiling binds
     assert max(total_limit(run["trace"], 0.0)) == 25
+
+
+def test_at_min_limit_a_slower_service_is_relearnt():
+    clock = FakeClock(0.0)
+    ac = AdaptiveConcurrency(100, initial=10, min_limit=10, slow_start=False, clock=clock)
+    window(ac, clock, 0.020, 10)
+    for _ in range(3):
+        window(ac, clock, 0.200, 10)                    # 10x slower, and we may not send less
+    assert ac.baseline_latency == pytest.approx(0.200 / 1.4)
+    before = ac._limit
+    window(ac, clock, 0.200, 10)
+    assert ac._limit > before                           # growing again, not stuck at the floor
+
+
+def test_the_delay_rule_alone_never_starves_a_task():
+    """Answers stuck at 3x the baseline whatever we send: the limit shrinks, finds that sending
+    less does not help, re-learns the baseline -- and below 4 calls the queue allowance
+    (sqrt(limit)) outweighs the largest gradient cut (half) anyway. Only overloads go lower."""
+    ac, clock = settled(40)
+    for _ in range(200):
+        window(ac, clock, 0.020 * 3, ac.limit)
+    assert ac.limit >= 3

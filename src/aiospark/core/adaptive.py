@@ -16,8 +16,8 @@ updated once per round trip:
   started less than one round trip after the last cut is the same event (the calls sent before
   the cut were still being served), so a burst of 429s is one cut, not one per rejected call.
 * **Baseline.** The no-load round trip is the lowest window average seen. It is re-learnt upwards
-  only on evidence that the service itself got slower: the limit halved during a run of slow
-  windows and the round trip did not improve. Our own queueing improves when we send less, so it
+  only on evidence that the service itself got slower: the limit halved (or reached
+  ``min_limit``) during a run of slow windows and the round trip did not improve. Our own queueing improves when we send less, so it
   never raises the baseline (no drift towards "slow is normal").
 * **Start.** Slow start, as TCP: the limit doubles per round trip until the first sign of
   congestion, which halves it once.
@@ -283,7 +283,8 @@ class AdaptiveConcurrency:
             return
         if self._streak_limit == 0.0:
             self._streak_limit, self._streak_rtt = limit, rtt
-        elif limit <= RELEARN_FRACTION * self._streak_limit and rtt >= RELEARN_NO_BETTER * self._streak_rtt:
+        elif (limit <= RELEARN_FRACTION * self._streak_limit or limit <= self.min_limit) \
+                and rtt >= RELEARN_NO_BETTER * self._streak_rtt:
             # half the calls and no faster: not (only) our queue, the service itself is slower.
             # Re-learn to the edge of tolerance, not to ``rtt``: the limit stops shrinking and
             # grows again only while the round trip does not climb -- and when the cause was a
