@@ -13,6 +13,10 @@ pause, are dropped.
 Cost-weighted calls cannot share tokens (costs differ): the callers waiting at one moment are
 reserved together in one round trip, each for its own cost, and each sleeps until its own start;
 one that wakes up inside a pause that began meanwhile reserves again.
+
+Before a call starts, the process must have heard from Redis within ``_FRESH`` seconds (any
+round trip tells it the pause); if not, one shared pause check is made first. So a pause set by
+another process stops this one's calls within about that time.
 """
 from __future__ import annotations
 
@@ -32,6 +36,10 @@ _EARLY = 1e-6
 #: A start time this close to the end of a pause counts as after it: a pause learnt from Redis is
 #: placed on the loop's clock a round trip's latency late, and that jitter must not void tokens.
 _PAUSE_SLACK = 0.005
+#: A caller about to start asks Redis about pauses first (one round trip, shared by the callers
+#: starting then) when this process has heard nothing from Redis for this long (seconds): so a
+#: stalled event loop that wakes up late does not start calls into another process's pause.
+_FRESH = 0.05
 #: Most cost-weighted calls reserved in one round trip.
 MAX_WEIGHTED_BATCH = 256
 
@@ -52,6 +60,8 @@ class LocalCallers:
     _demand: float
     _demand_at: float
     _paused_until: float
+    _replied_at: float
+    _pause_check: Optional[asyncio.Task]
     _stale: float
     _interval: float
     _source: str
@@ -79,7 +89,7 @@ class LocalCallers:
             floor = self._floor(now)
             while tokens and tokens[0][0] < floor:
                 tokens.popleft()
-            if tokens and tokens[0][0] <= now + _EARLY:
+            if tokens and tokens[0][0] <= now + _EARLY and now - self._replied_at <= _FRESH:
                 tokens.popleft()
                 self.acquired += 1
                 return 0.0
@@ -98,11 +108,23 @@ class LocalCallers:
                     pass
             self._dispatch()
             raise
+        if loop.time() - self._replied_at > _FRESH:
+            await self._check_pause()
+            if self._paused_until > start + _PAUSE_SLACK:  # paused elsewhere: this token is void
+                return await self._acquire_unit()
         self.acquired += 1
         # what the limit cost this caller: from when it asked, or when its token arrived from
         # Redis if later (the round trip is latency, not limiting), to the token's start time
         waited = start - (known if known > now else now)
         return waited if waited > 0.0 else 0.0
+
+    async def _check_pause(self) -> None:
+        """One round trip, shared by the callers that need it, to learn of a pause set elsewhere."""
+        check = self._pause_check
+        if check is None or check.done():
+            check = self._pause_check = self._loop.create_task(self._reserve(()))  # type: ignore[union-attr]
+            check.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, even if nobody waits
+        await asyncio.shield(check)
 
     def _dispatch(self) -> None:
         """Hand due tokens to waiting callers in order; arm one timer for the next token; start a
@@ -201,6 +223,8 @@ class LocalCallers:
             now = loop.time()
             if start > now + _EARLY:
                 await asyncio.sleep(start - now)
+            if loop.time() - self._replied_at > _FRESH:
+                await self._check_pause()
             if self._paused_until <= start + _PAUSE_SLACK:  # no pause began while it waited
                 self.acquired += 1
                 waited = start - (first_known if first_known > asked else asked)
