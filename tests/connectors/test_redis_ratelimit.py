@@ -667,3 +667,43 @@ def test_pause_and_costs_with_redis_down_fail_clearly_never_hang():
     err, err2 = run(main(), guard=20)
     for e in (err, err2):
         assert e.retryable and "RedisRateLimit" in str(e), e
+
+
+@pytest.mark.parametrize("cost", [1.0, 1.5], ids=["leased-tokens", "cost-weighted"])
+def test_a_stalled_loop_does_not_start_calls_into_a_pause_set_elsewhere(server, cost):
+    """B's callers hold start times when A (another limiter of the key) pauses; B's event loop
+    then stalls past those start times. When it wakes up it has heard nothing from Redis for a
+    while, so it checks for a pause before starting anything: no call of B starts in the pause."""
+    key = new_key()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = limiter(server, 10, 1, key=key), limiter(server, 10, 1, key=key)
+        await a.open()
+        await b.open()
+        started = []
+
+        async def call():
+            await b.acquire(cost)
+            started.append(loop.time())
+
+        first = asyncio.create_task(call())
+        await first                                   # the burst: starts at once
+        waiting = [asyncio.create_task(call()) for _ in range(4)]
+        await asyncio.sleep(0.05)                     # they hold (or wait for) start times
+        paused_at = loop.time()
+        a.pause(1.0)
+        while a._pause_writer is not None:            # A's write of the pause has landed
+            await asyncio.sleep(0.005)
+        time.sleep(0.5)                               # B's loop stalls past those start times
+        await asyncio.gather(*waiting)
+        checks = b.pause_checks
+        for lim in (a, b):
+            await lim.close()
+        return paused_at, started, checks
+
+    paused_at, started, checks = run(main())
+    assert len(started) == 5
+    late = sorted(started[1:])
+    assert late[0] >= paused_at + 0.99, [t - paused_at for t in late]   # none inside the pause
+    assert late[-1] - late[0] >= 0.25                                   # and spaced at the rate after it
