@@ -26,6 +26,8 @@ PLAIN_HEADERS = {"accept", "accept-encoding", "accept-language", "cache-control"
 
 def url_key(v: Any) -> str:
     """One key value as a URL path/query segment."""
+    if type(v) is int:  # the common case: digits and '-' need no quoting (what quote would give)
+        return str(v)
     if isinstance(v, (bytes, bytearray)):  # literal bytes, UTF-8 or not
         s: Any = bytes(v)
     else:

@@ -30,6 +30,7 @@ import asyncio
 import http
 import json
 import logging
+import os
 from typing import Any, Mapping, NamedTuple
 
 __all__ = ["TRANSPORTS", "Answer", "Transport", "TransportFailure", "check_transport", "dumps",
@@ -148,11 +149,18 @@ async def new_transport(transport: str, *, headers: Mapping[str, str], max_conne
     return AiohttpTransport(headers=headers, max_connections=max_connections, timeout=timeout)
 
 
+def _proxy_env() -> bool:
+    """Whether the environment names a proxy (``HTTP_PROXY``, ``https_proxy``, ``ALL_PROXY``, ...)."""
+    return any(k.lower() in ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+               for k in os.environ)
+
+
+#: status -> reason phrase (HTTPStatus(status) per answer costs an enum look-up)
+_REASONS = {s.value: s.phrase for s in http.HTTPStatus}
+
+
 def _reason(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return ""
+    return _REASONS.get(status, "")
 
 
 class AiohttpTransport(Transport):
@@ -168,7 +176,9 @@ class AiohttpTransport(Transport):
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max_connections),
             timeout=aiohttp.ClientTimeout(total=timeout), headers=dict(headers),
-            raise_for_status=False, trust_env=True)  # trust_env: proxies from the environment
+            # trust_env: proxies from the environment; it costs a look at os.environ per request,
+            # so only when a proxy variable is set at all
+            raise_for_status=False, trust_env=_proxy_env())
 
     async def send(self, method: str, url: str, body: bytes | None = None,
                    headers: Mapping[str, str] | None = None) -> Answer:

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""HTTP clients bare and through aiospark, against nginx on 127.0.0.1 (issue: HTTP transport).
+
+    python benchmarks/http_transport.py                       # full table (~10 min on 2 cores)
+    python benchmarks/http_transport.py --rows 20000 --rounds 1 --loops asyncio,uvloop
+
+nginx answers a small JSON body (``tests/support/nginx.py``, one worker process) about ten times
+faster than any Python client asks, so these rates are the clients'. Every row is one GET of
+``/item/<n>`` with ``--concurrency`` requests in flight per process or Spark task, n distinct (no
+cache, no coalescing), the JSON body decoded.
+
+* bare: plain asyncio (no Spark) with each client: aiohttp, httpx, pyreqwest, and aiospark's
+  ``HttpClient``; one process, or two at once (rates summed); on each loop.
+* spark: ``lookup_join`` with ``HttpLookup(transport=...)`` and ``unordered_wait`` with an
+  ``async def`` on aiohttp or on ``http_client()``, one Spark task (one partition) and two
+  (``local[2]``), the worker loop set by ``AIOSPARK_LOOP``. Rate = rows / wall time of the action.
+
+The target ratio (issue 19) is ``lookup_join`` + ``HttpLookup`` in one task over bare asyncio +
+aiohttp in one process on asyncio's loop, both of the same round; the table shows it per round.
+nginx is needed: when it is missing and we are root, the set-up runs ``apt-get install -y nginx-light``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # tests/support holds the nginx fixture
+
+BARE_CLIENTS = ("aiohttp", "httpx", "pyreqwest", "HttpClient")
+SPARK_VARIANTS = ("lookup_join[aiohttp]", "lookup_join[pyreqwest]", "unordered_wait[aiohttp]",
+                  "unordered_wait[HttpClient]")
+
+
+def new_loop(name: str) -> asyncio.AbstractEventLoop:
+    if name == "uvloop":
+        import uvloop
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+async def _window(send, rows: int, concurrency: int) -> float:
+    """``send(i)`` for i in range(rows), ``concurrency`` at a time; returns rows/s."""
+    it = iter(range(rows))
+
+    async def worker() -> None:
+        for i in it:
+            await send(i)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return rows / (time.perf_counter() - t0)
+
+
+async def bare(client: str, base: str, rows: int, concurrency: int) -> float:
+    """One process, plain asyncio, ``client`` GETting and decoding ``rows`` items."""
+    if client == "aiohttp":
+        import aiohttp
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
+            async def send(i: int) -> None:
+                async with s.get(f"{base}/item/{i}") as r:
+                    json.loads(await r.read())
+            await _window(send, min(rows, 1000), concurrency)  # warm the pool
+            return await _window(send, rows, concurrency)
+    if client == "httpx":
+        import httpx
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(limits=limits) as s:
+            async def send(i: int) -> None:
+                (await s.get(f"{base}/item/{i}")).json()
+            await _window(send, min(rows, 1000), concurrency)
+            return await _window(send, rows, concurrency)
+    if client == "pyreqwest":
+        from pyreqwest.client import ClientBuilder
+        async with ClientBuilder().max_connections(concurrency).build() as s:
+            async def send(i: int) -> None:
+                await (await s.get(f"{base}/item/{i}").build().send()).json()
+            await _window(send, min(rows, 1000), concurrency)
+            return await _window(send, rows, concurrency)
+    from aiospark.connectors.http_client import HttpClient
+    async with HttpClient(max_connections=concurrency) as c:
+        async def send(i: int) -> None:
+            (await c.get(f"{base}/item/{i}")).json()
+        await _window(send, min(rows, 1000), concurrency)
+        return await _window(send, rows, concurrency)
+
+
+def child_bare(args: argparse.Namespace) -> None:
+    loop = new_loop(args.loop)
+    try:
+        print(json.dumps(loop.run_until_complete(bare(args.client, args.base, args.rows, args.concurrency))))
+    finally:
+        loop.close()
+
+
+def run_bare(client: str, loop: str, procs: int, args: argparse.Namespace) -> float | None:
+    cmd = [sys.executable, __file__, "--child-bare", "--client", client, "--loop", loop, "--base",
+           args.base, "--rows", str(args.rows // procs), "--concurrency", str(args.concurrency)]
+    ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(procs)]
+    rates = []
+    for p in ps:
+        out, err = p.communicate()
+        if p.returncode:
+            print(f"  bare {client} {loop}: failed: {err.strip().splitlines()[-1:]}", file=sys.stderr)
+            return None
+        rates.append(float(out.strip().splitlines()[-1]))
+    return sum(rates)
+
+
+def child_spark(args: argparse.Namespace) -> None:
+    """In a fresh process (the worker loop is chosen when the Python workers start)."""
+    import aiospark
+    from aiospark.connectors import HttpLookup
+    from aiospark.connectors.http_client import http_client
+
+    spark = aiospark.local_session("local[2]", conf={"spark.executorEnv.AIOSPARK_LOOP": args.loop})
+    base, c = args.base, args.concurrency
+    schema = "name STRING, price DOUBLE"
+
+    async def with_aiohttp(row: dict) -> dict:
+        import aiohttp
+        global _SESSION
+        s = globals().get("_SESSION")
+        if s is None:  # one session per worker process, like a user's module-level client
+            s = globals()["_SESSION"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c))
+        async with s.get(f"{base}/item/{row['id']}") as r:
+            d = json.loads(await r.read())
+        return {"id": row["id"], "name": d["name"], "price": d["price"]}
+
+    async def with_client(row: dict) -> dict:
+        d = (await http_client(max_connections=c).get(f"{base}/item/{row['id']}")).json()
+        return {"id": row["id"], "name": d["name"], "price": d["price"]}
+
+    def job(variant: str, tasks: int, rows: int) -> object:
+        df = spark.range(0, rows, numPartitions=tasks)
+        if variant.startswith("lookup_join"):
+            src = HttpLookup(base + "/item/{id}", schema, transport=variant.split("[")[1][:-1],
+                             max_connections=c)
+            return aiospark.lookup_join(df, src, on="id", capacity=c)
+        fn = with_aiohttp if "aiohttp" in variant else with_client
+        return aiospark.unordered_wait(df, fn, "id BIGINT, " + schema, capacity=c)
+
+    for variant in args.variants.split(","):  # warm-up: workers, JIT, pools
+        for tasks in (1, 2):
+            job(variant, tasks, 2000 * tasks).write.format("noop").mode("overwrite").save()
+    for tasks in map(int, args.tasks.split(",")):
+        for variant in args.variants.split(","):
+            t0 = time.perf_counter()
+            job(variant, tasks, args.rows).write.format("noop").mode("overwrite").save()
+            print(json.dumps([variant, tasks, args.rows / (time.perf_counter() - t0)]), flush=True)
+    spark.stop()
+
+
+def run_spark(loop: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--child-spark", "--loop", loop, "--base", args.base, "--rows",
+           str(args.rows), "--concurrency", str(args.concurrency), "--tasks", args.tasks,
+           "--variants", args.variants]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "AIOSPARK_LOOP": loop})
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("["):
+            v, t, r = json.loads(line)
+            out[(v, t)] = r
+    if p.returncode:
+        print(f"  spark {loop}: failed: {p.stderr.strip().splitlines()[-3:]}", file=sys.stderr)
+    return out
+
+
+def ensure_nginx() -> None:
+    from tests.support.nginx import nginx_binary
+    if nginx_binary():
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "nginx-light"], check=False)
+    if not nginx_binary():
+        sys.exit("nginx is needed: apt-get install nginx-light (or set $NGINX to its path)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=30000)
+    ap.add_argument("--concurrency", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--loops", default="asyncio,uvloop")
+    ap.add_argument("--tasks", default="1,2")
+    ap.add_argument("--clients", default=",".join(BARE_CLIENTS))
+    ap.add_argument("--variants", default=",".join(SPARK_VARIANTS))
+    ap.add_argument("--child-bare", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-spark", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--client", help=argparse.SUPPRESS)
+    ap.add_argument("--loop", help=argparse.SUPPRESS)
+    ap.add_argument("--base", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_bare:
+        return child_bare(args)
+    if args.child_spark:
+        return child_spark(args)
+
+    command = "python benchmarks/http_transport.py " + " ".join(sys.argv[1:])
+    ensure_nginx()
+    from tests.support.nginx import NginxServer
+    loops = args.loops.split(",")
+    procs = sorted({min(int(t), 2) for t in args.tasks.split(",")})
+    results: dict[tuple, list[float]] = {}
+    ratios: list[float] = []
+    with NginxServer(workers=1) as srv:
+        args.base = srv.url("").rstrip("/")
+        for rnd in range(args.rounds):
+            print(f"round {rnd + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            base_rate = None
+            for loop in loops:
+                for client in args.clients.split(","):
+                    for n in procs:
+                        r = run_bare(client, loop, n, args)
+                        if r is not None:
+                            results.setdefault(("bare", client, loop, n), []).append(r)
+                            if (client, loop, n) == ("aiohttp", "asyncio", 1):
+                                base_rate = r
+                for (variant, tasks), r in run_spark(loop, args).items():
+                    results.setdefault(("spark", variant, loop, tasks), []).append(r)
+            target = results.get(("spark", "lookup_join[pyreqwest]", loops[-1], 1))
+            if base_rate and target:
+                ratios.append(target[-1] / base_rate)
+    ref = statistics.median(results.get(("bare", "aiohttp", "asyncio", 1), [float("nan")]))
+    print(f"\n$ {command}")
+    print(f"nginx 1 worker on 127.0.0.1, {args.concurrency} requests in flight per process/task, "
+          f"{args.rows} rows, median of {args.rounds} round(s); x = / bare aiohttp on asyncio, 1 process\n")
+    print(f"| {'what':<34} | {'loop':<7} | {'procs/tasks':>11} | {'rows/s':>8} | {'x':>5} |")
+    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 13}|{'-' * 10}|{'-' * 7}|")
+    for (kind, what, loop, n), rs in results.items():
+        m = statistics.median(rs)
+        label = f"bare {what}" if kind == "bare" else what
+        print(f"| {label:<34} | {loop:<7} | {n:>11} | {m:>8.0f} | {m / ref:>5.2f} |")
+    if ratios:
+        print(f"\ntarget: lookup_join[pyreqwest] 1 task ({loops[-1]}) / bare aiohttp 1 process (asyncio), "
+              f"same round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+
+
+if __name__ == "__main__":
+    main()
