@@ -10,6 +10,10 @@
   (it has no wheels for Python 3.10);
 * ``"aiohttp"``: aiohttp, the transport of aiospark before 0.x, always installed.
 
+``AIOSPARK_HTTP_TRANSPORT`` (``pyreqwest`` or ``aiohttp``; on executors
+``spark.executorEnv.AIOSPARK_HTTP_TRANSPORT``) decides what ``"auto"`` means for the whole process,
+without touching code.
+
 Both keep HTTP/1.1 connections alive in a pool bounded by ``max_connections``, verify TLS
 certificates against the system's roots, take proxies from the environment (``HTTPS_PROXY``,
 ``HTTP_PROXY``, ``NO_PROXY``), apply a total ``timeout`` per request and abort a request whose
@@ -122,6 +126,11 @@ def resolve_transport(transport: str) -> str:
     aiohttp (logged once per process). ``"pyreqwest"`` without it installed -> ImportError."""
     global _fallback_logged
     name = check_transport(transport)
+    if name == "auto" and os.environ.get("AIOSPARK_HTTP_TRANSPORT", "").strip():
+        try:
+            name = check_transport(os.environ["AIOSPARK_HTTP_TRANSPORT"])
+        except ValueError as exc:
+            raise ValueError(f"AIOSPARK_HTTP_TRANSPORT: {exc}") from None
     if name == "aiohttp":
         return name
     try:
