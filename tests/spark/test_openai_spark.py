@@ -150,6 +150,7 @@ CONNECT_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_connect_session(srv, tmp_path):
     from aiospark.spark.compat import SPARK_VERSION
