@@ -10,9 +10,10 @@ most ``--limit`` requests at once, ``--latency`` seconds each, and either
 
 Two Spark tasks (``local[2]``, two partitions) share it, each with its own limit: a fixed
 ``capacity=400``, or ``AdaptiveConcurrency(max_limit=400)``. Every variant retries 429s with
-exponential back-off, so all rows get through. "of capacity" is rows/s (the job's wall time)
-divided by what the service can do, ``limit / latency``; "p50" is the service's response time
-(arrival to answer, queueing included). The limit of each adaptive task over time goes to a plot
+exponential back-off, so all rows get through. "of capacity" is rows/s divided by what the service
+can do, ``limit / latency``, with rows/s over the job's wall time (Spark's task start included)
+and over the service's busy time (its first request to its last answer); "p50" is the service's
+response time (arrival to answer, queueing included). The limit of each adaptive task over time goes to a plot
 (``--plot``, default ``docs/img/adaptive_limit.png``).
 """
 from __future__ import annotations
@@ -151,6 +152,14 @@ def _sum_traces(traces):
     return total
 
 
+def _mean(points):
+    """Time-weighted mean of a step function [(t, value), ...]; None when it has < 2 points."""
+    if len(points) < 2:
+        return None
+    area = sum((t2 - t1) * v for (t1, v), (t2, _) in zip(points, points[1:]))
+    return area / (points[-1][0] - points[0][0])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20000)
@@ -183,16 +192,24 @@ def main(argv=None) -> None:
                         t0 = time.monotonic()
                         seconds, total = run_one(spark, fetch, args.rows, capacity, retry)
                         stats = service.stats()
-                        if variant == "adaptive" and run == args.runs:
-                            traces[mode] = read_traces(trace_dir, label, t0)
+                        mean_limit = None
+                        if variant == "adaptive":
+                            run_traces = read_traces(trace_dir, label, t0)
+                            mean_limit = _mean(_sum_traces(run_traces))
+                            if run == args.runs:
+                                traces[mode] = run_traces
                         rate = args.rows / seconds
+                        busy = stats["last_answer"] - stats["first_arrival"]
                         results.append(dict(mode=mode, run=run, variant=variant, rate=rate,
                                             frac=rate / capacity_bound, requests=stats["requests"],
+                                            served_frac=args.rows / busy / capacity_bound,
                                             rejected=stats["rejected"] / max(1, stats["requests"]),
                                             p50=stats["p50"], unloaded=unloaded,
-                                            peak=total.inflight_peak, peak_served=stats["peak_serving"]))
+                                            peak=total.inflight_peak, peak_served=stats["peak_serving"],
+                                            mean_limit=mean_limit))
                         r = results[-1]
-                        print(f"  {mode} run {run} {variant:>8}: {r['frac']:.2f} of capacity, "
+                        print(f"  {mode} run {run} {variant:>8}: {r['frac']:.2f} of capacity "
+                              f"({r['served_frac']:.2f} from the first request to the last answer), "
                               f"{r['rejected'] * 100:.1f}% rejected, p50 {r['p50'] * 1000:.0f} ms", flush=True)
     finally:
         spark.stop()
@@ -204,14 +221,18 @@ def main(argv=None) -> None:
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (at the end); service: {args.limit} requests at "
           f"once, {args.latency * 1000:.0f} ms each (capacity {capacity_bound:,.0f} rows/s); {args.rows} rows, "
           f"2 tasks; unloaded p50 {results[0]['unloaded'] * 1000:.1f} ms\n")
-    print("| service beyond its limit | run | capacity | rows/s | of capacity | requests | rejected "
-          "| service p50 | peak in flight per task / served at once |")
-    print("|---|--:|---|--:|--:|--:|--:|--:|--:|")
+    print("| service beyond its limit | run | capacity | rows/s (job) | of capacity (job) "
+          "| of capacity (first request to last answer) | requests | rejected "
+          "| service p50 | peak in flight per task / served at once | mean limit, both tasks |")
+    print("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in results:
         what = "answers 429" if r["mode"] == "reject" else "queues"
         name = "AdaptiveConcurrency(400)" if r["variant"] == "adaptive" else f"fixed {r['variant']}"
-        print(f"| {what} | {r['run']} | {name} | {r['rate']:,.0f} | {r['frac']:.2f} | {r['requests']:,} "
-              f"| {r['rejected'] * 100:.1f} % | {r['p50'] * 1000:.0f} ms | {r['peak']} / {r['peak_served']} |")
+        mean = "-" if r["mean_limit"] is None else f"{r['mean_limit']:.0f}"
+        print(f"| {what} | {r['run']} | {name} | {r['rate']:,.0f} | {r['frac']:.2f} | {r['served_frac']:.2f} "
+              f"| {r['requests']:,} "
+              f"| {r['rejected'] * 100:.1f} % | {r['p50'] * 1000:.0f} ms | {r['peak']} / {r['peak_served']} "
+              f"| {mean} |")
     if traces:
         print(f"\nplot of the limit over time (last run): {os.path.relpath(args.plot, ROOT)}")
 

@@ -466,3 +466,18 @@ def test_the_delay_rule_alone_never_starves_a_task():
     for _ in range(200):
         window(ac, clock, 0.020 * 3, ac.limit)
     assert ac.limit >= 3
+
+
+def test_after_a_cut_it_probes_gently_near_the_rejected_level_only():
+    ac, clock = settled(40)
+    clock.now += 0.01
+    assert ac.on_failure(Overloaded(), 0.001) is True
+    level = ac._limit
+    window(ac, clock, 0.020, ac.limit)
+    assert ac._limit == pytest.approx(level + 0.2)     # just below where it was rejected: +0.2
+    for _ in range(6):
+        window(ac, clock, 0.060, ac.limit)               # then latency made it shrink far below
+    low = ac._limit
+    assert low < 0.8 * 40
+    window(ac, clock, 0.020, ac.limit)
+    assert ac._limit == pytest.approx(low + 0.2 * low ** 0.5)  # far below: the normal pace

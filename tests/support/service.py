@@ -408,8 +408,9 @@ class LimitedService:
 
     The two behaviours of a real saturated API, for measuring adaptive concurrency. ``GET
     /item/{key}`` answers ``{"key": key}``; :meth:`stats` gives ``requests``, ``ok``, ``rejected``,
-    ``peak_serving``, ``peak_waiting`` and ``p50``/``p90`` of the service's response time (arrival
-    to answer, queueing included, seconds); :meth:`reset_stats` zeroes them.
+    ``peak_serving``, ``peak_waiting``, ``p50``/``p90`` of the service's response time (arrival
+    to answer, queueing included, seconds) and ``first_arrival``/``last_answer`` (its loop clock,
+    seconds); :meth:`reset_stats` zeroes them.
 
     Example::
 
@@ -484,7 +485,8 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
     from aiohttp import web
 
     limit, latency, mode, status = spec["limit"], spec["latency"], spec["mode"], spec["status"]
-    counts = {"requests": 0, "ok": 0, "rejected": 0, "peak_serving": 0, "peak_waiting": 0}
+    counts = {"requests": 0, "ok": 0, "rejected": 0, "peak_serving": 0, "peak_waiting": 0,
+              "first_arrival": None, "last_answer": None}
     state = {"serving": 0, "waiting": 0}
     times: List[float] = []
 
@@ -494,6 +496,8 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
             loop = asyncio.get_running_loop()
             arrived = loop.time()
             counts["requests"] += 1
+            if counts["first_arrival"] is None:
+                counts["first_arrival"] = arrived
             if state["serving"] >= limit:
                 if mode == "reject":
                     counts["rejected"] += 1
@@ -512,7 +516,8 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
             pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None)
             return web.json_response(dict(counts, serving=state["serving"], p50=pick(0.5), p90=pick(0.9)))
         if path == "/reset":
-            counts.update(requests=0, ok=0, rejected=0, peak_serving=state["serving"], peak_waiting=0)
+            counts.update(requests=0, ok=0, rejected=0, peak_serving=state["serving"], peak_waiting=0,
+                          first_arrival=None, last_answer=None)
             times.clear()
             return web.json_response({})
         return web.Response(status=404)
@@ -525,7 +530,8 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
         finally:
             state["serving"] -= 1
         counts["ok"] += 1
-        times.append(loop.time() - arrived)
+        counts["last_answer"] = now = loop.time()
+        times.append(now - arrived)
         return web.json_response({"key": path[6:]})
 
     async def run() -> None:

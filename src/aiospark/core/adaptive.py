@@ -48,10 +48,12 @@ MIN_WINDOW_SAMPLES = 8
 #: The limit grows only when at least this fraction of it was in flight during the window
 #: (an application that sends less than the limit tells nothing about the service).
 USED_FRACTION = 0.5
-#: For this many windows after a cut on overload the limit grows by ``smoothing`` (not
-#: ``smoothing * sqrt(limit)``) per window: it probes gently just below the level that was
-#: rejected, so rejections stay rare; later, it probes faster again (the service may have grown).
+#: For this many windows after a cut on overload, while the limit is within ``PROBE_ZONE`` of the
+#: level that was rejected, it grows by ``smoothing`` (not ``smoothing * sqrt(limit)``) per window:
+#: it probes gently just below that level, so rejections stay rare. Further below (latency made it
+#: shrink), or later (the service may have grown), it grows at the normal pace.
 PROBE_WINDOWS = 50
+PROBE_ZONE = 0.8
 #: The gradient never cuts more than this per window: a latency spike shrinks the limit, gently.
 MIN_GRADIENT = 0.5
 #: Latencies below this (seconds) are treated as this, so a service answering in microseconds
@@ -123,7 +125,7 @@ class AdaptiveConcurrency:
     __slots__ = ("max_limit", "min_limit", "backoff", "latency_tolerance", "smoothing", "_clock",
                  "_limit", "_int_limit", "_baseline", "_rtt", "_slow_start",
                  "_w_start", "_w_count", "_w_sum", "_w_used",
-                 "_cut_at", "_cut_rtt", "_since_cut", "_streak_limit", "_streak_rtt", "decreases", "windows")
+                 "_cut_at", "_cut_rtt", "_cut_level", "_since_cut", "_streak_limit", "_streak_rtt", "decreases", "windows")
 
     def __init__(self, max_limit: int, *, initial: Optional[int] = None, min_limit: int = 1,
                  backoff: float = 0.9, latency_tolerance: float = 1.4, smoothing: float = 0.2,
@@ -158,6 +160,7 @@ class AdaptiveConcurrency:
         self._w_used = 0           # ... and the most calls in flight seen in it
         self._cut_at = -math.inf   # time of the last decrease on overload ...
         self._cut_rtt = 0.0        # ... and the round trip then: the same event lasts that long
+        self._cut_level = 0.0      # the limit the last cut on overload started from
         self._since_cut = PROBE_WINDOWS  # windows closed since the last cut on overload
         self._streak_limit = 0.0   # limit when the current run of slow windows began (0: none)
         self._streak_rtt = 0.0     # round trip of the first slow window of that run
@@ -226,6 +229,7 @@ class AdaptiveConcurrency:
             value = self._limit * self.backoff
         if value >= self._limit - 1.0:  # a small limit still drops by one call
             value = self._limit - 1.0
+        self._cut_level = self._limit
         self._set(value)
         self._cut_at = now
         self._cut_rtt = self._rtt if self._rtt > LATENCY_FLOOR else LATENCY_FLOOR
@@ -270,7 +274,7 @@ class AdaptiveConcurrency:
                 # double, but never past twice what was really in flight: a client that cannot
                 # fill its limit (busy CPU, slow input) must not build a burst it then sends at once
                 self._set(min(limit, in_use) * 2.0)
-            elif self._since_cut < PROBE_WINDOWS:
+            elif self._since_cut < PROBE_WINDOWS and limit >= PROBE_ZONE * self._cut_level:
                 self._since_cut += 1
                 self._set(limit + self.smoothing)
             else:
