@@ -345,3 +345,21 @@ def test_a_refused_text_is_split_out_of_its_batch(srv, client):
     assert isinstance(refused, HttpStatusError) and refused.status == 400 and not refused.retryable
     assert [r for i, r in enumerate(results) if i != 3] == [[vector(t)] for t in texts if t != "bad-request"]
     assert srv.batch_sizes[0] == 6 and 1 in srv.batch_sizes  # the whole batch, then halves down to one
+
+
+def test_a_429_retry_after_pauses_the_workers_limits(srv):
+    fn = OpenAIChat("chat", base_url=srv.base_url, api_key=KEY, requests_per_minute=6000)
+    srv.fail_next(1, status=429, retry_after="1")
+
+    async def go():
+        await fn.open()
+        try:
+            with pytest.raises(HttpStatusError):
+                await fn.async_invoke("first")
+            return await fn.async_invoke("second")  # not retried: a new request, held by the pause
+        finally:
+            await fn.close()
+
+    assert run(go()) == [answer("second")]
+    first, second = [s["time"] for s in srv.seen]
+    assert 0.95 <= second - first < 15

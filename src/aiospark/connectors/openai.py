@@ -46,7 +46,8 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   point ``rate_limit=RedisRateLimit(...)``, which counts rows). Before a request its tokens are
   estimated (:func:`estimate_tokens`: ``ceil(characters / 4)`` per text, plus ``max_tokens`` for
   chat) and charged; after it, the difference to the answer's ``usage.total_tokens`` is charged
-  too when it was more (an over-estimate is not given back).
+  too when it was more (an over-estimate is not given back). A 429's ``Retry-After`` pauses both
+  buckets: the worker's next requests wait it out.
 * Errors: 429/5xx are retryable :class:`~aiospark.connectors.HttpStatusError` with ``retry_after``
   from ``Retry-After`` (or ``retry-after-ms``); the entry points' ``retry=`` waits at least that
   long. Use :func:`default_retry`. Other statuses, timeouts, connection errors and answers that do

@@ -21,6 +21,7 @@ from ..core.metrics import record_usage
 from ..core.ratelimit import RateLimit
 from ..core.retry import RetryStrategy
 from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret
+from .http_response import HttpStatusError
 from .openai_transport import CLIENTS, Transport, open_transport
 from .redaction import Redactor, scrubbed
 
@@ -183,6 +184,11 @@ class OpenAIFunction(AsyncFunction):
             delay = max(delay, self._tpm.reserve(float(estimate)))
         if delay > 0:
             await asyncio.sleep(delay)
+        # a 429 seen meanwhile paused the limits (the service spoke to every caller): wait it out
+        for bucket in (self._rpm, self._tpm):
+            left = bucket.paused_for() if bucket is not None else 0.0
+            if left > 0:
+                await asyncio.sleep(left)
 
     def _settle(self, estimate: int, usage: Mapping[str, Any]) -> None:
         """Charge the tokens used beyond the estimate (later requests wait for them); record usage."""
@@ -200,7 +206,14 @@ class OpenAIFunction(AsyncFunction):
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
         await self._admit(estimate)
-        answer = await self._transport.post(self._path, {**self.extra_body, **body})
+        try:
+            answer = await self._transport.post(self._path, {**self.extra_body, **body})
+        except HttpStatusError as exc:
+            if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
+                for bucket in (self._rpm, self._tpm):
+                    if bucket is not None:
+                        bucket.pause(exc.retry_after)
+            raise
         usage = answer.get("usage")
         self._settle(estimate, usage if isinstance(usage, Mapping) else {})
         return answer
