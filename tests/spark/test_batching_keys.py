@@ -1,5 +1,6 @@
 """Batched calls (batch_size) and key-ordered output (key=) through the Spark entry points, on the
-classic session: batch and Structured Streaming. (Connect: tests/isolated/connect.)"""
+classic session: batch and Structured Streaming (with a cost-weighted rate limit too). (Connect:
+tests/isolated/connect.)"""
 from __future__ import annotations
 
 import asyncio
@@ -194,6 +195,15 @@ def test_streaming_batches_and_key_order(spark, tmp_path):
         for r in table:
             per_key.setdefault(r["account"], []).append(r["seq"])
         assert all(seqs == sorted(seqs) for seqs in per_key.values()), path.name
+
+    # a cost-weighted rate limit in a streaming query: 600 rows of cost 2 at 2000 units/s (burst 50)
+    limit = aiospark.RateLimit(2000, burst=50, cost=lambda row: 2)
+    metrics = aiospark.Metrics("streamed")
+    limited = aiospark.unordered_wait(stream, apply_change, "account INT, seq INT, balance LONG", capacity=50,
+                                      rate_limit=limit, metrics=metrics)
+    rows = _run_stream(spark, limited, tmp_path / "limited", "aiospark_cost_limit")
+    assert sorted(r.seq for r in rows) == list(range(600))
+    assert metrics.total.rate_limited > 0 and metrics.total.calls == 600
 
     batched = aiospark.ordered_wait(stream.selectExpr("CAST(seq AS LONG) AS id"), double_batch,
                                     "id LONG, doubled LONG, batch INT", capacity=64, batch_size=16)

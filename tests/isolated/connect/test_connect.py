@@ -456,3 +456,21 @@ def test_key_order_per_key(spark):
     for k in range(7):
         seqs = [s for key, s in got if key == k]
         assert seqs == sorted(seqs)
+
+
+async def weighed(row):
+    return {"id": row["id"]}
+
+
+def test_cost_weighted_rate_limit(spark):
+    # 40 rows costing 5 units each against 100 units/s with a burst of 10: at least 1.9 s of waiting
+    import time
+
+    df = spark.range(0, 40, 1, 1).selectExpr("id", "5 AS w")
+    limit = aiospark.RateLimit(100, burst=10, cost=lambda row: row["w"])
+    metrics = aiospark.Metrics("weighed")
+    began = time.monotonic()
+    rows = aiospark.unordered_wait(df, weighed, "id LONG", rate_limit=limit, capacity=40, metrics=metrics).collect()
+    assert sorted(r.id for r in rows) == list(range(40))
+    assert time.monotonic() - began >= 1.9 * 0.95
+    assert metrics.total.rate_limited >= 30
