@@ -134,6 +134,7 @@ class Caller:
         self._cost: Optional[Callable[[Any], float]] = getattr(limiter, "cost", None)
         #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
         self._pause: Optional[Callable[[float], None]] = getattr(limiter, "pause", None)
+        self._paused_for: Optional[Callable[[], float]] = getattr(limiter, "paused_for", None)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task] = None  # type: ignore[assignment]
@@ -213,6 +214,9 @@ class Caller:
             if delay > 0.0:
                 self.metrics.rate_limited += 1
                 await asyncio.sleep(delay)
+                # a Retry-After seen while this call slept holds it back too
+                while self._paused_for is not None and self._paused_for() > 0.0:
+                    await asyncio.sleep(self._reserve() if cost is None else self._reserve(cost))
         elif self._acquire is not None:
             if await (self._acquire() if cost is None else self._acquire(cost)):
                 self.metrics.rate_limited += 1
