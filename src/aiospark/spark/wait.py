@@ -157,7 +157,7 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     columns are NULL, ``error_column`` holds the error text and ``input_column`` the input row.
     ``capacity="auto"`` adapts the calls in flight (AIMD, up to 1000; or pass an
     ``AdaptiveConcurrency(max_limit)``); ``rate_limit`` caps calls per second per task (a number
-    or ``RateLimit(rate, burst)``) or in total (``RedisRateLimit``; retries count too).
+    or ``RateLimit(rate, per=, burst=, cost=)``) or in total (``RedisRateLimit``; retries count too).
     ``metrics`` (an :class:`aiospark.Metrics`, made for you when omitted and reachable as
     ``out.aiospark_metrics``) sums the tasks' call counters and latencies after the action.
     ``batch_size=n`` calls ``function`` with a list of up to ``n`` rows (waiting at most
