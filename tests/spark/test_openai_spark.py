@@ -86,19 +86,27 @@ def test_error_rows_name_the_failure_but_never_the_key(spark, srv):
     assert "HTTP 400" in rows[3]._error and "not allowed" in rows[3]._error
 
 
-def _async_udf_or_skip(return_type: str, function):
-    try:
-        return aiospark.async_udf(return_type, capacity=128)(function)
-    except TypeError as exc:
-        if "decorate an 'async def' function" in str(exc):
-            pytest.skip("spark/udf.py does not take AsyncFunctions in async_udf yet (see docs/design.md, "
-                        "'OpenAI-compatible connector')")
-        raise
+def _async_udf(return_type: str, function):
+    return aiospark.async_udf(return_type, capacity=128)(function)
+
+
+class TwoValues(aiospark.AsyncFunction):
+    async def async_invoke(self, value):
+        return [value, value] if value == "row 3 says hello" else [value]
+
+
+def test_async_udf_takes_an_async_function_with_one_value_per_input(spark):
+    both = aiospark.async_udf("string", on_error="null")(TwoValues())
+    rows = texts_df(spark, 5).select("text", both("text").alias("v")).collect()
+    assert {r.text: r.v for r in rows} == {f"row {i} says hello": (None if i == 3 else f"row {i} says hello")
+                                          for i in range(5)}
+    with pytest.raises(ValueError, match="batch inside it"):
+        aiospark.async_udf("string", batch_size=4)(TwoValues())
 
 
 def test_async_udf_embeddings_and_chat(spark, srv):
-    embed = _async_udf_or_skip("array<float>", OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY))
-    ask = _async_udf_or_skip("string", OpenAIChat("chat", base_url=srv.base_url, api_key=KEY))
+    embed = _async_udf("array<float>", OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY))
+    ask = _async_udf("string", OpenAIChat("chat", base_url=srv.base_url, api_key=KEY))
     df = texts_df(spark, 150)
     rows = df.select("id", "text", embed("text").alias("v"), ask("text").alias("a")).collect()
     assert len(rows) == 150

@@ -130,7 +130,7 @@ class AsyncUDF:
         """The function Spark runs in every task."""
         runner = _UdfRunner if ARROW_ITER is not None else _pandas_runner()
         return runner(self._options, self.on_error, self.returnType, _arity(self._function),
-                      f"async_udf {describe_function(self._function)!r}")
+                      f"async_udf {self.__name__!r}")
 
     def asNondeterministic(self) -> "AsyncUDF":
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
@@ -160,6 +160,45 @@ class AsyncUDF:
 
     def __repr__(self) -> str:
         return f"<async_udf {self.__name__} -> {self._return_type}>"
+
+
+class OneValue(AsyncFunction):
+    """An :class:`AsyncFunction` used as an ``async_udf``: its ``async_invoke`` must give exactly
+    one output per input (the column's value); anything else fails that row, naming the count.
+
+    Example::
+
+        embed = aiospark.async_udf("array<float>")(OpenAIEmbeddings("m", base_url=url))
+    """
+
+    def __init__(self, function: AsyncFunction):
+        self.function = function
+
+    async def open(self) -> None:
+        await self.function.open()
+
+    async def close(self) -> None:
+        await self.function.close()
+
+    async def async_invoke(self, value: Any) -> Any:
+        return self._one(await self.function.async_invoke(value))
+
+    def timeout(self, value: Any) -> Any:
+        results = self.function.timeout(value)
+        return self._one_later(results) if inspect.iscoroutine(results) else self._one(results)
+
+    async def _one_later(self, results: Any) -> Any:
+        return self._one(await results)
+
+    def _one(self, results: Any) -> Any:
+        if isinstance(results, (list, tuple)) and len(results) == 1:
+            return results
+        count = len(results) if isinstance(results, (list, tuple)) else type(results).__name__
+        raise TypeError(f"{type(self.function).__qualname__} used as an async_udf must return a list of exactly "
+                        f"one value per input (the column's value), got {count}")
+
+    def __repr__(self) -> str:
+        return repr(self.function)
 
 
 def _batch_call(function: Callable[..., Any], spread: bool) -> Callable[..., Any]:
@@ -249,15 +288,19 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
         raise ValueError(f"on_error must be 'fail' (fail the task) or 'null' (NULL for a failed call), got {on_error!r}")
 
     def decorate(function: Callable[..., Any]) -> AsyncUDF:
+        name = getattr(function, "__name__", None) or describe_function(function)
         if isinstance(function, AsyncFunction):
-            raise TypeError("async_udf makes one value per row: decorate an 'async def' function; "
-                            "for 0..n rows per input use aiospark.ordered_wait with an AsyncFunction")
+            if batch_size is not None:
+                raise ValueError(f"async_udf(batch_size=...) batches 'async def' functions; {name} is an "
+                                 "AsyncFunction: batch inside it (the OpenAI connector does) and drop batch_size")
+            function = OneValue(function)
         options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
                                      rate_limit=rate_limit, metrics=metrics, what="async_udf function",
-                                     name=getattr(function, "__name__", "async_udf"), batch_size=batch_size,
-                                     batch_delay=batch_delay)
-        return functools.update_wrapper(AsyncUDF(function, return_type, options, on_error, bool(deterministic)),
-                                        function, updated=())
+                                     name=name, batch_size=batch_size, batch_delay=batch_delay)
+        made = AsyncUDF(function, return_type, options, on_error, bool(deterministic), name=name)
+        if isinstance(function, OneValue):
+            return made
+        return functools.update_wrapper(made, function, updated=())
 
     # validate the shared options now, before any function is seen
     CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
