@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from aiospark.demo_service import DemoService, item
+from tests.support.openai_server import OpenAIServer, tokens
 from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,8 +28,9 @@ PY_BLOCKS: List[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
 @pytest.fixture(scope="module")
 def servers():
     """The servers the blocks call: the demo's HTTP service (5 ms per call) and a Redis server."""
-    with DemoService(latency=0.005, jitter=0.001) as http, RedisServer() as redis_server:
-        yield {"http": http, "redis": redis_server}
+    with DemoService(latency=0.005, jitter=0.001) as http, RedisServer() as redis_server, \
+            OpenAIServer() as llm:
+        yield {"http": http, "redis": redis_server, "llm": llm}
 
 
 def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
@@ -36,6 +38,7 @@ def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
     return [
         ("http://127.0.0.1:8080/", servers["http"].url + "/"),
         ("redis://127.0.0.1:6379/0", servers["redis"].url),
+        ("http://127.0.0.1:11434/v1", servers["llm"].base_url),
         ("spark.range(100_000)", "spark.range(3_000)"),   # a few seconds instead of a minute
         ('"/tmp/enriched"', repr(str(tmp / "enriched"))),
         ('"/tmp/geo"', repr(str(tmp / "geo"))),
@@ -83,6 +86,12 @@ def check_beyond_flink(out: str, tmp: Path) -> None:
     assert keyed, out
 
 
+def check_llm(out: str, tmp: Path) -> None:
+    prompt = sum(tokens(f"review number {i}") for i in range(500))
+    assert f"500 {{'prompt_tokens': {prompt}, 'total_tokens': {prompt}}}" in out, out
+    assert re.search(r"\|\s*id\|\s*mood\|", out), out
+
+
 CHECKS: Dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
@@ -90,6 +99,7 @@ CHECKS: Dict[str, Callable[[str, Path], None]] = {
     "aiospark.lookup_join(orders, customers": check_lookup,
     'Metrics("geo")': check_metrics,
     "async def score_many(rows)": check_beyond_flink,
+    "OpenAIEmbeddings(": check_llm,
 }
 
 
