@@ -39,7 +39,6 @@ import numbers
 from typing import Any, List, Optional
 
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
-from .errors import describe_input
 
 
 def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple:
@@ -126,13 +125,8 @@ class BatchCaller(Caller):
         """A batch is charged the sum of its elements' costs."""
         return sum(Caller.cost_of(self, value) for value in values)
 
-    def _results_of(self, result: Any) -> List[Any]:
-        if type(result) is list:
-            return result
-        if isinstance(result, (list, tuple)):
-            return list(result)
-        raise _NotAList(f"batch function {_describe(self.function)} must return a list with one result per "
-                        f"input, got {type(result).__name__}: {describe_input(result, 80)}")
+    def _list_contract(self) -> str:
+        return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
     def _batch_finished(self, batch: List[Call], task: asyncio.Task) -> None:

@@ -263,8 +263,10 @@ class Caller:
             return result
         if isinstance(result, (list, tuple)):
             return list(result)
-        raise _NotAList(f"{type(self.function).__name__}.async_invoke must return a list of outputs "
-                        f"(use [] to emit nothing), got {type(result).__name__}: {describe_input(result, 80)}")
+        raise _NotAList(f"{self._list_contract()}, got {type(result).__name__}: {describe_input(result, 80)}")
+
+    def _list_contract(self) -> str:
+        return f"{type(self.function).__name__}.async_invoke must return a list of outputs (use [] to emit nothing)"
 
     # ------------------------------------------------------------------ timeout
     def time_out(self, call: Call) -> None:
