@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """HTTP clients bare and through aiospark, against nginx on 127.0.0.1 (issue: HTTP transport).
 
-    python benchmarks/http_transport.py                       # full table (~10 min on 2 cores)
-    python benchmarks/http_transport.py --rows 20000 --rounds 1 --loops asyncio,uvloop
+    python benchmarks/http_transport.py                       # the table (~8 min on 2 cores)
+    python benchmarks/http_transport.py --rounds 3            # medians of 3 rounds
+    python benchmarks/http_transport.py --clients aiohttp,httpx --rows 4000   # httpx too (slow)
 
 nginx answers a small JSON body (``tests/support/nginx.py``, one worker process) about ten times
 faster than any Python client asks, so these rates are the clients'. Every row is one GET of
 ``/item/<n>`` with ``--concurrency`` requests in flight per process or Spark task, n distinct (no
 cache, no coalescing), the JSON body decoded.
 
-* bare: plain asyncio (no Spark) with each client: aiohttp, httpx, pyreqwest, and aiospark's
-  ``HttpClient``; one process, or two at once (rates summed); on each loop.
+* bare: plain asyncio (no Spark) with each client: aiohttp, pyreqwest, aiospark's ``HttpClient``
+  (and httpx with ``--clients``); one process, or two at once (rates summed); on each loop.
 * spark: ``lookup_join`` with ``HttpLookup(transport=...)`` and ``unordered_wait`` with an
   ``async def`` on aiohttp or on ``http_client()``, one Spark task (one partition) and two
   (``local[2]``), the worker loop set by ``AIOSPARK_LOOP``. Rate = rows / wall time of the action.
@@ -34,7 +35,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # tests/support holds the nginx fixture
 
-BARE_CLIENTS = ("aiohttp", "httpx", "pyreqwest", "HttpClient")
+BARE_CLIENTS = ("aiohttp", "pyreqwest", "HttpClient")  # and "httpx" on request
 SPARK_VARIANTS = ("lookup_join[aiohttp]", "lookup_join[pyreqwest]", "unordered_wait[aiohttp]",
                   "unordered_wait[HttpClient]")
 
@@ -185,9 +186,9 @@ def ensure_nginx() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=30000)
+    ap.add_argument("--rows", type=int, default=10000)
     ap.add_argument("--concurrency", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--loops", default="asyncio,uvloop")
     ap.add_argument("--tasks", default="1,2")
     ap.add_argument("--clients", default=",".join(BARE_CLIENTS))
