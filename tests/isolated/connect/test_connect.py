@@ -474,3 +474,11 @@ def test_cost_weighted_rate_limit(spark):
     assert sorted(r.id for r in rows) == list(range(40))
     assert time.monotonic() - began >= 1.9 * 0.95
     assert metrics.total.rate_limited >= 30
+
+
+def test_adaptive_capacity(spark):
+    metrics = aiospark.Metrics("adaptive")
+    out = aiospark.unordered_wait(spark.range(0, 600, 1, 2), square, "id LONG, sq LONG",
+                                  capacity=aiospark.AdaptiveConcurrency(max_limit=40), metrics=metrics)
+    assert sorted(r.id for r in out.collect()) == list(range(600))
+    assert 1 <= metrics.total.inflight_peak <= 40
