@@ -92,6 +92,9 @@ class HttpLookup(LookupSource):
             ``"aiohttp"`` (see :mod:`aiospark.connectors.http_transport`).
     """
 
+    #: the class default serves instances pickled before ``transport`` existed
+    transport: str = "auto"
+
     def __init__(
         self,
         url_template: str,
