@@ -92,6 +92,10 @@ def check_llm(out: str, tmp: Path) -> None:
     assert re.search(r"\|\s*id\|\s*mood\|", out), out
 
 
+def check_http_client(out: str, tmp: Path) -> None:
+    assert "200 True" in out, out
+
+
 CHECKS: Dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
@@ -100,6 +104,7 @@ CHECKS: Dict[str, Callable[[str, Path], None]] = {
     'Metrics("geo")': check_metrics,
     "async def score_many(rows)": check_beyond_flink,
     "OpenAIEmbeddings(": check_llm,
+    "from aiospark.connectors.http_client import http_client": check_http_client,
 }
 
 

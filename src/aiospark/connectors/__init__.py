@@ -1,8 +1,13 @@
 """Lookup connectors, each a :class:`aiospark.lookup.LookupSource` on its system's asyncio client.
 
-* :class:`HttpLookup` -- aiohttp, JSON over HTTP (``GET /item/{id}``, optional batch POST).
+* :class:`HttpLookup` -- JSON over HTTP (``GET /item/{id}``, optional batch POST), sent with
+  pyreqwest when installed (Python 3.11+), else aiohttp;
+  :func:`aiospark.connectors.http_client.http_client` gives your own ``async def`` the same
+  transport.
 * :class:`RedisLookup` -- redis.asyncio, hashes / strings / JSON strings (MGET, pipelines).
 * :class:`PostgresLookup` -- asyncpg pool, parameterised ``SELECT`` (``= ANY`` / ``unnest``).
+* :mod:`aiospark.connectors.openai` -- ``OpenAIEmbeddings`` / ``OpenAIChat`` for any
+  OpenAI-compatible endpoint (functions for the three entry points, not lookup sources).
 
 Errors are :class:`ConnectorError` (``source``, ``retryable``), :class:`ConnectorTimeout`
 and :class:`HttpStatusError` (``status``, ``retry_after``); they name the source by
@@ -21,11 +26,11 @@ from typing import Any
 
 from ._common import ConnectorError, ConnectorTimeout, Secret, is_retryable
 
-__all__ = ["ConnectorError", "ConnectorTimeout", "HttpLookup", "HttpStatusError",
+__all__ = ["ConnectorError", "ConnectorTimeout", "HttpClient", "HttpLookup", "HttpStatusError",
            "PostgresLookup", "RedisLookup", "Secret", "is_retryable"]
 
 _LAZY = {"HttpLookup": "http", "HttpStatusError": "http", "RedisLookup": "redis",
-         "PostgresLookup": "postgres"}
+         "PostgresLookup": "postgres", "HttpClient": "http_client"}
 
 
 def __getattr__(name: str) -> Any:
