@@ -8,11 +8,6 @@ The server runs in this process, on 127.0.0.1; Spark's Python workers reach it o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +16,6 @@ from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_ret
 from tests.support.openai_server import OpenAIServer, answer, tokens, vector
 
 KEY = "sk-spark-S3cret-abcdef"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -135,47 +129,3 @@ def test_structured_streaming_embeddings(spark, srv, tmp_path):
     assert sorted(r.id for r in rows) == list(range(150))
     assert all(r.embedding == vector(r.text) for r in rows)
     assert max(srv.batch_sizes) <= 16 and len(srv.batch_sizes) < 150
-
-
-CONNECT_CHILD = textwrap.dedent("""
-    import json, sys
-    import aiospark
-    from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry
-    base_url, key = sys.argv[1], sys.argv[2]
-    spark = aiospark.local_session("local[1]", connect=True)
-    try:
-        df = spark.createDataFrame([(i, f"connect {i}") for i in range(40)], "id LONG, text STRING")
-        embed = OpenAIEmbeddings("emb", base_url=base_url, api_key=key, batch_size=8)
-        out = aiospark.ordered_wait(df, embed, embed.output_schema(df), capacity=32, retry=default_retry())
-        emb = [[r.id, r.text, list(r.embedding)] for r in out.collect()]
-        chat = OpenAIChat("chat", base_url=base_url, api_key=key)
-        out2 = aiospark.unordered_wait(df.withColumnRenamed("text", "prompt"), chat,
-                                       "id LONG, prompt STRING, answer STRING", capacity=16)
-        answers = {r.id: r.answer for r in out2.collect()}
-        print("RESULT " + json.dumps({"emb": emb, "answers": answers, "usage": out.aiospark_metrics.total.usage}))
-    finally:
-        spark.stop()
-""")
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_connect_session(srv, tmp_path):
-    from aiospark.spark.compat import SPARK_VERSION
-
-    if SPARK_VERSION < (4, 0):
-        pytest.skip("a local Spark Connect server needs PySpark >= 4.0")
-    script = tmp_path / "connect_child.py"
-    script.write_text(CONNECT_CHILD)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    child = subprocess.run([sys.executable, str(script), srv.base_url, KEY], cwd=str(ROOT), env=env,
-                           capture_output=True, text=True, timeout=360)
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, (child.stdout + child.stderr)[-4000:]
-    result = json.loads(lines[0][len("RESULT "):])
-    assert sorted(r[0] for r in result["emb"]) == list(range(40))
-    assert all(r[2] == vector(r[1]) for r in result["emb"])
-    assert {int(k): v for k, v in result["answers"].items()} == {i: answer(f"connect {i}") for i in range(40)}
-    assert max(srv.batch_sizes) <= 8
-    assert result["usage"].get("prompt_tokens") == 40 * tokens("connect 0")

@@ -482,3 +482,27 @@ def test_adaptive_capacity(spark):
                                   capacity=aiospark.AdaptiveConcurrency(max_limit=40), metrics=metrics)
     assert sorted(r.id for r in out.collect()) == list(range(600))
     assert 1 <= metrics.total.inflight_peak <= 40
+
+
+# -- the OpenAI-compatible connector ----------------------------------------------------------------
+
+
+def test_openai_embeddings_and_chat(spark):
+    from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry
+    from tests.support.openai_server import OpenAIServer, answer, tokens, vector
+
+    key = "sk-connect-S3cret-abcdef"
+    with OpenAIServer(api_key=key) as srv:
+        df = spark.createDataFrame([(i, f"connect {i}") for i in range(40)], "id LONG, text STRING")
+        embed = OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=key, batch_size=8)
+        out = aiospark.ordered_wait(df, embed, embed.output_schema(df), capacity=32, retry=default_retry())
+        rows = out.collect()
+        assert sorted(r.id for r in rows) == list(range(40))
+        assert all(list(r.embedding) == vector(r.text) for r in rows)
+        assert max(srv.batch_sizes) <= 8
+        assert out.aiospark_metrics.total.usage.get("prompt_tokens") == 40 * tokens("connect 0")
+
+        chat = OpenAIChat("chat", base_url=srv.base_url, api_key=key)
+        answers = aiospark.unordered_wait(df.withColumnRenamed("text", "prompt"), chat,
+                                          "id LONG, prompt STRING, answer STRING", capacity=16).collect()
+        assert {r.id: r.answer for r in answers} == {i: answer(f"connect {i}") for i in range(40)}
