@@ -129,3 +129,9 @@ def test_structured_streaming_embeddings(spark, srv, tmp_path):
     assert sorted(r.id for r in rows) == list(range(150))
     assert all(r.embedding == vector(r.text) for r in rows)
     assert max(srv.batch_sizes) <= 16 and len(srv.batch_sizes) < 150
+
+
+def test_entry_point_batch_size_is_refused_for_a_function_that_batches_itself(spark):
+    embed = OpenAIEmbeddings("emb", base_url="http://127.0.0.1:9/v1", api_key=KEY, batch_size=16)
+    with pytest.raises(ValueError, match="sends rows in batches by itself"):
+        aiospark.unordered_wait(spark.range(3), embed, "id LONG", batch_size=16, capacity=32)

@@ -88,6 +88,8 @@ class OpenAIFunction(AsyncFunction):
     _kind = "openai"
     _path = ""
     _output_type = "STRING"
+    #: it groups rows into requests itself: the entry points' batch_size= is refused with it
+    batches_itself = True
 
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None, api_key_env: str | None,
                  input: str, output: str, client: str, timeout: float, max_connections: int,

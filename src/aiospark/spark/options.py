@@ -60,6 +60,9 @@ class CallOptions:
         loop_choice()
         queue_capacity, adaptive = check_capacity(capacity)
         batch_size, batch_delay = check_batching(batch_size, batch_delay, queue_capacity)
+        if batch_size is not None and getattr(function, "batches_itself", False):
+            raise ValueError(f"{type(function).__name__} sends rows in batches by itself (its own batch_size=): "
+                             f"drop the entry point's batch_size=")
         if order_key is not None and batch_size is not None:
             raise ValueError(f"{name}: key= and batch_size= do not go together (calls of one key run one at a "
                              "time, a batch would run them at once); use one or the other")
