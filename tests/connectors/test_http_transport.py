@@ -224,7 +224,7 @@ def test_retry_after_and_http_client_against_nginx(transport, nginx):
 def nginx():
     from tests.support.nginx import NginxServer, nginx_binary
     if not nginx_binary():
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+        pytest.fail("nginx is not installed: apt-get install nginx-light (.ci/run does)")
     with NginxServer() as srv:
         yield srv
 
