@@ -67,7 +67,8 @@ class Overloaded(Exception):
 
 class TracedConcurrency(AdaptiveConcurrency):
     """AdaptiveConcurrency that writes ``monotonic_time limit`` lines to a file in ``trace_dir``
-    whenever its limit may change (once per round trip), for the plot. Benchmark only."""
+    whenever its limit may change (once per round trip, on a cut, when a baseline probe begins),
+    for the plot. Benchmark only."""
 
     def __init__(self, max_limit, trace_dir, label, **kwargs):
         super().__init__(max_limit, **kwargs)
@@ -86,6 +87,12 @@ class TracedConcurrency(AdaptiveConcurrency):
     def _close_window(self, now):
         super()._close_window(now)
         self._record()
+
+    def _probe(self, now):
+        probes = self.probes
+        super()._probe(now)
+        if self.probes > probes:  # a baseline probe began: the limit dropped for a round trip
+            self._record()
 
     def on_overload(self, latency_seconds=None):
         cut = super().on_overload(latency_seconds)

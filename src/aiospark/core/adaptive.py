@@ -19,8 +19,17 @@ updated once per round trip:
   only on evidence that the service itself got slower: the limit halved (or reached
   ``min_limit``) during a run of slow windows and the round trip did not improve. Our own queueing improves when we send less, so it
   never raises the baseline (no drift towards "slow is normal").
-* **Start.** Slow start, as TCP: the limit doubles per round trip until the first sign of
-  congestion, which halves it once.
+* **Start.** Slow start, as TCP: the limit doubles per round trip -- but never past twice what
+  the service really served (answers per second times the round trip, Little's law), so a client
+  that cannot fill its limit does not build a burst -- until the first sign of congestion (an
+  overload, or a window slower than tolerated). Then it drops to what was served in the last good
+  window (at most half the limit), not to half of the overshoot.
+* **Baseline probes.** A task that starts while the service already queues for others never sees it
+  unloaded. So every ``BASELINE_PROBE_PERIOD`` seconds, at instants common to all tasks (wall-clock
+  multiples of the period), each limiter drops to a few calls for about one round trip: the service
+  drains, every task samples the unloaded round trip, and the limit goes back to where it was.
+  Skipped by a limiter that was cut on overload within the period (a service that rejects bounds
+  the limit by rejections, not by latency).
 
 Everything is O(1) per call, one clock read, no allocation, no timer: the caller reports outcomes.
 
@@ -63,6 +72,12 @@ LATENCY_FLOOR = 1e-4
 #: where it began while the round trip stayed above ``RELEARN_NO_BETTER`` of what it was then.
 RELEARN_FRACTION = 0.5
 RELEARN_NO_BETTER = 0.9
+#: Baseline probes: every this many seconds, at wall-clock multiples of it (common to all tasks
+#: and processes of a machine), the limit drops to ``limit * BASELINE_PROBE_SHARE`` (at least
+#: ``min_limit``, at most ``MIN_WINDOW_SAMPLES``) until one window of answers sent after the drop
+#: is in. (Not to be confused with ``PROBE_WINDOWS``: probing upwards near a rejected level.)
+BASELINE_PROBE_PERIOD = 5.0
+BASELINE_PROBE_SHARE = 0.25
 
 
 def is_overload(exc: BaseException) -> bool:
@@ -125,7 +140,9 @@ class AdaptiveConcurrency:
     __slots__ = ("max_limit", "min_limit", "backoff", "latency_tolerance", "smoothing", "_clock",
                  "_limit", "_int_limit", "_baseline", "_rtt", "_slow_start",
                  "_w_start", "_w_count", "_w_sum", "_w_used",
-                 "_cut_at", "_cut_rtt", "_cut_level", "_since_cut", "_streak_limit", "_streak_rtt", "decreases", "windows")
+                 "_cut_at", "_cut_rtt", "_cut_level", "_since_cut", "_streak_limit", "_streak_rtt",
+                 "_w_answers", "_good", "_w_need", "_next_probe", "_probe_saved",
+                 "decreases", "windows", "probes")
 
     def __init__(self, max_limit: int, *, initial: Optional[int] = None, min_limit: int = 1,
                  backoff: float = 0.9, latency_tolerance: float = 1.4, smoothing: float = 0.2,
@@ -164,8 +181,14 @@ class AdaptiveConcurrency:
         self._since_cut = PROBE_WINDOWS  # windows closed since the last cut on overload
         self._streak_limit = 0.0   # limit when the current run of slow windows began (0: none)
         self._streak_rtt = 0.0     # round trip of the first slow window of that run
+        self._w_answers = 0        # all answers since the window began (calls sent before it too)
+        self._good = 0.0           # calls the service served for us in the last good slow-start window
+        self._w_need = MIN_WINDOW_SAMPLES  # answers that close a window (fewer during a probe)
+        self._next_probe = -math.inf  # clock time of the next baseline probe (-inf: not scheduled)
+        self._probe_saved = 0.0    # the limit before the current probe (0: not probing)
         self.decreases = 0         # decreases on overload so far (for metrics / tests)
         self.windows = 0           # windows closed so far (limit updates from latency)
+        self.probes = 0            # baseline probes so far
 
     is_overload = staticmethod(is_overload)
 
@@ -195,13 +218,16 @@ class AdaptiveConcurrency:
         if not latency_seconds >= 0.0:
             raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds!r}")
         now = self._clock()
+        if now >= self._next_probe:
+            self._probe(now)
+        self._w_answers += 1
         if now - latency_seconds < self._w_start:
             return  # sent before the last update: it reports on the old limit
         self._w_count += 1
         self._w_sum += latency_seconds if latency_seconds > LATENCY_FLOOR else LATENCY_FLOOR
         if inflight > self._w_used:
             self._w_used = inflight
-        if self._w_count >= MIN_WINDOW_SAMPLES and now - self._w_start >= self._rtt:
+        if self._w_count >= self._w_need and now - self._w_start >= self._rtt:
             self._close_window(now)
 
     def on_overload(self, latency_seconds: Optional[float] = None) -> bool:
@@ -222,9 +248,11 @@ class AdaptiveConcurrency:
             started = now - max(self._rtt, self._cut_rtt)
         if started < self._cut_at + self._cut_rtt:
             return False
+        if self._probe_saved:
+            self._end_probe()
         if self._slow_start:
             self._slow_start = False
-            value = self._limit * 0.5
+            value = self._slow_start_exit()
         else:
             value = self._limit * self.backoff
         if value >= self._limit - 1.0:  # a small limit still drops by one call
@@ -252,12 +280,60 @@ class AdaptiveConcurrency:
         self._w_count = 0
         self._w_sum = 0.0
         self._w_used = 0
+        self._w_answers = 0
+
+    def _slow_start_exit(self) -> float:
+        """The limit after slow start: what the service served in the last good window, at most
+        half the limit (the overshoot itself says nothing about the service)."""
+        half = self._limit * 0.5
+        return self._good if 0.0 < self._good < half else half
+
+    # ------------------------------------------------------------------ baseline probes
+    def _probe(self, now: float) -> None:
+        """A probe instant has come (or the first answer: schedule the first instant)."""
+        first = self._next_probe == -math.inf
+        # wall-clock multiples of the period on time.monotonic's timeline; a custom clock is its
+        # own timeline (limiters sharing it probe together)
+        offset = time.time() - now if self._clock is time.monotonic else 0.0
+        period = BASELINE_PROBE_PERIOD
+        self._next_probe = (math.floor((now + offset) / period) + 1.0) * period - offset
+        if first or self._probe_saved or self._baseline == 0.0 or now - self._cut_at < period \
+                or self._rtt * 4.0 > period:
+            # nothing learnt yet; a service that rejects (its rejections bound the limit); or round
+            # trips too long to spend one every period
+            return
+        floor = self._limit * BASELINE_PROBE_SHARE
+        if floor > MIN_WINDOW_SAMPLES:
+            floor = float(MIN_WINDOW_SAMPLES)
+        if floor < self.min_limit:
+            floor = float(self.min_limit)
+        if int(floor) >= self._int_limit:
+            return  # too few calls to drain anything
+        self._probe_saved = self._limit
+        self._set(floor)
+        self._w_need = max(1, int(floor))
+        self._new_window(now)
+        self.probes += 1
+
+    def _end_probe(self) -> None:
+        self._set(self._probe_saved)
+        self._probe_saved = 0.0
+        self._w_need = MIN_WINDOW_SAMPLES
 
     def _close_window(self, now: float) -> None:
         """One round trip's answers are in: update the baseline and the limit from their average."""
         rtt = self._w_sum / self._w_count
+        if self._probe_saved:
+            # a probe window: answers to calls sent while (nearly) every task had drained
+            self._new_window(now)
+            if rtt < self._baseline:
+                self._baseline = rtt
+            self._end_probe()
+            return
         in_use = self._w_used
         used = in_use >= USED_FRACTION * self._limit
+        elapsed = now - self._w_start
+        served = self._w_answers * rtt / elapsed if elapsed < math.inf else float(in_use)
         self._new_window(now)
         self.windows += 1
         self._rtt = rtt if self._rtt == 0.0 else self._rtt + 0.25 * (rtt - self._rtt)
@@ -271,9 +347,15 @@ class AdaptiveConcurrency:
             if not used:
                 return  # the application sends less than the limit: no news about the service
             if self._slow_start:
-                # double, but never past twice what was really in flight: a client that cannot
-                # fill its limit (busy CPU, slow input) must not build a burst it then sends at once
-                self._set(min(limit, in_use) * 2.0)
+                # double, but never past twice what was really in flight, nor twice what the
+                # service really served (answers per second x round trip): a client that cannot
+                # fill its limit (busy CPU, slow input, retries sleeping in back-off) must not build
+                # a burst it then sends at once
+                good = min(limit, in_use, served)
+                if good < 1.0:
+                    good = 1.0
+                self._good = good
+                self._set(good * 2.0)
             elif self._since_cut < PROBE_WINDOWS and limit >= PROBE_ZONE * self._cut_level:
                 self._since_cut += 1
                 self._set(limit + self.smoothing)
@@ -283,7 +365,7 @@ class AdaptiveConcurrency:
         # slower than tolerated: the service queues (or got slower for everyone)
         if self._slow_start:
             self._slow_start = False
-            self._set(limit * 0.5)
+            self._set(self._slow_start_exit())
             return
         if self._streak_limit == 0.0:
             self._streak_limit, self._streak_rtt = limit, rtt
