@@ -427,7 +427,7 @@ def simulate(mode, *, tasks=2, capacity=40, base=0.020, duration=10.0, seed=1, n
         else:
             send(i, data)
         for k in range(tasks):
-            assert 1 <= limit_of(k) <= max_limit
+            assert limit_of(k) >= 1 and limit_of(k) <= max_limit
         if clock.now >= next_trace:
             for k in range(tasks):  # the working limit: a baseline probe's brief dip aside
                 trace[k].append((clock.now, fixed or int(limiters[k]._probe_saved) or limiters[k].limit,
