@@ -146,13 +146,16 @@ class TestValidation:
         with pytest.raises(ValueError, match="does not parse"):
             spark.range(3).select(f("id"))
 
-    def test_async_function_rejected(self):
+    def test_async_function_class_rejected_and_batching_it_refused(self):
         class Fn(aiospark.AsyncFunction):
             async def async_invoke(self, value):
                 return [value]
 
-        with pytest.raises(TypeError, match="ordered_wait"):
-            aiospark.async_udf("int")(Fn())
+        with pytest.raises(TypeError, match=r"pass an instance: Fn\(\)"):
+            aiospark.async_udf("int")(Fn)
+        with pytest.raises(ValueError, match="batch inside it"):
+            aiospark.async_udf("int", batch_size=4)(Fn())
+        assert isinstance(aiospark.async_udf("int")(Fn()), aiospark.AsyncUDF)  # an instance is a column function
 
 
 @aiospark.async_udf("string")
