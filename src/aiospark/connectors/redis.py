@@ -37,14 +37,14 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any, Sequence
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..lookup import keys as keyconv
 from ..lookup.schema import RowMapper, parse_schema
 from ..lookup.source import LookupSource
-from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
+from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, check_key,
                       check_positive, has_null, resolve_secret, short)
 from .redaction import Redactor, scrubbed
+from .redis_url import parse_url
 from .shared import SHARED, config_key
 
 __all__ = ["RedisLookup"]
@@ -121,7 +121,7 @@ class RedisLookup(LookupSource):
             raise ValueError(f"kind='string' needs a one-column schema, got {schema!r}; "
                              "use kind='json' for JSON objects or kind='hash' for hashes")
         self.kind = kind
-        self._url, self._where, url_user, url_pw = self._parse_url(url)
+        self._url, self._where, url_user, url_pw = parse_url(url)
         self._password_env = password_env
         self._password = resolve_secret(password, None) or url_pw or resolve_secret(None, password_env)
         self._username = username if username is not None else (url_user.reveal() if url_user else None)
@@ -135,34 +135,6 @@ class RedisLookup(LookupSource):
         self._name = f"RedisLookup({self._where})"
         self._client: Any = None
         self._redactor = Redactor(self._password)
-
-    @staticmethod
-    def _parse_url(url: str) -> tuple[str, str, Secret | None, Secret | None]:
-        if not isinstance(url, str):
-            raise ValueError(f"url must be a string like 'redis://127.0.0.1:6379/0', got {url!r}")
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"url must start with redis://, rediss:// or unix://, got scheme "
-                             f"{parts.scheme!r}")
-        user = Secret(unquote(parts.username)) if parts.username else None
-        pw = Secret(unquote(parts.password)) if parts.password else None
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        for k, v in query:
-            if k == "password":
-                pw = Secret(v)
-        query = [(k, v) for k, v in query if k != "password"]
-        netloc = parts.netloc.rsplit("@", 1)[-1]
-        clean = urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
-        if parts.scheme == "unix":
-            where = parts.path or "?"
-        else:
-            try:
-                port = parts.port or 6379
-            except ValueError:
-                raise ValueError("url has an invalid port") from None
-            db = parts.path.strip("/") or "0"
-            where = f"{parts.hostname or '127.0.0.1'}:{port}/{db}"
-        return clean, where, user, pw
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_client": None, "_sem": None, "_client_key": None}

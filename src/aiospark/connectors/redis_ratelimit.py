@@ -59,7 +59,8 @@ from typing import Any, Callable, Deque, Optional, Sequence, Tuple
 from ..core.ratelimit import check_burst, check_cost, check_per, check_rate
 from ._common import ConnectorError, check_positive, resolve_secret
 from .redis_ratelimit_local import LocalCallers
-from .redis_ratelimit_script import GCRA_SCRIPT, Reservation, ScheduleConnection, parse_url
+from .redis_ratelimit_script import GCRA_SCRIPT, Reservation, ScheduleConnection
+from .redis_url import parse_url
 
 _log = logging.getLogger(__name__)
 
