@@ -12,42 +12,12 @@ from collections import Counter
 import pytest
 
 import aiospark
-from aiospark import AdaptiveConcurrency, AsyncFunction, Metrics, RetryStrategy
+from aiospark import AdaptiveConcurrency, Metrics, RetryStrategy
 from aiospark.connectors import is_retryable
 from tests.support.service import LimitedService
+from tests.support.fetch import Fetch
 
 RETRY = RetryStrategy.exponential_backoff(30, 0.01, 0.5, jitter=0.3, exception_predicate=is_retryable)
-
-
-class Fetch(AsyncFunction):
-    """GET {url}/item/{id}; a 429/503 raises a retryable error carrying its status."""
-
-    def __init__(self, url, key="id"):
-        self.url, self.key = url, key
-
-    async def open(self):
-        import aiohttp
-
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-    async def async_invoke(self, row):
-        async with self.session.get(f"{self.url}/item/{row[self.key]}") as response:
-            if response.status in (429, 503):
-                raise Overloaded(response.status)
-            response.raise_for_status()
-            await response.read()
-            return [{self.key: row[self.key]}]
-
-    async def close(self):
-        await self.session.close()
-
-
-class Overloaded(Exception):
-    retryable = True
-
-    def __init__(self, status):
-        super().__init__(f"HTTP {status}")
-        self.status = status
 
 
 async def broken(row):

@@ -9,11 +9,12 @@ import uuid
 import pytest
 
 import aiospark
-from aiospark import AsyncFunction, Metrics, RateLimit, RetryStrategy, retry_on
+from aiospark import Metrics, RateLimit, RetryStrategy, retry_on
 from aiospark.connectors import is_retryable
 from aiospark.connectors.redis_ratelimit import RedisRateLimit
 from tests.support.servers import RedisServer
 from tests.support.service import FaultService, ServiceConfig
+from tests.support.fetch import Fetch
 
 _attempts: dict = {}
 
@@ -28,36 +29,6 @@ async def faulty(row):
     if row["id"] % 25 == 0:
         raise ValueError("permanent")
     return {"id": row["id"]}
-
-
-class Fetch(AsyncFunction):
-    """GET {url}/item/{id} with one aiohttp session per worker; HTTP errors raise (retryable 5xx/429)."""
-
-    def __init__(self, url):
-        self.url = url
-
-    async def open(self):
-        import aiohttp
-
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-    async def async_invoke(self, row):
-        async with self.session.get(f"{self.url}/item/{row['id']}") as response:
-            if response.status >= 500 or response.status == 429:
-                raise Overloaded(response.status)
-            response.raise_for_status()
-            return [{"id": row["id"]}]
-
-    async def close(self):
-        await self.session.close()
-
-
-class Overloaded(Exception):
-    retryable = True
-
-    def __init__(self, status):
-        super().__init__(f"HTTP {status}")
-        self.status = status
 
 
 def run_df(spark, rows, partitions):
