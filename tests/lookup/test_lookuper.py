@@ -203,17 +203,50 @@ def test_cancelling_one_waiter_does_not_break_others(source_cls):
         async with Lookuper(src, cache=LookupCache()) as lk:
             tasks = [asyncio.create_task(lk.lookup(("k",))) for _ in range(3)]
             await asyncio.sleep(0.05)
-            tasks[0].cancel()
+            tasks[0].cancel()  # the first lookup: the one that loads (alone or in a batch)
             done = await asyncio.gather(*tasks, return_exceptions=True)
             assert isinstance(done[0], asyncio.CancelledError)
             assert done[1] == done[2] == [{"k": "k", "n": 0}]
-            # every waiter cancelled: the load still finishes and is cached
-            t = asyncio.create_task(lk.lookup(("z",)))
+            # a joining waiter cancelled: the load goes on for the others
+            tasks = [asyncio.create_task(lk.lookup(("j",))) for _ in range(2)]
             await asyncio.sleep(0.05)
-            t.cancel()
-            await asyncio.sleep(1.0)
+            tasks[1].cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert done[0] == [{"k": "j", "n": 0}] and isinstance(done[1], asyncio.CancelledError)
+        if source_cls is Slow:
+            # the cancelled first lookup cancelled its own request; the others got a load of their own
+            assert src.calls == [("k",), ("k",), ("j",)]
+        else:
+            # a batch is shared by every key in it: it always completes
+            assert [b for b in src.batches] == [[("k",)], [("j",)]]
+    run(main())
+
+
+def test_a_cancelled_lookup_cancels_its_request_unless_others_wait():
+    async def main():
+        started, cancelled = asyncio.Event(), []
+
+        class Watched(Slow):
+            async def lookup(self, key):
+                started.set()
+                try:
+                    return await super().lookup(key)
+                except asyncio.CancelledError:
+                    cancelled.append(key)
+                    raise
+
+        src = Watched(delay=5)
+        async with Lookuper(src) as lk:
+            task = asyncio.create_task(lk.lookup(("z",)))
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert cancelled == [("z",)]
+            assert lk.stats()["inflight"] == 0  # nothing left behind for the key
+            src.delay = 0
             assert await lk.lookup(("z",)) == [{"k": "z", "n": 0}]
-        assert len(src.calls) + len(getattr(src, "batches", [])) == 2
+        assert src.calls == [("z",), ("z",)]
     run(main())
 
 
@@ -292,7 +325,9 @@ def test_cache_hits_call_nothing_and_never_wait_for_the_loop():
     assert ticks == 0  # 6,000 hits answered without yielding to the loop once
 
 def test_lookup_on_another_loop_is_a_clear_error():
-    lk = Lookuper(Slow(delay=0))
+    # a lookup that would wait on a future of the loop that opened the lookuper (a batch, or a
+    # load to join) says so instead of hanging; one that loads in its own task needs no future
+    lk = Lookuper(Batchy(delay=0))
     asyncio.run(lk.open())
     with pytest.raises(RuntimeError, match="another event loop"):
         asyncio.run(lk.lookup(("a",)))

@@ -234,8 +234,10 @@ class HttpLookup(LookupSource):
             return None
         if 200 <= status < 300:
             try:
-                return loads(data) if data.strip() else None
+                return loads(data)
             except ValueError:
+                if not data.strip():
+                    return None
                 raise ConnectorError(f"{method} {self._where(url)} returned a non-JSON body "
                                      f"({len(data)} bytes)", source=self._name) from None
         raise status_error(status, answer.reason, answer.header("Retry-After"), data,
@@ -245,20 +247,25 @@ class HttpLookup(LookupSource):
         path = urlsplit(url).path or "/"
         return path if len(path) <= 200 else path[:197] + "..."
 
-    @scrubbed
     async def lookup(self, key: tuple) -> list[dict]:
         """GET (or POST) the rendered URL; 404 -> ``[]``; see the module doc for errors."""
-        key = check_key(key, len(self.key_columns), self._name)
-        if has_null(key):
-            return []
-        try:
-            url = self._tpl.render(key, url_key)
-            body = ({c: json_key(v) for c, v in zip(self.key_columns, key)}
-                    if self.method == "POST" else None)
-        except keyconv.KeyMismatch:
-            return []
-        data = await self._request(self.method, url, body, missing_ok=True)
-        return self._answers.answer(data)
+        try:  # what @scrubbed does, without a coroutine around the coroutine on this path
+            key = check_key(key, len(self.key_columns), self._name)
+            if has_null(key):
+                return []
+            try:
+                url = self._tpl.render(key, url_key)
+                body = ({c: json_key(v) for c, v in zip(self.key_columns, key)}
+                        if self.method == "POST" else None)
+            except keyconv.KeyMismatch:
+                return []
+            data = await self._request(self.method, url, body, missing_ok=True)
+            return self._answers.answer(data)
+        except Exception as exc:
+            clean = self._redactor.exception(exc, self._name)
+            if clean is exc:
+                raise
+            raise clean from None
 
     @scrubbed
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import email.utils
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
 
 from ..lookup.schema import RowMapper
 from ._common import ConnectorError
@@ -93,12 +94,12 @@ class JsonRows:
         mapper = self._mapper
         if data is None:
             return []
-        if isinstance(data, Mapping):
+        if type(data) is dict or isinstance(data, Mapping):  # JSON objects decode to dict
             return [mapper.row(data)]
         items = data if isinstance(data, list) else [data]
         rows = []
         for item in items:
-            if isinstance(item, Mapping):
+            if type(item) is dict or isinstance(item, Mapping):
                 rows.append(mapper.row(item))
             elif len(self._fields) == 1 and item is not None:
                 rows.append(mapper.single(item))

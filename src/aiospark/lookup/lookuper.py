@@ -5,16 +5,17 @@ This is what a lookup join calls once per input row. Per key it:
 1. returns ``[]`` at once when any key value is ``None`` (SQL NULL never matches);
 2. answers from the :class:`LookupCache` when one is configured;
 3. joins an in-flight load of the same key (one source call for many waiters);
-4. otherwise starts a load: a ``source.lookup(key)`` task, or -- when the source
-   supports batches -- adds the key to the pending batch, which is sent with one
+4. otherwise loads it: ``source.lookup(key)`` awaited in the caller's own task, or -- when
+   the source supports batches -- adds the key to the pending batch, which is sent with one
    ``source.lookup_batch`` call once ``max_batch_size`` keys are pending or
    ``max_batch_delay`` seconds after its first key arrived (one loop timer per
    batch, no polling).
 
-Every waiter has a future of its own, which the load completes: cancelling one waiter never
-cancels the load others wait on (what ``asyncio.shield`` would give, at a third of the loop
-callbacks). A failed load raises the same exception in every waiter and is not cached. A batch
-outcome may be an exception for one key: only that key's waiters get it.
+Lookups that join a load wait on a future of their own, which the load completes: cancelling
+one of them never touches the load. The lookup that loads in its own task cancels its load when
+it is cancelled (a timed-out call stops its request); lookups that joined it get a fresh load
+of their own, in a task. A failed load raises the same exception in every waiter and is not
+cached. A batch outcome may be an exception for one key: only that key's waiters get it.
 
 Example::
 
@@ -28,7 +29,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterable
 
 from .cache import LookupCache
 from .source import LookupSource
@@ -162,13 +164,18 @@ class Lookuper:
             rows = cache.get(key)
             if rows is not None:
                 return rows
-        if not self._opened or self._loop is not asyncio.get_running_loop():
+        if not self._opened:
+            self._not_open()
+        waiters = self._inflight.get(key)
+        if waiters is None and not self.batch:
+            self._inflight[key] = []  # lookups of this key from now on join this load
+            return await self._load_here(key)
+        if self._loop is not asyncio.get_running_loop():  # a future of another loop would hang
             self._not_open()
         waiter = self._loop.create_future()
-        waiters = self._inflight.get(key)
         if waiters is None:
             self._inflight[key] = [waiter]
-            self._start_load(key)
+            self._add_to_batch(key)
         else:
             waiters.append(waiter)
             self.coalesced += 1
@@ -184,12 +191,12 @@ class Lookuper:
         raise RuntimeError(f"{type(self).__name__} was opened on another event loop: close() it and "
                            "open() it on the loop that calls lookup()")
 
-    def _start_load(self, key: tuple) -> None:
-        if not self.batch:
-            task = self._loop.create_task(self._load_one(key))
-            self._tasks.add(task)
-            task.add_done_callback(self._task_done)
-            return
+    def _start_load_task(self, key: tuple) -> None:
+        task = self._loop.create_task(self._load_one(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _add_to_batch(self, key: tuple) -> None:
         pending = self._pending
         pending[key] = None
         if len(pending) >= self.max_batch_size:
@@ -216,7 +223,26 @@ class Lookuper:
                 else:
                     waiter.set_exception(exc)
 
+    async def _load_here(self, key: tuple) -> list[dict]:
+        """Load ``key`` in the calling task; its waiters get a load of their own if it is cancelled."""
+        self.source_calls += 1
+        try:
+            rows = _as_rows(await self.source.lookup(key))
+        except asyncio.CancelledError:
+            waiters = self._inflight.get(key)
+            if waiters is not None and any(not w.done() for w in waiters):
+                self._start_load_task(key)
+            else:
+                self._inflight.pop(key, None)
+            raise
+        except BaseException as exc:
+            self.errors += 1
+            self._fail(key, exc)
+            raise
+        return self._loaded(key, rows)
+
     async def _load_one(self, key: tuple) -> list[dict]:
+        """Load ``key`` in a task of its own, for the lookups waiting on it."""
         self.source_calls += 1
         try:
             rows = _as_rows(await self.source.lookup(key))
@@ -225,6 +251,9 @@ class Lookuper:
                 self.errors += 1
             self._fail(key, exc)
             raise
+        return self._loaded(key, rows)
+
+    def _loaded(self, key: tuple, rows: list) -> list:
         if self.cache is not None:
             self.cache.put(key, rows)
         self._deliver(key, rows)

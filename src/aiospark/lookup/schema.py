@@ -221,6 +221,10 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+#: The Python type each converter returns unchanged (a value already of it skips the call)
+_KEPT: dict[Callable[[Any], Any], type] = {_to_str: str, _to_int: int, _to_float: float, _to_bool: bool}
+
+
 def converter_for(field: Field) -> Callable[[Any], Any] | None:
     """Return a function converting a raw value to ``field``'s type (None: keep as is)."""
     return _CONVERTERS.get(field.base_type)
@@ -239,7 +243,9 @@ class RowMapper:
     def __init__(self, fields: Sequence[Field], convert: bool = True) -> None:
         self.fields = list(fields)
         self.names = [f.name for f in self.fields]
-        self._plan = [(f.name, converter_for(f) if convert else None, f.type) for f in self.fields]
+        #: (name, converter, type, the type a value keeps as is); None converter: keep everything
+        self._plan = [(f.name, conv, f.type, _KEPT.get(conv, NotImplemented))  # type: ignore[arg-type]
+                      for f in self.fields for conv in [converter_for(f) if convert else None]]
 
     def convert(self, name: str, conv: Callable[[Any], Any] | None, typ: str, value: Any) -> Any:
         if value is None or conv is None:
@@ -255,12 +261,12 @@ class RowMapper:
         """Return one output row built from ``record``."""
         get = record.get
         out = {}
-        for name, conv, typ in self._plan:
+        for name, conv, typ, kept in self._plan:
             v = get(name)
-            out[name] = v if (v is None or conv is None) else self.convert(name, conv, typ, v)
+            out[name] = v if (v is None or conv is None or type(v) is kept) else self.convert(name, conv, typ, v)
         return out
 
     def single(self, value: Any) -> dict[str, Any]:
         """Row for a one-column schema from a bare value."""
-        name, conv, typ = self._plan[0]
+        name, conv, typ, _ = self._plan[0]
         return {name: self.convert(name, conv, typ, value)}

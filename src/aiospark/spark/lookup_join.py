@@ -50,16 +50,22 @@ class _LookupJoin(AsyncFunction):
         await self.lookuper.close()
 
     async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
-        key = tuple(row[name] for name in self.on)
-        found = [] if None in key else await self.lookuper.lookup(key)
+        on = self.on
+        key = (row[on[0]],) if len(on) == 1 else tuple([row[name] for name in on])
+        found = await self.lookuper.lookup(key)  # [] for a NULL in the key, without a source call
         if not found:
             if not self.left:
                 return []
             if self.pad_as_tuple:
                 return [tuple(row.get(n) for n in self.names)]
             return [row]
-        columns = self.columns
-        return [{**row, **{c: hit.get(c) for c in columns}} for hit in found]
+        out = []
+        for hit in found:
+            joined = row.copy()
+            for c in self.columns:
+                joined[c] = hit.get(c)
+            out.append(joined)
+        return out
 
 
 class _LookupValues(AsyncFunction):
