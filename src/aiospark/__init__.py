@@ -5,6 +5,7 @@ ordered or unordered output. The core engine (``aiospark.core``) is pure asyncio
 points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
 from .core.adaptive import AdaptiveConcurrency
+from .core.deadlines import time_left
 from .core.metrics import OperatorMetrics, record_usage
 from .core.ratelimit import RateLimit
 from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
@@ -38,7 +39,7 @@ def __getattr__(name: str):  # Spark entry points load pyspark only when first u
 
 
 __all__ = [
-    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit", "record_usage",
+    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit", "record_usage", "time_left",
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
     "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",

@@ -136,6 +136,38 @@ def test_timeout_and_cancellation_abort_the_request(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_row_that_times_out_takes_its_request_down(transport):
+    """The operator's timeout cancels the call; the request ends with it, also on pyreqwest
+    (which does not abort cancelled requests itself: it gets the call's deadline as its timeout)."""
+    from aiospark.core import AsyncWaitOperator
+
+    async def main():
+        async with RawServer(hang=True) as srv:
+            client = HttpClient(transport=transport, timeout=None)  # no timeout of its own
+
+            async def fetch(i):
+                return (await client.get(f"{srv.url}/item/{i}")).json()
+
+            out = []
+            op = AsyncWaitOperator(fetch, out.append, ordered=False, capacity=10, timeout=0.3)
+            await op.open()
+            for i in range(3):
+                await op.process_element(i)
+            t0 = asyncio.get_running_loop().time()
+            with pytest.raises(Exception, match="timed out|Timeout"):
+                await op.finish()  # no timeout handler: a timed-out row fails the operator
+            await op.close()
+            for _ in range(300):  # the server sees every connection go within a moment
+                if srv.closed >= 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert srv.requests == 3 and srv.closed == 3
+            assert asyncio.get_running_loop().time() - t0 < 2.0
+            await client.close()
+    run(main())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_proxy_from_environment(transport, monkeypatch):
     async def main():
         async with RawServer(body=b'{"name":"via proxy"}') as proxy:

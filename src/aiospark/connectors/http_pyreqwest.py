@@ -9,9 +9,15 @@ one future's completion instead of several protocol callbacks.
 What it keeps: a pool of keep-alive connections, at most ``max_connections`` requests in flight
 (further requests wait for a slot), a total ``timeout`` per request (connect to last body byte),
 TLS verified against the platform's roots (rustls-platform-verifier), proxies from ``HTTP_PROXY``/
-``HTTPS_PROXY``/``NO_PROXY``, HTTP/2 where TLS ALPN offers it; cancelling the awaiting task drops
-the Rust future, which aborts the request. Redirects are followed (at most 10), as aiohttp does;
-like aiohttp, reqwest drops the Authorization header when a redirect leaves the host.
+``HTTPS_PROXY``/``NO_PROXY``, HTTP/2 where TLS ALPN offers it. Redirects are followed (at most
+10), as aiohttp does; like aiohttp, reqwest drops the Authorization header when a redirect leaves
+the host.
+
+Timeouts that cancel: pyreqwest (0.15) does not abort a request whose awaiting task is cancelled
+(the Rust task runs on to its end or its timeout). So a request sent from an aiospark call gets
+the call's deadline (:func:`aiospark.time_left`) as its own timeout, a moment later than the
+operator's (``DEADLINE_GRACE``) so that the row still gets the operator's timeout outcome: when a
+row times out, its request is aborted with it instead of holding a connection for up to ``timeout``.
 
 One difference is handled here: reqwest parses URLs by the WHATWG rules, which read a path segment
 ``%2E`` or ``%2E%2E`` as ``.``/``..`` and remove it, so the key ``".."`` in ``/item/{id}`` would
@@ -34,9 +40,13 @@ from typing import Any, Mapping
 from pyreqwest.client import ClientBuilder
 from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutError
 
+from ..core.deadlines import time_left
 from .http_transport import Answer, Transport, TransportFailure, _reason
 
 __all__ = ["PyreqwestTransport"]
+
+#: seconds a request may outlive its call's deadline (the operator's timeout acts first)
+DEADLINE_GRACE = 0.05
 
 #: A path segment of only percent-encoded dots, which WHATWG URL parsing would resolve away
 _DOT_SEGMENT = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*(?:/[^?#]*)?/(?:%2[eE]){1,2}(?:[/?#]|$)")
@@ -65,6 +75,7 @@ class PyreqwestTransport(Transport):
         if timeout is not None and timeout > 0:
             builder = builder.timeout(datetime.timedelta(seconds=timeout))
         self._client: Any = builder.build()
+        self._timeout = timeout if timeout is not None and timeout > 0 else None
         self._settings = dict(headers=headers, max_connections=max_connections, timeout=timeout)
         self._literal: Transport | None = None  # the aiohttp transport of dot-segment URLs
 
@@ -80,6 +91,9 @@ class PyreqwestTransport(Transport):
             return await self._literal_transport().send(method, url, body, headers)
         try:
             req = self._client.request(method, url)
+            left = time_left()
+            if left is not None and (self._timeout is None or left + DEADLINE_GRACE < self._timeout):
+                req = req.timeout(datetime.timedelta(seconds=max(left, 0.0) + DEADLINE_GRACE))
             if headers:
                 req = req.headers(headers)
             if body is not None:

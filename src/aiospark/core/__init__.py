@@ -19,6 +19,7 @@ Example::
 
     asyncio.get_event_loop_policy().new_event_loop().run_until_complete(main())  # or await main()
 """
+from .deadlines import time_left
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, AsyncTimeoutError, BlockedLoopWarning
 from .function import AsyncFunction
@@ -31,5 +32,5 @@ __all__ = [
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
     "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "StreamElement", "UnorderedQueue", "Watermark",
-    "retry_if_empty", "retry_on",
+    "retry_if_empty", "retry_on", "time_left",
 ]

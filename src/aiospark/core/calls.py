@@ -30,6 +30,7 @@ Example (what the operator does for each element)::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import math
 import numbers
@@ -55,6 +56,10 @@ PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
 #: asyncio's eager task factory (3.12+): the task's first step runs inside ``create_task``.
 _eager_task_factory = getattr(asyncio, "eager_task_factory", None)
+
+#: the deadline (loop time) of the call running in this task; read through ``time_left()``
+current_deadline: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
+    "aiospark_call_deadline", default=None)
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
 _clock = time.monotonic
 
@@ -153,7 +158,8 @@ class Caller:
     # ------------------------------------------------------------------ the call
     def start(self, call: Call) -> None:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
-        task = self._create_task(self._attempts(call.element[0]))
+        timeout = self.timeout
+        task = self._create_task(self._attempts(call.element[0], call.started + timeout if timeout else None))
         call.task = task
         if task.done():  # an eager task that needed no I/O: its outcome is here already
             self._finished(call, task)
@@ -163,9 +169,12 @@ class Caller:
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
-    async def _attempts(self, value: Any) -> List[Any]:
+    async def _attempts(self, value: Any, deadline: Optional[float] = None) -> List[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
-        results that stand, or raises the exception that stands."""
+        results that stand, or raises the exception that stands. ``deadline`` (loop time) is what
+        :func:`~aiospark.core.deadlines.time_left` tells the code of the call."""
+        if deadline is not None:
+            current_deadline.set(deadline)  # this task's own context: no reset needed
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Optional[Iterator[float]] = None
         cost = self.cost_of(value) if self._cost is not None else None

@@ -18,7 +18,26 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Iterable, Optional
 
-from .calls import Call
+from .calls import Call, current_deadline
+
+__all__ = ["Deadlines", "time_left"]
+
+
+def time_left() -> Optional[float]:
+    """Seconds until the deadline of the call running in this task (its row's ``timeout``,
+    counted from when the row entered the queue, retries included); ``None`` outside a call or
+    when the operator has no timeout. May be <= 0 once the deadline has passed.
+
+    Give it to a client whose requests must not outlive the row, e.g.::
+
+        async def enrich(row):
+            left = aiospark.time_left()
+            resp = await session.get(url, timeout=aiohttp.ClientTimeout(total=left))
+    """
+    deadline = current_deadline.get()
+    if deadline is None:
+        return None
+    return deadline - asyncio.get_running_loop().time()
 
 
 class Deadlines:
