@@ -54,12 +54,12 @@ class HttpResponse:
     """One answer, read whole: ``status``, ``reason``, ``headers`` (case-insensitive ``get``),
     ``content`` (bytes); ``json()``, ``text()``, ``raise_for_status()``."""
 
-    __slots__ = ("status", "reason", "headers", "content", "_request", "_redactor")
+    __slots__ = ("status", "reason", "headers", "content", "_method", "_url", "_redactor")
 
-    def __init__(self, status: int, reason: str, headers: Any, content: bytes, request: str,
+    def __init__(self, status: int, reason: str, headers: Any, content: bytes, method: str, url: str,
                  redactor: Redactor) -> None:
         self.status, self.reason, self.headers, self.content = status, reason, headers, content
-        self._request, self._redactor = request, redactor
+        self._method, self._url, self._redactor = method, url, redactor
 
     def json(self) -> Any:
         """The body decoded as JSON (orjson); ``ValueError`` when it is not JSON."""
@@ -78,7 +78,7 @@ class HttpResponse:
         if 200 <= self.status < 300:
             return self
         raise status_error(self.status, self.reason, self.headers.get("Retry-After"), self.content,
-                           self._request, self._redactor, "HttpClient")
+                           f"{self._method} {_path(self._url)}", self._redactor, "HttpClient")
 
     def __repr__(self) -> str:
         return f"<HttpResponse {self.status} {self.reason} ({len(self.content)} bytes)>"
@@ -149,8 +149,8 @@ class HttpClient:
                                        source="HttpClient") from None
             detail = _path(self._redactor.scrub(exc.detail, limit=300))
             raise ConnectorError(f"{where} failed: {detail}", source="HttpClient", retryable=True) from None
-        return HttpResponse(answer.status, answer.reason, answer.headers, answer.body,
-                            f"{method} {_path(url)}", self._redactor)
+        return HttpResponse(answer.status, answer.reason, answer.headers, answer.body, method, url,
+                            self._redactor)
 
     async def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
         return await self.request("GET", url, headers=headers)
@@ -187,8 +187,14 @@ def http_client(*, transport: str = "auto", max_connections: int = 100, timeout:
     """
     import asyncio
 
+    global _LAST
     loop = asyncio.get_running_loop()
-    key = (transport, max_connections, timeout, tuple(sorted((headers or {}).items())))
+    key = (transport, max_connections, timeout, tuple(sorted(headers.items())) if headers else ())
+    last = _LAST
+    if last is not None and last[0]() is loop and last[1] == key:  # the usual call: same as before
+        client = last[2]()
+        if client is not None:
+            return client
     clients = _SHARED.get(loop)
     if clients is None:
         clients = _SHARED[loop] = {}
@@ -196,4 +202,9 @@ def http_client(*, transport: str = "auto", max_connections: int = 100, timeout:
     if client is None:
         client = clients[key] = HttpClient(transport=transport, max_connections=max_connections,
                                            timeout=timeout, headers=headers)
+    _LAST = (weakref.ref(loop), key, weakref.ref(client))
     return client
+
+
+#: the loop, settings and client of the last http_client() call (weakly: _SHARED owns the client)
+_LAST: tuple | None = None
