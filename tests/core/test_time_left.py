@@ -71,3 +71,16 @@ def test_each_call_has_its_own_deadline():
 
     assert sorted(run(main()).values()) == [0, 1]
     assert 1.9 < lefts[0] <= 2.0 and 1.9 < lefts[1] <= 2.0  # row 1's clock started when it entered
+
+
+def test_a_batch_sees_the_deadline_of_its_oldest_row():
+    lefts = []
+
+    class Batch(AsyncFunction):
+        async def async_invoke(self, values):
+            lefts.append(time_left())
+            return [[v * 10] for v in values]
+
+    out = run(run_operator(Batch(), list(range(8)), ordered=True, timeout=3.0, batch_size=4, batch_delay=0.05))
+    assert out.values() == [v * 10 for v in range(8)]
+    assert len(lefts) == 2 and all(2.5 < left <= 3.0 for left in lefts)

@@ -113,7 +113,9 @@ class BatchCaller(Caller):
     # ------------------------------------------------------------------ one batch's call
     def _run(self, batch: List[Call]) -> None:
         self.batches += 1
-        task = self._create_task(self._attempts([call.element[0] for call in batch]))
+        # the batch's deadline is its oldest row's: the one its timeout acts on
+        deadline = min(call.started for call in batch) + self.timeout if self.timeout else None
+        task = self._create_task(self._attempts([call.element[0] for call in batch], deadline))
         for call in batch:
             call.task = task
         if task.done():
