@@ -338,10 +338,8 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
     the cyclic GC between chunks and between partitions (pyspark.daemon calls gc.collect() after
     every task), so loop objects -- futures, cancelled timers and tasks caught in reference cycles --
     are freed on the task's thread. Every cross-thread wake-up must still run: no partition stalls.
-    Guards the "lost call_soon_threadsafe wake-up" suspected in docs/design.md ("uvloop is opt-in"),
-    which did not reproduce on this code, here or in Spark."""
-    if choice == "uvloop":
-        pytest.importorskip("uvloop")
+    Guards the "lost call_soon_threadsafe wake-up" once suspected of uvloop (docs/design.md, "Event
+    loop"), which did not reproduce on this code, here or in Spark."""
     monkeypatch.setenv("AIOSPARK_LOOP", choice)
     wl = WorkerLoop()
     calls = []

@@ -48,7 +48,7 @@ LOOP_CHOICES = ("asyncio", "uvloop", "auto")
 
 def loop_choice() -> str:
     """``AIOSPARK_LOOP``, validated: which event loop the worker runs (see :func:`new_event_loop`)."""
-    choice = os.environ.get("AIOSPARK_LOOP", "asyncio").strip().lower() or "asyncio"
+    choice = os.environ.get("AIOSPARK_LOOP", "auto").strip().lower() or "auto"
     if choice not in LOOP_CHOICES:
         raise ValueError(f"AIOSPARK_LOOP must be one of {', '.join(LOOP_CHOICES)}, got {choice!r}")
     return choice
@@ -58,11 +58,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     """The worker's loop, chosen by ``AIOSPARK_LOOP`` (on executors:
     ``spark.executorEnv.AIOSPARK_LOOP``):
 
-    * ``asyncio`` (default): asyncio's own loop, the one ``asyncio.run`` uses -- every asyncio
-      library accepts it on every Python version;
-    * ``uvloop``: opt in to uvloop (``pip install aiospark[uvloop]``), less CPU per call; it is
-      not the default because full test runs hung inside Spark with it (docs/design.md);
-    * ``auto``: uvloop when installed, else asyncio's loop.
+    * ``auto`` (default): uvloop when it is installed (a dependency of aiospark except on
+      Windows), else asyncio's own loop. uvloop runs the same ``asyncio.Task`` objects with less
+      CPU per call: about twice the HTTP requests/s per core (docs/design.md, "Event loop");
+    * ``asyncio``: asyncio's own loop, the one ``asyncio.run`` uses;
+    * ``uvloop``: uvloop, or an ImportError when it is not installed.
     """
     choice = loop_choice()
     if choice in ("auto", "uvloop"):
