@@ -30,6 +30,7 @@ retryable :class:`~aiospark.connectors.ConnectorError`; their messages carry the
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from typing import Any, Mapping
 
@@ -188,13 +189,15 @@ def http_client(*, transport: str = "auto", max_connections: int = 100, timeout:
     import asyncio
 
     global _LAST
-    loop = asyncio.get_running_loop()
     key = (transport, max_connections, timeout, tuple(sorted(headers.items())) if headers else ())
     last = _LAST
-    if last is not None and last[0]() is loop and last[1] == key:  # the usual call: same as before
-        client = last[2]()
-        if client is not None:
+    if last is not None and last[0] == threading.get_ident() and last[2] == key:
+        # the usual call: same thread and settings as the last one; a loop running in this thread
+        # is the running loop (one per thread), found without get_running_loop()'s getpid()
+        loop, client = last[1](), last[3]()
+        if loop is not None and client is not None and loop.is_running():
             return client
+    loop = asyncio.get_running_loop()
     clients = _SHARED.get(loop)
     if clients is None:
         clients = _SHARED[loop] = {}
@@ -202,9 +205,9 @@ def http_client(*, transport: str = "auto", max_connections: int = 100, timeout:
     if client is None:
         client = clients[key] = HttpClient(transport=transport, max_connections=max_connections,
                                            timeout=timeout, headers=headers)
-    _LAST = (weakref.ref(loop), key, weakref.ref(client))
+    _LAST = (threading.get_ident(), weakref.ref(loop), key, weakref.ref(client))
     return client
 
 
-#: the loop, settings and client of the last http_client() call (weakly: _SHARED owns the client)
+#: thread, loop, settings and client of the last http_client() call (weakly: _SHARED owns the client)
 _LAST: tuple | None = None

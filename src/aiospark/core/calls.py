@@ -35,7 +35,7 @@ import functools
 import math
 import numbers
 import time
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from .adaptive import AdaptiveConcurrency
 from .errors import AsyncTimeoutError, describe_input
@@ -57,9 +57,9 @@ PREDICATES = ("retry result_predicate", "retry exception_predicate")
 #: asyncio's eager task factory (3.12+): the task's first step runs inside ``create_task``.
 _eager_task_factory = getattr(asyncio, "eager_task_factory", None)
 
-#: the deadline (loop time) of the call running in this task; read through ``time_left()``
-current_deadline: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
-    "aiospark_call_deadline", default=None)
+#: (deadline in loop time, the loop) of the call running in this task; read through ``time_left()``
+current_deadline: contextvars.ContextVar[Optional[Tuple[float, asyncio.AbstractEventLoop]]] = \
+    contextvars.ContextVar("aiospark_call_deadline", default=None)
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
 _clock = time.monotonic
 
@@ -174,7 +174,7 @@ class Caller:
         results that stand, or raises the exception that stands. ``deadline`` (loop time) is what
         :func:`~aiospark.core.deadlines.time_left` tells the code of the call."""
         if deadline is not None:
-            current_deadline.set(deadline)  # this task's own context: no reset needed
+            current_deadline.set((deadline, self._loop))  # this task's own context: no reset needed
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Optional[Iterator[float]] = None
         cost = self.cost_of(value) if self._cost is not None else None
