@@ -95,10 +95,6 @@ def test_pyreqwest_verifies_against_the_ca_from_ssl_cert_file(tls_nginx):
     assert [uri for _, uri in protocols_of(tls_nginx, keys)] == [f"/item/{k}" for k in keys]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pyreqwest 0.15's ClientBuilder has HTTP/2 off by default (ClientBuilder.http2(enable), 'Default "
-    "is false'); PyreqwestTransport does not enable it, so ALPN offers http/1.1 only and nginx logs "
-    "HTTP/1.1. docs/design.md claims HTTP/2 by ALPN. Strict: passes, and so fails, once fixed."))
 def test_pyreqwest_speaks_http2_where_alpn_offers_it(tls_nginx):
     keys = ["pyreqwest-h2-1", "pyreqwest-h2-2", "pyreqwest-h2-3"]
     assert lookup_in_child(tls_nginx, "pyreqwest", keys) == {"rows": ROWS}

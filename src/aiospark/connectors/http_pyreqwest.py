@@ -70,8 +70,9 @@ class PyreqwestTransport(Transport):
     name = "pyreqwest"
 
     def __init__(self, *, headers: Mapping[str, str], max_connections: int, timeout: float | None) -> None:
+        # http2(True): offer h2 by TLS ALPN (pyreqwest's default is HTTP/1.1 only); cleartext stays 1.1
         builder = (ClientBuilder().max_connections(max_connections).default_headers(dict(headers))
-                   .error_for_status(False))
+                   .error_for_status(False).http2(True))
         if timeout is not None and timeout > 0:
             builder = builder.timeout(datetime.timedelta(seconds=timeout))
         self._client: Any = builder.build()
