@@ -168,8 +168,19 @@ class Lookuper:
             self._not_open()
         waiters = self._inflight.get(key)
         if waiters is None and not self.batch:
-            self._inflight[key] = []  # lookups of this key from now on join this load
-            return await self._load_here(key)
+            # load in this task (inline: a coroutine less per row); lookups of the key join it
+            self._inflight[key] = []
+            self.source_calls += 1
+            try:
+                rows = _as_rows(await self.source.lookup(key))
+            except asyncio.CancelledError:
+                self._hand_over(key)
+                raise
+            except BaseException as exc:
+                self.errors += 1
+                self._fail(key, exc)
+                raise
+            return self._loaded(key, rows)
         if self._loop is not asyncio.get_running_loop():  # a future of another loop would hang
             self._not_open()
         waiter = self._loop.create_future()
@@ -223,23 +234,14 @@ class Lookuper:
                 else:
                     waiter.set_exception(exc)
 
-    async def _load_here(self, key: tuple) -> list[dict]:
-        """Load ``key`` in the calling task; its waiters get a load of their own if it is cancelled."""
-        self.source_calls += 1
-        try:
-            rows = _as_rows(await self.source.lookup(key))
-        except asyncio.CancelledError:
-            waiters = self._inflight.get(key)
-            if waiters is not None and any(not w.done() for w in waiters):
-                self._start_load_task(key)
-            else:
-                self._inflight.pop(key, None)
-            raise
-        except BaseException as exc:
-            self.errors += 1
-            self._fail(key, exc)
-            raise
-        return self._loaded(key, rows)
+    def _hand_over(self, key: tuple) -> None:
+        """The lookup loading ``key`` in its own task was cancelled: the lookups that joined it get
+        a load of their own, in a task."""
+        waiters = self._inflight.get(key)
+        if waiters is not None and any(not w.done() for w in waiters):
+            self._start_load_task(key)
+        else:
+            self._inflight.pop(key, None)
 
     async def _load_one(self, key: tuple) -> list[dict]:
         """Load ``key`` in a task of its own, for the lookups waiting on it."""
