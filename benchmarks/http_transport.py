@@ -127,7 +127,6 @@ def child_spark(args: argparse.Namespace) -> None:
 
     async def with_aiohttp(row: dict) -> dict:
         import aiohttp
-        global _SESSION
         s = globals().get("_SESSION")
         if s is None:  # one session per worker process, like a user's module-level client
             s = globals()["_SESSION"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c))

@@ -89,8 +89,8 @@ def main(argv=None) -> int:
           f"latency lognormal median {MEDIAN * 1000:.0f} ms sigma {SIGMA} + {SLOW_FRACTION:.0%} at "
           f"{SLOW * 1000:.0f} ms (mean {mean * 1000:.1f} ms; capacity/mean = {bound:,.0f} rows/s); "
           f"load {os.getloadavg()[0]:.1f}")
-    print(f"| mode | rows/s | vs unordered |")
-    print(f"|---|---:|---:|")
+    print("| mode | rows/s | vs unordered |")
+    print("|---|---:|---:|")
     for name, _ in modes:
         print(f"| {name} | {best[name]:,.0f} | {best[name] / best['unordered']:.2f} |")
     return 0

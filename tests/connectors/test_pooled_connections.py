@@ -20,7 +20,7 @@ import aiospark
 from aiospark.connectors import HttpLookup, PostgresLookup, RedisLookup
 from tests.support.servers import PostgresServer, RedisServer
 
-from ._connections import postgres_clients, python_workers, redis_clients, tcp_established, wait_until
+from ._connections import postgres_clients, python_workers, redis_clients, tcp_established
 from ._support import HttpStub
 
 ROOT = Path(__file__).resolve().parents[2]

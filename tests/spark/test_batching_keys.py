@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import aiospark
-from aiospark import AsyncFunctionError
 
 # -- functions run on the workers (pickled by reference to this module) -----------------------------
 
