@@ -360,7 +360,7 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
         return x
 
     async def make_operator(output):
-        return AsyncWaitOperator(mixed, output, ordered=False, capacity=40, timeout=0.25,
+        return AsyncWaitOperator(mixed, output, ordered=False, capacity=40, timeout=1.0,
                                  on_error=lambda value, exc: [(value, type(exc).__name__)], manage_lifecycle=False)
 
     def chunks(n):
@@ -387,9 +387,11 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
             by_key = {v[0] if isinstance(v, tuple) else v: v for v in out}
             assert len(out) == len(by_key) == 200
             assert all(by_key[x] == (x, "AsyncTimeoutError") for x in range(0, 200, 10))
-            assert all(by_key[x] == (x, "ValueError") for x in range(1, 200, 10))
-            # the others succeed (on a very busy machine one may overrun the timeout)
+            # the others fail or succeed; on a very busy machine (a collection on the task's thread
+            # holds the GIL) a row's deadline may pass before its call ran: then it timed out
+            assert all(by_key[x] in ((x, "ValueError"), (x, "AsyncTimeoutError")) for x in range(1, 200, 10))
             assert all(by_key[x] in (x, (x, "AsyncTimeoutError")) for x in range(200) if x % 10 > 1)
+            assert sum(by_key[x] == (x, "ValueError") for x in range(1, 200, 10)) > 0
     finally:
         wl.shutdown()
     assert len(calls) == 4 * 200
