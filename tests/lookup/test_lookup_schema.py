@@ -44,3 +44,16 @@ def test_row_mapper_bad_value_names_column():
         m.row({"age": "old"})
     with pytest.raises(ValueError, match="column 'age'"):
         m.row({"age": 1.5})  # no silent truncation
+
+
+def test_values_already_of_their_type_are_kept_others_converted():
+
+    mapper = RowMapper(parse_schema("s STRING, n BIGINT, x DOUBLE, b BOOLEAN, d DECIMAL(5,2)"))
+    text = "".join(["pe", "n"])  # a str object of its own: kept as that very object
+    row = mapper.row({"s": text, "n": 7, "x": 2, "b": True, "d": "1.50"})
+    assert row["s"] is text and row == {"s": "pen", "n": 7, "x": 2.0, "b": True, "d": decimal.Decimal("1.50")}
+    assert type(row["x"]) is float  # an int for a DOUBLE column is converted, not kept
+    # a bool is not kept for a BIGINT column (bool is an int subclass): converted as before
+    assert mapper.row({"n": True})["n"] == 1 and type(mapper.row({"n": True})["n"]) is int
+    with pytest.raises(ValueError, match="column 'n'"):
+        mapper.row({"n": "seven"})

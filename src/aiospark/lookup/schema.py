@@ -243,9 +243,11 @@ class RowMapper:
     def __init__(self, fields: Sequence[Field], convert: bool = True) -> None:
         self.fields = list(fields)
         self.names = [f.name for f in self.fields]
-        #: (name, converter, type, the type a value keeps as is); None converter: keep everything
-        self._plan = [(f.name, conv, f.type, _KEPT.get(conv, NotImplemented))  # type: ignore[arg-type]
-                      for f in self.fields for conv in [converter_for(f) if convert else None]]
+        #: (name, converter, type, the type a value keeps as is or None); None converter: keep everything
+        self._plan = []
+        for f in self.fields:
+            conv = converter_for(f) if convert else None
+            self._plan.append((f.name, conv, f.type, _KEPT.get(conv) if conv is not None else None))
 
     def convert(self, name: str, conv: Callable[[Any], Any] | None, typ: str, value: Any) -> Any:
         if value is None or conv is None:
