@@ -90,3 +90,101 @@ def test_a_raising_retry_predicate_fails_the_operator_even_with_on_error():
         run_all(echo, [1, 2], retry=RetryStrategy.fixed_delay(2, 0.001, result_predicate=predicate),
                 on_error=lambda value, exc: ["error row"])
     assert str(info.value.__cause__) == "predicate exploded"
+
+
+# --- a call whose Task never ran its first step still gets an outcome ------------------------------
+
+def _caller(function, reports, timeout=5.0):
+    from aiospark.core.calls import Caller
+
+    caller = Caller(function, report=lambda call, results, error, what: reports.append((results, error, what)),
+                    timeout=timeout, retry=None)
+    caller.bind(asyncio.get_running_loop(), inflight=lambda: 1)
+    return caller
+
+
+def _call(value, loop):
+    from aiospark.core.calls import Call
+    from aiospark.core.elements import Record
+
+    call = Call(Record(value, None))
+    call.started = loop.time()
+    return call
+
+
+def test_a_call_timed_out_before_its_first_step_gets_its_timeout_outcome():
+    """The deadline passes before the Task ran at all (a loaded loop): the coroutine never runs,
+    yet the row gets its timeout outcome instead of being left hanging."""
+
+    class Slow(AsyncFunction):
+        async def async_invoke(self, value):
+            await asyncio.sleep(3600)
+
+        def timeout(self, value):
+            return [("timed out", value)]
+
+    async def main():
+        reports = []
+        caller = _caller(Slow(), reports)
+        call = _call(7, asyncio.get_running_loop())
+        caller.start(call)
+        caller.time_out(call)  # before the loop ran the Task's first step (3.11), or after (3.12+)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return reports, call.task.cancelled()
+
+    reports, cancelled = asyncio.run(main())
+    assert reports == [([("timed out", 7)], None, "")]
+    assert cancelled
+
+
+def test_a_call_cancelled_by_someone_else_before_its_first_step_still_times_out():
+    """Another piece of code cancels the call's Task before it ran: the row still gets an outcome
+    when its deadline passes (the timeout outcome, or -- with eager tasks -- the cancellation)."""
+
+    async def hangs(value):
+        await asyncio.sleep(3600)
+
+    async def main():
+        reports = []
+        caller = _caller(hangs, reports, timeout=0.05)
+        call = _call(1, asyncio.get_running_loop())
+        caller.start(call)
+        call.task.cancel()
+        await asyncio.sleep(0.01)
+        if not reports:  # not reported yet: the operator's deadline timer calls time_out
+            caller.time_out(call)
+        return reports
+
+    reports = asyncio.run(main())
+    assert len(reports) == 1
+    results, error, what = reports[0]
+    assert results is None and what == "async call"
+    assert isinstance(error, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)), error
+
+
+def test_a_failing_call_leaves_no_unretrieved_task_exception(caplog):
+    """A call's exception is the row's outcome: asyncio must not log 'exception was never retrieved'."""
+    import gc
+    import logging
+
+    async def boom(value):
+        raise ValueError("no")
+
+    async def main():
+        reports = []
+        caller = _caller(boom, reports)
+        loop = asyncio.get_running_loop()
+        calls = [_call(v, loop) for v in range(3)]
+        for c in calls:
+            caller.start(c)
+        await asyncio.sleep(0.01)
+        for c in calls:
+            c.task = None
+        gc.collect()
+        return reports
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        reports = asyncio.run(main())
+    assert [type(e) for _, e, _ in reports] == [ValueError] * 3
+    assert "never retrieved" not in caplog.text
