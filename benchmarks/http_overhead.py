@@ -22,7 +22,6 @@ this machine's speed drifts within minutes (docs/benchmarks.md, "HTTP transport"
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -50,6 +49,7 @@ def main() -> None:
     from aiospark.runtime.worker_loop import WorkerLoop
     from aiospark.spark.lookup_join import _LookupJoin  # what lookup_join runs per row
     from aiospark.spark.options import CallOptions
+    from benchmarks.http_transport import _window  # c coroutines sending n requests, rows/s
     from tests.support.nginx import NginxServer
 
     n, c = args.rows, CONCURRENCY
@@ -78,26 +78,19 @@ def main() -> None:
         base = srv.url("").rstrip("/")
         client = wl.submit(_build(ClientBuilder, c)).result()
 
+        async def get(i: int) -> None:
+            await (await client.get(f"{base}/item/{i}").build().send()).json()
+
         def bare() -> float:
-            async def run() -> float:
-                it = iter(range(n))
-
-                async def worker() -> None:
-                    for i in it:
-                        await (await client.get(f"{base}/item/{i}").build().send()).json()
-
-                t0 = time.perf_counter()
-                await asyncio.gather(*(worker() for _ in range(c)))
-                return n / (time.perf_counter() - t0)
-            return wl.submit(run()).result()
+            return wl.submit(_window(get, n, c)).result()
 
         async def call(row: dict) -> dict:
-            await (await client.get(f"{base}/item/{row['id']}").build().send()).json()
+            await get(row["id"])
             return row
 
         async def call_and_spin(row: dict) -> dict:
             _spin(spin_n)
-            await (await client.get(f"{base}/item/{row['id']}").build().send()).json()
+            await get(row["id"])
             return row
 
         join = _LookupJoin(HttpLookup(base + "/item/{id}", "name STRING, price DOUBLE", transport="pyreqwest",

@@ -47,7 +47,6 @@ def test_row_mapper_bad_value_names_column():
 
 
 def test_values_already_of_their_type_are_kept_others_converted():
-
     mapper = RowMapper(parse_schema("s STRING, n BIGINT, x DOUBLE, b BOOLEAN, d DECIMAL(5,2)"))
     text = "".join(["pe", "n"])  # a str object of its own: kept as that very object
     row = mapper.row({"s": text, "n": 7, "x": 2, "b": True, "d": "1.50"})

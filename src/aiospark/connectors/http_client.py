@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from ._common import ConnectorError, ConnectorTimeout, Secret, check_positive
 from .http_request import PLAIN_HEADERS
-from .http_response import HttpStatusError, status_error  # noqa: F401 (raise_for_status raises it)
+from .http_response import status_error
 from .http_transport import Transport, TransportFailure, check_transport, dumps, loads, new_transport
 from .redaction import Redactor
 
