@@ -124,7 +124,7 @@ class KeyTemplate:
     ``render(key, encode)`` joins literal text and ``encode(value)`` per placeholder.
     """
 
-    __slots__ = ("template", "key_columns", "_parts")
+    __slots__ = ("template", "key_columns", "_parts", "_one")
 
     def __init__(self, template: str, key_columns: Sequence[str] | None, what: str) -> None:
         if not isinstance(template, str) or not template:
@@ -179,11 +179,20 @@ class KeyTemplate:
             index = {c: i for i, c in enumerate(cols)}
         it = iter(fields)
         self._parts = tuple((lit, index[next(it)] if i == -2 else -1) for lit, i in parts)
+        #: (text before, key index, text after) of a template with one placeholder: most of them
+        self._one = None
+        if len(fields) == 1:
+            k = next(n for n, (_, i) in enumerate(self._parts) if i >= 0)
+            self._one = ("".join(lit for lit, _ in self._parts[:k + 1]), self._parts[k][1],
+                         "".join(lit for lit, _ in self._parts[k + 1:]))
         self.template = template
         self.key_columns = cols
 
     def render(self, key: tuple, encode: Any = str) -> str:
         """Fill the template with ``encode(key[i])`` for each placeholder."""
+        if self._one is not None:
+            before, i, after = self._one
+            return before + encode(key[i]) + after
         out = []
         for lit, i in self._parts:
             out.append(lit)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from ..lookup import keys as keyconv
@@ -59,7 +59,8 @@ from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, che
                       check_positive, has_null, resolve_secret)
 from .http_request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
 from .http_response import HttpStatusError, JsonRows, parse_retry_after, status_error
-from .http_transport import TransportFailure, check_transport, dumps, loads, new_transport, resolve_transport
+from .http_transport import (Answer, TransportFailure, check_transport, dumps, loads, new_transport,
+                             resolve_transport)
 from .redaction import Redactor, scrubbed
 from .shared import SHARED, config_key
 
@@ -211,24 +212,30 @@ class HttpLookup(LookupSource):
         """Redacted client error text with URL query strings (which may hold keys) cut off."""
         return _QUERY_RE.sub(r"\1?...", self._redactor.scrub(text[:10_000], limit=300))
 
-    async def _request(self, method: str, url: str, body: Any, missing_ok: bool) -> Any:
+    def _send(self, method: str, url: str, body: Any) -> Awaitable[Answer]:
+        """The transport's request, to be awaited by the caller: no coroutine of its own, as this
+        is on every row's path. Await it within ``except TransportFailure`` (see :meth:`_failure`)."""
         transport = self._session
         if transport is None:
             raise RuntimeError(f"{self._name} is not open: call 'await source.open()' first")
-        try:
-            if body is None:
-                answer = await transport.send(method, url)
-            else:
-                answer = await transport.send(method, url, dumps(body), _JSON_HEADERS)
-        except TransportFailure as exc:
-            if exc.kind == "timeout":
-                raise ConnectorTimeout(f"no response within {self.timeout}s to {method} "
-                                       f"{self._where(url)}", source=self._name) from None
-            if exc.kind == "connect":
-                raise ConnectorError(f"cannot connect to {self._hostport}: {self._short(exc.detail)}",
-                                     source=self._name, retryable=True) from None
-            raise ConnectorError(f"{method} {self._where(url)} failed: {self._short(exc.detail)}",
-                                 source=self._name, retryable=True) from None
+        if body is None:
+            return transport.send(method, url)
+        return transport.send(method, url, dumps(body), _JSON_HEADERS)
+
+    def _failure(self, exc: TransportFailure, method: str, url: str) -> ConnectorError:
+        """The error for a request that got no answer (retryable, except a timeout's)."""
+        if exc.kind == "timeout":
+            return ConnectorTimeout(f"no response within {self.timeout}s to {method} {self._where(url)}",
+                                    source=self._name)
+        if exc.kind == "connect":
+            return ConnectorError(f"cannot connect to {self._hostport}: {self._short(exc.detail)}",
+                                  source=self._name, retryable=True)
+        return ConnectorError(f"{method} {self._where(url)} failed: {self._short(exc.detail)}",
+                              source=self._name, retryable=True)
+
+    def _decode(self, answer: Answer, method: str, url: str, missing_ok: bool) -> Any:
+        """The JSON of a 2xx answer (None for 204, empty, or a 404 when ``missing_ok``); any other
+        status raises :class:`HttpStatusError`."""
         status, data = answer.status, answer.body
         if status == 204 or (status == 404 and missing_ok):
             return None
@@ -259,8 +266,11 @@ class HttpLookup(LookupSource):
                         if self.method == "POST" else None)
             except keyconv.KeyMismatch:
                 return []
-            data = await self._request(self.method, url, body, missing_ok=True)
-            return self._answers.answer(data)
+            try:
+                answer = await self._send(self.method, url, body)
+            except TransportFailure as exc:
+                raise self._failure(exc, self.method, url) from None
+            return self._answers.answer(self._decode(answer, self.method, url, missing_ok=True))
         except Exception as exc:
             clean = self._redactor.exception(exc, self._name)
             if clean is exc:
@@ -294,7 +304,11 @@ class HttpLookup(LookupSource):
         else:
             body = {"keys": [j[0] if arity == 1 else list(j) for j in sent]}
         try:
-            data = await self._request("POST", self.batch_url, body, missing_ok=False)
+            answer = await self._send("POST", self.batch_url, body)
+        except TransportFailure as exc:
+            raise self._failure(exc, "POST", self.batch_url) from None
+        try:
+            data = self._decode(answer, "POST", self.batch_url, missing_ok=False)
         except HttpStatusError as exc:
             if exc.retryable or exc.status < 400 or exc.status >= 500:
                 raise

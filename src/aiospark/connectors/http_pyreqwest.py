@@ -41,7 +41,7 @@ from pyreqwest.client import ClientBuilder
 from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutError
 
 from ..core.deadlines import time_left
-from .http_transport import Answer, Transport, TransportFailure, _reason
+from .http_transport import Answer, Transport, TransportFailure
 
 __all__ = ["PyreqwestTransport"]
 
@@ -107,8 +107,7 @@ class PyreqwestTransport(Transport):
             raise TransportFailure("connect", _detail(exc)) from None
         except PyreqwestError as exc:
             raise TransportFailure("other", f"{type(exc).__name__}: {_detail(exc)}") from None
-        status = resp.status
-        return Answer(status, _reason(status), resp.headers, data)
+        return Answer(resp.status, resp.headers, data)
 
     async def close(self) -> None:
         literal, self._literal = self._literal, None

@@ -35,7 +35,7 @@ import http
 import json
 import logging
 import os
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 __all__ = ["TRANSPORTS", "Answer", "Transport", "TransportFailure", "check_transport", "dumps",
            "loads", "new_transport", "resolve_transport"]
@@ -68,18 +68,29 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-class Answer(NamedTuple):
-    """One HTTP response, read whole: ``status``, ``reason``, ``headers`` (case-insensitive
-    ``get``), ``body`` (bytes)."""
+class Answer:
+    """One HTTP response, read whole: ``status``, ``headers`` (case-insensitive ``get``), ``body``
+    (bytes) and ``reason`` (the server's phrase, else the standard one for ``status``).
 
-    status: int
-    reason: str
-    headers: Any
-    body: bytes
+    A plain slotted class, and the phrase looked up only when asked: one is made per row, and
+    only an error message reads the phrase.
+    """
+
+    __slots__ = ("status", "headers", "body", "_reason")
+
+    def __init__(self, status: int, headers: Any, body: bytes, reason: str | None = None) -> None:
+        self.status, self.headers, self.body, self._reason = status, headers, body, reason
+
+    @property
+    def reason(self) -> str:
+        return self._reason or _REASONS.get(self.status, "")
 
     def header(self, name: str) -> str | None:
         """One header's value (the first), or None."""
         return self.headers.get(name)
+
+    def __repr__(self) -> str:
+        return f"<Answer {self.status} {self.reason} ({len(self.body)} bytes)>"
 
 
 class TransportFailure(Exception):
@@ -164,12 +175,8 @@ def _proxy_env() -> bool:
                for k in os.environ)
 
 
-#: status -> reason phrase (HTTPStatus(status) per answer costs an enum look-up)
+#: status -> reason phrase (HTTPStatus(status) costs an enum look-up)
 _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
-
-
-def _reason(status: int) -> str:
-    return _REASONS.get(status, "")
 
 
 class AiohttpTransport(Transport):
@@ -197,7 +204,7 @@ class AiohttpTransport(Transport):
             async with self._session.request(method, self._url(url, encoded=True), data=body,
                                              headers=headers) as resp:
                 data = await resp.read()
-                return Answer(resp.status, resp.reason or _reason(resp.status), resp.headers, data)
+                return Answer(resp.status, resp.headers, data, resp.reason)
         except asyncio.TimeoutError:
             raise TransportFailure("timeout", "no response in time") from None
         except aiohttp.ClientConnectorError as exc:

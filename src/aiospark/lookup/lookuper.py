@@ -172,7 +172,9 @@ class Lookuper:
             self._inflight[key] = []
             self.source_calls += 1
             try:
-                rows = _as_rows(await self.source.lookup(key))
+                rows = await self.source.lookup(key)
+                if type(rows) is not list:
+                    rows = _as_rows(rows)
             except asyncio.CancelledError:
                 self._hand_over(key)
                 raise
