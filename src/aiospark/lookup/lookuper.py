@@ -222,11 +222,6 @@ class Lookuper:
         if not task.cancelled():
             task.exception()  # mark retrieved: its waiters got the exception already
 
-    def _deliver(self, key: tuple, rows: list) -> None:
-        for waiter in self._inflight.pop(key, ()):
-            if not waiter.done():  # a cancelled lookup
-                waiter.set_result(rows)
-
     def _fail(self, key: tuple, exc: BaseException) -> None:
         cancelled = isinstance(exc, asyncio.CancelledError)
         for waiter in self._inflight.pop(key, ()):
@@ -260,7 +255,11 @@ class Lookuper:
     def _loaded(self, key: tuple, rows: list) -> list:
         if self.cache is not None:
             self.cache.put(key, rows)
-        self._deliver(key, rows)
+        waiters = self._inflight.pop(key, None)
+        if waiters:  # lookups of the same key joined this load
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(rows)
         return rows
 
     def _flush(self) -> None:
@@ -287,17 +286,13 @@ class Lookuper:
             for key in keys:
                 self._fail(key, exc)
             raise
-        cache = self.cache
         for key in keys:
             found = get(key)
             if isinstance(found, BaseException):  # this key's own error: its neighbours go on
                 self.errors += 1
                 self._fail(key, found)
                 continue
-            rows = _as_rows(found)
-            if cache is not None:
-                cache.put(key, rows)
-            self._deliver(key, rows)
+            self._loaded(key, _as_rows(found))
 
     # --- metrics -------------------------------------------------------------------------
 
