@@ -106,6 +106,40 @@ def test_keep_alive_and_connection_bound(transport):
     run(main())
 
 
+def test_pyreqwest_hands_the_gil_over_once_per_loop_iteration_with_responses(monkeypatch):
+    """The loop thread sleeps (letting pyreqwest's thread take the GIL) once per loop iteration in
+    which responses arrived, never once per response, and not at all while none arrive."""
+    hp = pytest.importorskip("aiospark.connectors.http_pyreqwest")
+    slept = []
+    monkeypatch.setattr(hp, "time", type("Clock", (), {"sleep": staticmethod(slept.append)}))
+
+    async def main():
+        hand_over = hp._HandOver()
+        for _ in range(5):  # five responses in one iteration
+            hand_over.response_arrived()
+        assert slept == []  # not in the middle of the work at hand
+        await asyncio.sleep(0)
+        assert slept == [hp.HAND_OVER_SECONDS]
+        await asyncio.sleep(0)
+        assert len(slept) == 1  # an iteration without responses: no sleep
+        hand_over.response_arrived()
+        await asyncio.sleep(0)
+        assert len(slept) == 2
+
+        async with RawServer() as srv:  # the transport calls it for its responses
+            slept.clear()
+            src = HttpLookup(srv.url + "/item/{id}", "name STRING", transport="pyreqwest")
+            await src.open()
+            try:
+                rows = await asyncio.gather(*(src.lookup((i,)) for i in range(40)))
+                await asyncio.sleep(0)
+            finally:
+                await src.close()
+            assert rows == [[{"name": "pen"}]] * 40
+            assert 1 <= len(slept) <= 40
+    run(main())
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_timeout_and_cancellation_abort_the_request(transport):
     async def main():
