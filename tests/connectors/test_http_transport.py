@@ -140,6 +140,22 @@ def test_pyreqwest_hands_the_gil_over_once_per_loop_iteration_with_responses(mon
     run(main())
 
 
+def test_no_hand_over_where_sleeps_are_coarse(monkeypatch):
+    """HAND_OVER_SECONDS is 0 on Windows (a sleep lasts a millisecond or more there): no sleeps."""
+    hp = pytest.importorskip("aiospark.connectors.http_pyreqwest")
+    slept = []
+    monkeypatch.setattr(hp, "time", type("Clock", (), {"sleep": staticmethod(slept.append)}))
+    monkeypatch.setattr(hp, "HAND_OVER_SECONDS", 0.0)
+
+    async def main():
+        hand_over = hp._HandOver()
+        hand_over.response_arrived()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    run(main())
+    assert slept == []
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_timeout_and_cancellation_abort_the_request(transport):
     async def main():

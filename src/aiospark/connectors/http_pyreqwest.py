@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import re
+import sys
 import time
 from typing import Any, Mapping
 
@@ -59,8 +60,8 @@ DEADLINE_GRACE = 0.05
 
 #: how long the loop thread lets go of the GIL, once per loop iteration in which responses arrived
 #: (Linux's timer slack makes a sleep last at least 50 µs, on a VM ~150 µs: still short against the
-#: idle round trips it saves)
-HAND_OVER_SECONDS = 20e-6
+#: idle round trips it saves); 0 on Windows, whose sleeps last a millisecond or more
+HAND_OVER_SECONDS = 0.0 if sys.platform == "win32" else 20e-6
 
 #: A path segment of only percent-encoded dots, which WHATWG URL parsing would resolve away
 _DOT_SEGMENT = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*(?:/[^?#]*)?/(?:%2[eE]){1,2}(?:[/?#]|$)")
@@ -88,7 +89,7 @@ class _HandOver:
         self._due = False
 
     def response_arrived(self) -> None:
-        if not self._due:
+        if not self._due and HAND_OVER_SECONDS:
             self._due = True
             asyncio.get_running_loop().call_soon(self._hand_over)
 
