@@ -136,7 +136,7 @@ def test_pyreqwest_hands_the_gil_over_once_per_loop_iteration_with_responses(mon
             finally:
                 await src.close()
             assert rows == [[{"name": "pen"}]] * 40
-            assert 1 <= len(slept) <= 40
+            assert 0 < len(slept) <= 40
     run(main())
 
 
