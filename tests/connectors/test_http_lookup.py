@@ -193,6 +193,24 @@ def test_server_down_names_source(http_server):
         assert "hunter22" not in msg and "tok-abc-123" not in msg and "user:" not in msg
 
 
+def test_batch_server_down_is_a_retryable_error_naming_the_source():
+    port = dead_port()
+    src = HttpLookup(f"http://127.0.0.1:{port}/item/{{id}}", "name STRING",
+                     batch_url=f"http://127.0.0.1:{port}/batch", auth_token="tok-batch-77")
+
+    async def main():
+        await src.open()
+        try:
+            return await src.lookup_batch([(1,), (2,)])
+        finally:
+            await src.close()
+    with pytest.raises(ConnectorError) as info:
+        run(main())
+    msg = str(info.value)
+    assert f"HttpLookup(127.0.0.1:{port})" in msg and "cannot connect" in msg
+    assert info.value.retryable and "tok-batch-77" not in msg
+
+
 def test_auth_token_from_env(http_server, monkeypatch):
     monkeypatch.setenv("STUB_TOKEN", HTTP_TOKEN)
     src = HttpLookup(http_server.base + "/auth/{id}", "id STRING", auth_token_env="STUB_TOKEN")

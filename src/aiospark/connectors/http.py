@@ -257,11 +257,9 @@ class HttpLookup(LookupSource):
     async def lookup(self, key: tuple) -> list[dict]:
         """GET (or POST) the rendered URL; 404 -> ``[]``; see the module doc for errors."""
         try:  # what @scrubbed does, without a coroutine around the coroutine on this path
-            if type(key) is not tuple or len(key) != len(self.key_columns):
-                key = check_key(key, len(self.key_columns), self._name)
-            for v in key:
-                if v is None:  # SQL NULL matches nothing
-                    return []
+            key = check_key(key, len(self.key_columns), self._name)
+            if has_null(key):
+                return []
             try:
                 url = self._tpl.render(key, url_key)
                 body = ({c: json_key(v) for c, v in zip(self.key_columns, key)}

@@ -86,8 +86,6 @@ class JsonRows:
     def answer(self, data: Any) -> list[dict]:
         """The rows of a single lookup's answer (``json_path`` applied); ConnectorError if unfit."""
         try:
-            if type(data) is dict and not self._path:  # the usual answer: one object, one row
-                return [self._mapper.row(data)]
             return self.rows(self.select(data) if self._path else data)
         except ValueError as exc:
             raise ConnectorError(str(exc), source=self._source) from None
