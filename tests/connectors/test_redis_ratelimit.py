@@ -283,7 +283,10 @@ def test_several_clients_in_one_process_share_the_rate(server):
 
     admitted, stats = run(main())
     expected = rate * seconds + burst
-    assert abs(len(admitted) - expected) <= 0.05 * rate * seconds, (len(admitted), expected)
+    # Sharing is the upper bound: four unshared limits would admit about four times as many.
+    # Below it, a loop stalled by a busy CPU leaves slots unclaimed, so only starvation (a
+    # limit admitting far fewer than it should) is caught there.
+    assert expected * 0.8 <= len(admitted) <= expected + 0.05 * rate * seconds, (len(admitted), expected)
     # start times may bunch a little after the event loop stalls (a busy CPU), hence 10%
     assert max_in_window(admitted, 1.0) <= (rate + burst) * 1.1
     for acquired, round_trips in stats:
@@ -372,8 +375,8 @@ def _collect(results, procs, count, timeout):
 
 def test_three_processes_share_one_rate(server):
     """3 spawned processes x 25 callers each: the calls admitted in a 4 s window add up to
-    rate x 4 + burst within 5%, every 1 s window stays under rate + burst, and processes are
-    served fairly."""
+    at most rate x 4 + burst (+5%) and no fewer than 80% of it, every 1 s window stays under
+    rate + burst, and processes are served fairly."""
     rate, burst = 500, 50
     key = new_key()
     ctx = multiprocessing.get_context("spawn")
@@ -393,7 +396,9 @@ def test_three_processes_share_one_rate(server):
     out = _collect(results, procs, 3, timeout=60)
     admitted = [t for r in out for t in r["admitted"]]
     expected = rate * _WINDOW_SECONDS + burst
-    assert abs(len(admitted) - expected) <= 0.05 * rate * _WINDOW_SECONDS, (len(admitted), expected)
+    # as in the one-process test: tight above (the rate is shared), loose below (stalls)
+    assert expected * 0.8 <= len(admitted) <= expected + 0.05 * rate * _WINDOW_SECONDS, \
+        (len(admitted), expected)
     # start times may bunch a little after an event loop stalls (a busy CPU), hence 10% / 5%
     assert max_in_window(admitted, 1.0) <= (rate + burst) * 1.1
     assert max_in_window(admitted, 2.0) <= (2 * rate + burst) * 1.05
