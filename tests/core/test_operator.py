@@ -3,7 +3,6 @@
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -547,12 +546,9 @@ def test_concurrency_reaches_capacity():
         state["now"] -= 1
         return v
 
-    started = time.monotonic()
     out = run(run_operator(fn, list(range(16)), ordered=False, capacity=8))
-    elapsed = time.monotonic() - started
-    assert state["max"] == 8
+    assert state["max"] == 8      # overlapping calls, counted rather than timed (noisy CPUs)
     assert len(out) == 16
-    assert elapsed < 0.3  # 16 x 20 ms sequentially would be 320 ms
 
 
 def test_no_thread_per_element():
