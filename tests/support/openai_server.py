@@ -7,7 +7,9 @@ Routes (under ``/v1``, JSON in and out, like vLLM / Ollama / TGI's OpenAI front 
   "total_tokens"}}``. Vectors are deterministic (:func:`vector`): ``dimensions`` values (default
   8) of the form ``k/256`` (exact in FLOAT), derived from the text's SHA-256.
 * ``POST /v1/chat/completions`` -- ``{"model", "messages", ...}`` -> one choice whose content is
-  :func:`answer` of the last user message, with ``usage``.
+  :func:`answer` of the last user message, with ``usage``. With ``response_format`` (structured
+  output) the content is :func:`structured_answer`'s instead, and a schema that breaks OpenAI's
+  strict-mode rules gets 400.
 
 Tokens are counted as whitespace-separated words (:func:`tokens`), so tests can predict usage.
 With ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` gets 401 (whose body,
@@ -46,6 +48,8 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.openai_structured import structured_answer
 
 DEFAULT_DIMENSIONS = 8
 
@@ -181,6 +185,14 @@ class OpenAIServer:
             return failed
         await self._delay(1)
         text = answer(last)
+        if body.get("response_format") is not None:
+            with self._lock:  # how often this prompt was seen (for "flaky-json:"); reset() forgets it
+                self._throttled[("structured", last)] += 1
+                before = self._throttled[("structured", last)] - 1
+            status, text = structured_answer(body["response_format"], last, before)
+            if status != 200:
+                return web.json_response({"error": {"message": text, "type": "invalid_request_error"}},
+                                         status=status)
         if body.get("system_check"):  # lets tests see that extra_body reached the server
             text += f" [{body['system_check']}]"
         prompt = sum(tokens(m.get("content", "")) for m in messages)
