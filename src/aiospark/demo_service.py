@@ -18,7 +18,8 @@ The server is plain asyncio (a ``Protocol`` speaking just enough HTTP/1.1: GET, 
 
 Command line: ``python -m aiospark.demo_service --port 8080`` prints its URL, then serves until
 Ctrl-C (``--exit-on-stdin-eof``: until its stdin closes, which is how :class:`DemoService` ties it
-to the parent process).
+to the parent process). ``python -m aiospark.demo_service --openai --port 11434`` serves the
+deterministic OpenAI-compatible endpoint of :mod:`aiospark.demo_openai` instead.
 """
 from __future__ import annotations
 
@@ -27,10 +28,7 @@ import asyncio
 import json
 import os
 import random
-import select
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import zlib
@@ -38,9 +36,10 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote
 
+from .demo_process import Child, run_until_stopped
+
 HOST = "127.0.0.1"
 _MAX_HEADER = 16 * 1024
-_START_TIMEOUT = 60.0  # seconds for the child to listen (a loaded machine starts Python slowly)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -174,41 +173,24 @@ class DemoService:
             raise ValueError(f"need 0 <= jitter <= latency, got latency={latency}, jitter={jitter}")
         self.latency, self.jitter, self.seed, self.port = latency, jitter, seed, port
         self.url = ""
-        self.proc: Optional[subprocess.Popen] = None
+        self._child: Optional[Child] = None
 
     def __enter__(self) -> "DemoService":
-        cmd = [sys.executable, "-m", "aiospark.demo_service", "--latency", repr(self.latency),
-               "--jitter", repr(self.jitter), "--port", str(self.port), "--exit-on-stdin-eof"] + ([] if self.seed is None else ["--seed", str(self.seed)])
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        # the child prints its URL once it listens; a child that never does must not hang the demo
-        ready, _, _ = select.select([self.proc.stdout], [], [], _START_TIMEOUT)
-        line = self.proc.stdout.readline().strip() if ready else ""
-        if not line.startswith("http://"):
-            self.__exit__()
-            raise RuntimeError(f"the demo service did not start (exit code {self.proc.poll()})")
-        self.url = line
+        args = ["--latency", repr(self.latency), "--jitter", repr(self.jitter), "--port", str(self.port)]
+        self._child = Child(args + ([] if self.seed is None else ["--seed", str(self.seed)])).__enter__()
+        self.url = self._child.url
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()  # the child exits when its stdin closes
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.__exit__()
 
     @property
     def pid(self) -> int:
         """The service process's id."""
-        assert self.proc is not None, "not running"
-        return self.proc.pid
+        assert self._child is not None, "not running"
+        return self._child.pid
 
     def stats(self) -> Dict[str, Any]:
         """Item requests answered, CPU seconds of the service process, server-side latency p50/p99."""
@@ -222,8 +204,15 @@ class DemoService:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m aiospark.demo_service [--latency S --jitter S --port N --seed N]``."""
-    parser = argparse.ArgumentParser(prog="python -m aiospark.demo_service", description=__doc__.split("\n")[0])
+    """``python -m aiospark.demo_service [--latency S --jitter S --port N --seed N]``;
+    ``--openai ...``: the OpenAI-compatible endpoint of :mod:`aiospark.demo_openai` instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--openai" in argv:
+        from .demo_openai import main as openai_main
+
+        return openai_main([a for a in argv if a != "--openai"])
+    parser = argparse.ArgumentParser(prog="python -m aiospark.demo_service", description=__doc__.split("\n")[0],
+                                     epilog="--openai [--help]: a deterministic OpenAI-compatible endpoint instead")
     parser.add_argument("--latency", type=float, default=0.03, help="seconds per call (default 0.03)")
     parser.add_argument("--jitter", type=float, default=0.01, help="+/- seconds, uniform (default 0.01)")
     parser.add_argument("--port", type=int, default=0, help="0 = any free port (default)")
@@ -235,28 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def ready(url: str) -> None:
         print(url, flush=True)
 
-    async def run() -> None:
-        task = asyncio.ensure_future(serve(args.latency, args.jitter, args.port, args.seed, ready))
-        loop = asyncio.get_running_loop()
-        stdin_closed = loop.create_future()
-
-        def watch_stdin() -> None:  # the parent holds our stdin: EOF means it is gone
-            sys.stdin.read()
-            loop.call_soon_threadsafe(lambda: stdin_closed.done() or stdin_closed.set_result(None))
-
-        if args.exit_on_stdin_eof:
-            threading.Thread(target=watch_stdin, daemon=True).start()
-        await asyncio.wait([task, stdin_closed], return_when=asyncio.FIRST_COMPLETED)
-        task.cancel()
-
-    loop = asyncio.new_event_loop()  # a process of its own: one loop for its whole life
-    try:
-        loop.run_until_complete(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        loop.close()
-    return 0
+    return run_until_stopped(serve(args.latency, args.jitter, args.port, args.seed, ready), args.exit_on_stdin_eof)
 
 
 if __name__ == "__main__":
