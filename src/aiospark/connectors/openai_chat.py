@@ -174,8 +174,8 @@ class OpenAIChat(OpenAIFunction):
             raise ConnectorError(f"POST {self._path}: {why}", source=self._name, retryable=True)
         try:
             value = read_answer(self.response_type, content)
-            if self._response_model is not None:  # its own validators and constraints (Field(ge=...))
-                self._response_model.model_validate_json(content)
+            if self._response_model is not None:  # its own validators and constraints (Field(ge=...));
+                self._response_model.model_validate(value)  # on the value: maps came as {key, value} pairs
         except (AnswerError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             errors = exc.errors() if callable(getattr(exc, "errors", None)) else None  # pydantic's
             if errors:
