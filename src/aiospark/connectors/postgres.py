@@ -21,11 +21,16 @@ are what asyncpg returns for the columns' types.
 
 Keys are converted to the key columns' types by :mod:`aiospark.lookup.keys` (Spark SQL's cast
 rules: ``42`` for a TEXT key is ``'42'``; ``'007'`` for an INT key is 7, ``'١'`` or ``'1_0'``
-are none). A value with no conversion, or one PostgreSQL cannot hold (a NUL character in text,
-invalid UTF-8, a BIGINT beyond an INT column's range), can equal no row: a miss, without a query.
-When a batch query still fails on a value (SQLSTATE class 22 "data exception" or 54 "program
-limit exceeded"), its keys are looked up one by one so that each gets its own outcome: a miss for a
-value PostgreSQL rejects, that key's own error for anything else; the other keys are unaffected.
+are none). A value with no conversion, or one the column's type cannot hold (a NUL character or a
+lone surrogate in text, invalid UTF-8, a BIGINT beyond an INT column's range, a number beyond
+numeric's or real's range), can equal no row: a miss, decided before any query.
+
+A miss means "no such row" and nothing else: every error of a query is an error, never a miss or a
+NULL -- a view whose SELECT divides by zero for a key fails that key. When a batch query fails with
+an error that may belong to some keys only (SQLSTATE classes 21, 22, 2F, 38, 39, 54, P0, XX001/2,
+or an argument asyncpg cannot encode), each key is looked up alone: keys that succeed get their
+rows, each failing key its own error. Other errors (connection, timeout, authentication, a missing
+table, a permission) fail the whole batch at once: looking each key up again would fail alike.
 
 The pool is shared by every ``PostgresLookup`` of one configuration in the process (and event
 loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospark.connectors.shared`.
@@ -34,8 +39,10 @@ loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospa
 from __future__ import annotations
 
 import asyncio
+import decimal
 import os
 import re
+import struct
 from typing import Any, Callable, Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -53,9 +60,12 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 _RETRYABLE_STATES = ("08", "40001", "40P01", "53", "57P0")
 _TEXT = {"text", "varchar", "bpchar", "name", "citext"}
 _INT_BITS = {"int2": 16, "int4": 32, "int8": 64}
-_FLOAT = {"float4", "float8"}
-#: SQLSTATE classes of errors caused by a parameter's value: data exception, program limit exceeded
-_VALUE_STATES = ("22", "54")
+#: PostgreSQL numeric: at most 131072 digits before the decimal point, 16383 after it
+_NUMERIC_INT_DIGITS, _NUMERIC_SCALE = 131072, 16383
+#: SQLSTATEs of batch errors that may come from some keys' rows only (so the batch is split):
+#: cardinality violation (a scalar subquery with 2 rows), data exception (division by zero, a bad
+#: cast), SQL/external routine exceptions, program limit exceeded, PL/pgSQL RAISE, corrupted data
+_PER_KEY_STATES = ("21", "22", "2F", "38", "39", "54", "P0", "XX001", "XX002")
 
 
 def quote_ident(name: str, what: str = "identifier") -> str:
@@ -70,7 +80,38 @@ def _text_key(value: Any) -> str:
     text = keyconv.to_text(value)
     if "\x00" in text:  # PostgreSQL text cannot hold NUL: no row has such a key
         raise keyconv.KeyMismatch("text with a NUL character")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: not a character, no text holds it
+            raise keyconv.KeyMismatch("text with a lone surrogate (not valid Unicode)") from None
     return text
+
+
+def _numeric_key(value: Any) -> decimal.Decimal:
+    """A Decimal numeric can hold, or KeyMismatch: beyond numeric's range no row can equal it."""
+    d = keyconv.to_decimal(value)
+    sign, digits, exp = d.as_tuple()
+    if not any(digits):
+        return decimal.Decimal(0)
+    assert isinstance(exp, int)  # finite: to_decimal refuses NaN and infinities
+    if exp < -_NUMERIC_SCALE:  # trailing zeros after the point do not change the value (1.50 = 1.5)
+        text = "".join(map(str, digits))
+        drop = min(-exp, len(text) - len(text.rstrip("0")))
+        digits, exp = tuple(int(c) for c in text[:len(text) - drop]), exp + drop
+        d = decimal.Decimal((sign, digits, exp))
+    if exp < -_NUMERIC_SCALE or len(digits) + exp > _NUMERIC_INT_DIGITS:
+        raise keyconv.KeyMismatch(f"{value!r} is beyond PostgreSQL numeric's range")
+    return d
+
+
+def _float4_key(value: Any) -> float:
+    f = keyconv.to_float(value)
+    try:
+        struct.pack("!f", f)  # rounds as asyncpg's float4 encoding does
+    except OverflowError:
+        raise keyconv.KeyMismatch(f"{value!r} is beyond PostgreSQL real's range") from None
+    return f
 
 
 def key_converter(typ: str) -> Callable[[Any], Any]:
@@ -79,9 +120,13 @@ def key_converter(typ: str) -> Callable[[Any], Any]:
         return _text_key
     if typ in _INT_BITS:
         return keyconv.converter("int", _INT_BITS[typ])
-    if typ in _FLOAT:
+    if typ == "float4":
+        return _float4_key
+    if typ == "float8":
         return keyconv.to_float
-    return keyconv.converter({"numeric": "decimal", "uuid": "uuid", "bool": "bool"}.get(typ, typ))
+    if typ == "numeric":
+        return _numeric_key
+    return keyconv.converter({"uuid": "uuid", "bool": "bool"}.get(typ, typ))
 
 
 class PostgresLookup(LookupSource):
@@ -194,6 +239,11 @@ class PostgresLookup(LookupSource):
         import asyncpg
 
         why = self._redactor.scrub(short(exc))
+        if _encoding_error(exc):
+            types = ", ".join(name for _, name in getattr(self, "_types", ()))
+            return ConnectorError(f"{what} failed: {why}; the key has no conversion to the key "
+                                  f"column type ({types}): cast the key column in Spark to it",
+                                  source=self._name)
         if isinstance(exc, (asyncpg.InvalidPasswordError,
                             asyncpg.InvalidAuthorizationSpecificationError)):
             hint = f"password= or ${self._password_env}" if self._password_env else "password="
@@ -274,10 +324,11 @@ class PostgresLookup(LookupSource):
             await SHARED.release(self._pool_key)
 
     def _coerced(self, key: tuple) -> tuple | None:
-        """The key in the columns' types, or None when it can equal no row."""
+        """The key in the columns' types, or None when it can equal no row. Only KeyMismatch
+        says so: any other exception of a conversion (e.g. ``KeyNotRenderable``) is raised."""
         try:
             return tuple(conv(v) for v, conv in zip(key, self._convert))
-        except (ValueError, TypeError, ArithmeticError):  # KeyMismatch is a ValueError
+        except keyconv.KeyMismatch:
             return None
 
     def _pool_or_fail(self) -> Any:
@@ -298,9 +349,7 @@ class PostgresLookup(LookupSource):
     async def _fetch_one(self, pool: Any, args: tuple) -> list[dict]:
         try:
             records = await pool.fetch(self._sql_one, *args)
-        except Exception as exc:
-            if _value_error(exc):
-                return []  # PostgreSQL cannot hold this value, so no row has it
+        except Exception as exc:  # never a miss: the values that can equal no row are not sent
             raise self._error(exc, "SELECT") from None
         cols = self.columns
         return [dict(zip(cols, r)) for r in records]
@@ -322,15 +371,20 @@ class PostgresLookup(LookupSource):
     @scrubbed
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         """One query for all keys (``= ANY`` or ``unnest``); absent keys are misses. If the query
-        fails on a value, each key is looked up alone (its rows, a miss or its own error)."""
+        fails with an error that may be some keys' own, each key is looked up alone: its rows, a
+        miss (no row) or its own error. Any other error fails the batch."""
         arity = len(self.key_columns)
         pool = self._pool_or_fail()
-        out: dict[tuple, list[dict]] = {}
+        out: dict[tuple, Any] = {}
         wanted: dict[tuple, list[tuple]] = {}
         for k in keys:
             k = check_key(k, arity, self._name)
             out[k] = []
-            c = None if has_null(k) else self._coerced(k)
+            try:
+                c = None if has_null(k) else self._coerced(k)
+            except Exception as exc:  # this key's own error (not a miss): its neighbours go on
+                out[k] = exc
+                continue
             if c is not None:
                 if self._types[0][1] == "bpchar" and arity == 1:
                     c = (c[0].rstrip(" "),)
@@ -344,12 +398,15 @@ class PostgresLookup(LookupSource):
             args = [[c[i] for c in order] for i in range(arity)]
         try:
             records = await pool.fetch(self._sql_batch, *args)
-        except Exception as exc:
-            if _value_error(exc) and len(order) > 1:
+        except Exception as exc:  # never a miss (see the module doc)
+            if not _per_key(exc):
+                raise self._error(exc, "batch SELECT") from None
+            if len(order) > 1:  # isolate the failing keys: the others keep their rows
                 return await self._one_by_one(pool, wanted, out)
-            if _value_error(exc):
-                return out
-            raise self._error(exc, "batch SELECT") from None
+            err = self._error(exc, "SELECT")
+            for k in wanted[order[0]]:
+                out[k] = err
+            return out
         cols = self.columns
         bpchar = self._types[0][1] == "bpchar"
         by_text: dict[str, list[tuple]] | None = None
@@ -369,11 +426,23 @@ class PostgresLookup(LookupSource):
         return out
 
 
-def _value_error(exc: BaseException) -> bool:
-    """True for a PostgreSQL error caused by a parameter's value (or a value asyncpg cannot encode)."""
+def _encoding_error(exc: BaseException) -> bool:
+    """True for asyncpg's client-side "invalid input for query argument" (nothing was sent).
+
+    asyncpg raises it as a ``DataError`` (a PostgresError, SQLSTATE 22000) caused by the codec's
+    exception; a server's error carries the fields the server sent (severity, sqlstate)."""
     import asyncpg
 
-    if isinstance(exc, asyncpg.PostgresError):
-        return (getattr(exc, "sqlstate", "") or "").startswith(_VALUE_STATES)
-    # asyncpg's own encoding of a parameter (e.g. an int beyond int8) fails before the query is sent
-    return isinstance(exc, (asyncpg.DataError, OverflowError, UnicodeEncodeError))
+    return (isinstance(exc, asyncpg.DataError) and exc.__cause__ is not None
+            and "sqlstate" not in vars(exc) and getattr(exc, "severity", None) is None)
+
+
+def _per_key(exc: BaseException) -> bool:
+    """True when a batch error may belong to some keys only (worth looking each key up alone)."""
+    import asyncpg
+
+    if _encoding_error(exc):
+        return True
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False
+    return (getattr(exc, "sqlstate", None) or "").startswith(_PER_KEY_STATES)
