@@ -10,11 +10,17 @@ Example::
 
 Responses: a JSON object is one row, a list is many rows, ``null``/404/204 is a
 miss; fields are mapped to the schema's columns (missing -> None) and converted
-to the declared types. ``json_path="data.item"`` selects a nested value first.
+to the declared types. ``json_path="data.item"`` selects a nested value first: a path
+that is absent from the answer is an error (the answer is not what was expected), while
+an explicit ``null`` there is a miss. A 2xx body that is empty or not JSON is an error.
 
-Status codes: 404 -> miss; 429 and 5xx -> :class:`HttpStatusError` with
-``retryable=True`` and ``retry_after`` (seconds, from the Retry-After header);
-any other non-2xx -> :class:`HttpStatusError` with ``retryable=False``.
+Status codes: 404 -> miss when the answer is the service's own, i.e. its body is empty or
+JSON; a 404 with another body (the HTML or text page of a proxy, an ingress or a web
+server that does not know the path: a wrong ``url_template`` looks like this) is an error,
+never a miss. ``not_found="any"`` takes every 404 for a miss, ``not_found="error"`` none.
+429 and 5xx -> :class:`HttpStatusError` with ``retryable=True`` and ``retry_after``
+(seconds, from the Retry-After header); any other non-2xx -> :class:`HttpStatusError`
+with ``retryable=False``.
 
 Batch mode (``batch_url=...``): one ``POST batch_url`` per batch with body
 ``{"keys": [k, ...]}`` -- each ``k`` is the key value for one key column, or the
@@ -68,6 +74,8 @@ __all__ = ["HttpLookup", "HttpStatusError", "parse_retry_after"]
 
 #: The header of a request with a JSON body
 _JSON_HEADERS = {"Content-Type": "application/json"}
+#: HttpLookup's not_found= values: which 404 answers are misses
+_NOT_FOUND = ("json", "any", "error")
 #: URLs with a query string in exception texts: the query may hold keys, so it is cut off
 _QUERY_RE = re.compile(r"(https?://[^\s'\"?#]*)\?[^\s'\"]*")
 
@@ -91,10 +99,13 @@ class HttpLookup(LookupSource):
         max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
         transport: ``"auto"`` (pyreqwest when installed, else aiohttp), ``"pyreqwest"`` or
             ``"aiohttp"`` (see :mod:`aiospark.connectors.http_transport`).
+        not_found: which 404 answers are misses: ``"json"`` (default: an empty or JSON body),
+            ``"any"``, or ``"error"`` (the service says "no row" with 200 ``null``/``[]`` or 204).
     """
 
     #: the class default serves instances pickled before ``transport`` existed
     transport: str = "auto"
+    not_found: str = "json"
 
     def __init__(
         self,
@@ -116,9 +127,14 @@ class HttpLookup(LookupSource):
         max_batch_size: int = 100,
         max_batch_delay: float = 0.005,
         transport: str = "auto",
+        not_found: str = "json",
     ) -> None:
         self.schema = schema
         self.transport = check_transport(transport)
+        if not_found not in _NOT_FOUND:
+            raise ValueError(f"not_found must be one of {', '.join(map(repr, _NOT_FOUND))}, got "
+                             f"{not_found!r} ('json': a 404 with an empty or JSON body is a miss)")
+        self.not_found = not_found
         url, self._hostport, self._user, self._password = split_url(url_template, "url_template", True)
         self._tpl = KeyTemplate(url, key_columns, "url_template")
         self.key_columns = self._tpl.key_columns
@@ -234,21 +250,42 @@ class HttpLookup(LookupSource):
                               source=self._name, retryable=True)
 
     def _decode(self, answer: Answer, method: str, url: str, missing_ok: bool) -> Any:
-        """The JSON of a 2xx answer (None for 204, empty, or a 404 when ``missing_ok``); any other
-        status raises :class:`HttpStatusError`."""
+        """The JSON of a 2xx answer (None for 204, or for a 404 the service sent when
+        ``missing_ok``); any other status raises :class:`HttpStatusError`; a 2xx body that is
+        not JSON (an empty one included) raises :class:`ConnectorError`."""
         status, data = answer.status, answer.body
-        if status == 204 or (status == 404 and missing_ok):
+        if status == 204 or (status == 404 and missing_ok and self._is_miss(data)):
             return None
         if 200 <= status < 300:
             try:
                 return loads(data)
             except ValueError:
-                if not data.strip():
-                    return None
-                raise ConnectorError(f"{method} {self._where(url)} returned a non-JSON body "
-                                     f"({len(data)} bytes)", source=self._name) from None
+                what = "an empty body" if not data.strip() else f"a non-JSON body ({len(data)} bytes)"
+                raise ConnectorError(f"{method} {self._where(url)} returned {what} with status "
+                                     f"{status}; a missing row is a 404, a 204, or JSON null",
+                                     source=self._name) from None
+        hint = ""
+        if status == 404 and missing_ok and self.not_found == "json":
+            hint = ("a 404 whose body is not JSON is not taken for a missing row: a proxy, or a "
+                    "server that does not know this path, answers so; check url_template, or pass "
+                    "not_found='any' if the service answers missing rows so")
         raise status_error(status, answer.reason, answer.header("Retry-After"), data,
-                           f"{method} {self._where(url)}", self._redactor, self._name)
+                           f"{method} {self._where(url)}", self._redactor, self._name, hint)
+
+    def _is_miss(self, body: bytes) -> bool:
+        """Whether a 404 with ``body`` is the service's own "no such row" (see ``not_found``)."""
+        policy = self.not_found
+        if policy == "any":
+            return True
+        if policy == "error":
+            return False
+        if not body.strip():
+            return True
+        try:
+            loads(body)
+        except ValueError:
+            return False
+        return True
 
     def _where(self, url: str) -> str:
         path = urlsplit(url).path or "/"
@@ -284,14 +321,16 @@ class HttpLookup(LookupSource):
             raise NotImplementedError(f"{self._name} has no batch_url")
         arity = len(self.key_columns)
         wanted: list[tuple[tuple, tuple]] = []  # (key, its JSON form)
+        out: dict[tuple, Any] = {}
         for k in (check_key(k, arity, self._name) for k in keys):
             if has_null(k):
                 continue
             try:
                 wanted.append((k, tuple(json_key(v) for v in k)))
             except keyconv.KeyMismatch:
-                pass  # JSON cannot carry it: a miss
-        out: dict[tuple, Any] = {}
+                pass  # JSON cannot carry it, so no key of the service's JSON protocol equals it
+            except keyconv.KeyNotRenderable as exc:  # this key's own error; the others go on
+                out[k] = ConnectorError(str(exc), source=self._name)
         if wanted:
             await self._batch(wanted, out)
         return out

@@ -2,7 +2,7 @@
 
 A JSON object is one row, a list is many rows, ``null`` is a miss; fields are mapped to the
 schema's columns (missing -> None) and converted to the declared types; ``json_path`` selects a
-nested value first. 429 and 5xx are retryable :class:`HttpStatusError` with ``retry_after``;
+nested value first (an answer without that path is an error, not a miss). 429 and 5xx are retryable :class:`HttpStatusError` with ``retry_after``;
 any other non-2xx is a non-retryable one. Response bodies are scrubbed before they are cut and
 quoted (a cut could leave half a secret behind).
 """
@@ -51,8 +51,9 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def status_error(status: int, reason: str | None, retry_after_header: str | None, body: bytes,
-                 request: str, redactor: Redactor, source: str) -> HttpStatusError:
-    """The error for a non-2xx answer to ``request`` (``"GET /path"``), quoting the scrubbed body."""
+                 request: str, redactor: Redactor, source: str, hint: str = "") -> HttpStatusError:
+    """The error for a non-2xx answer to ``request`` (``"GET /path"``), quoting the scrubbed body,
+    then ``hint`` (what to check)."""
     retryable = status == 429 or status >= 500
     retry_after = parse_retry_after(retry_after_header) if retryable else None
     # scrub the whole body before cutting it: a cut could leave half a secret behind
@@ -60,6 +61,8 @@ def status_error(status: int, reason: str | None, retry_after_header: str | None
     msg = f"HTTP {status} {reason or ''} for {request}".rstrip()
     if text:
         msg += f": {text}"
+    if hint:
+        msg += f" ({hint})"
     return HttpStatusError(msg, source=source, status=status, retryable=retryable,
                            retry_after=retry_after)
 
@@ -73,18 +76,26 @@ class JsonRows:
         self._path = tuple(json_path.split(".")) if json_path else ()
 
     def select(self, data: Any) -> Any:
-        """The value at ``json_path`` (None when the path does not exist)."""
-        for part in self._path:
-            if isinstance(data, Mapping):
-                data = data.get(part)
+        """The value at ``json_path``; ValueError when the answer has no such path (an answer of
+        another shape, e.g. an error object sent with status 200, must not pass for a miss).
+        An explicit ``null`` on the way is a miss (None)."""
+        for i, part in enumerate(self._path):
+            if data is None:
+                return None
+            if isinstance(data, Mapping) and part in data:
+                data = data[part]
             elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
                 data = data[int(part)]
             else:
-                return None
+                shown = ", ".join(sorted(map(str, data))[:10]) if isinstance(data, Mapping) else type(data).__name__
+                raise ValueError(f"the answer has no {'.'.join(self._path[:i + 1])!r} (json_path="
+                                 f"{'.'.join(self._path)!r}); found: {shown}")
         return data
 
     def answer(self, data: Any) -> list[dict]:
         """The rows of a single lookup's answer (``json_path`` applied); ConnectorError if unfit."""
+        if data is None:  # a 404 or 204: no such row
+            return []
         try:
             return self.rows(self.select(data) if self._path else data)
         except ValueError as exc:

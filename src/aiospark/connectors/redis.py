@@ -20,8 +20,14 @@ Values are converted to the schema types (INT, BIGINT, DOUBLE, FLOAT, BOOLEAN,
 STRING, DECIMAL, DATE, TIMESTAMP; ARRAY/MAP/STRUCT from JSON text). Key values are
 inserted into the template as Spark's ``CAST(value AS STRING)`` prints them (``True`` ->
 ``true``, ``1e20`` -> ``1.0E20``; :mod:`aiospark.lookup.keys`), unencoded: Redis keys are binary
-safe, so BINARY values are inserted as their raw bytes, valid UTF-8 or not. A key with no text
-form (a timestamp) is a miss.
+safe, so BINARY values are inserted as their raw bytes, valid UTF-8 or not. A key with no one
+text form (a timestamp, whose text depends on the session's time zone) is that key's error
+(cast the key column to STRING), never a miss.
+
+What is a miss: no such key, and only that (``nil``; an empty hash does not exist in Redis). A key
+of another type (``WRONGTYPE``; ``MGET`` answers nil for it, so nil answers of a batch are asked
+again with ``GET``), a value that does not parse as JSON (an empty one included) or does not
+convert to the schema's type is that key's error.
 
 Batches are per key: a key whose command fails (``WRONGTYPE``) or whose stored value does not fit
 the schema gets its own error; the other keys of the batch are unaffected. The client (a bounded
@@ -198,7 +204,9 @@ class RedisLookup(LookupSource):
             await SHARED.release(self._client_key)
 
     def _rows(self, rkey: bytes, value: Any) -> list[dict]:
-        if value is None or (not value and self.kind != "string"):
+        # None: no such key. An empty hash does not exist in Redis (HGETALL's {} is a missing key);
+        # an empty string is a value: "" for kind="string", JSON that does not parse for "json".
+        if value is None or (self.kind == "hash" and not value):
             return []
         try:
             if self.kind == "hash":
@@ -231,7 +239,7 @@ class RedisLookup(LookupSource):
         """The Redis key as bytes (raw bytes of BINARY values kept), or None: no such key."""
         try:
             return self._tpl.render(key, _key_str).encode("utf-8", "surrogateescape")
-        except (ValueError, UnicodeEncodeError):  # KeyMismatch: no text form
+        except UnicodeEncodeError:  # a lone surrogate no bytes decode to: equals no Redis key
             return None
 
     @scrubbed
@@ -257,12 +265,17 @@ class RedisLookup(LookupSource):
         gets its own outcome (rows, a miss, or its own error)."""
         arity = len(self.key_columns)
         wanted = []
+        out: dict[tuple, Any] = {}
         for k in (check_key(k, arity, self._name) for k in keys):
-            rk = None if has_null(k) else self._render(k)
+            try:
+                rk = None if has_null(k) else self._render(k)
+            except keyconv.KeyNotRenderable as exc:  # this key's own error; the others go on
+                out[k] = ConnectorError(str(exc), source=self._name)
+                continue
             if rk is not None:
                 wanted.append((k, rk))
         if not wanted:
-            return {}
+            return out
         client = self._client_or_fail()
         rkeys = [rk for _, rk in wanted]
         what = "pipeline HGETALL" if self.kind == "hash" else "MGET"
@@ -275,13 +288,21 @@ class RedisLookup(LookupSource):
                         values = await pipe.execute(raise_on_error=False)
                 else:
                     values = await client.mget(rkeys)
+                    # MGET answers nil both for a missing key and for a key of another type: ask
+                    # those again with GET, whose WRONGTYPE tells them apart (nil again: missing)
+                    again = [i for i, v in enumerate(values) if v is None]
+                    if again:
+                        async with client.pipeline(transaction=False) as pipe:
+                            for i in again:
+                                pipe.get(rkeys[i])
+                            for i, v in zip(again, await pipe.execute(raise_on_error=False)):
+                                values[i] = v
         except Exception as exc:
             raise self._error(exc, what) from None
-        out: dict[tuple, Any] = {}
         for (k, rk), v in zip(wanted, values):
             try:
                 if isinstance(v, Exception):  # this key's command failed (e.g. WRONGTYPE)
-                    raise self._error(v, f"HGETALL {_shown(rk)}")
+                    raise self._error(v, f"{'HGETALL' if self.kind == 'hash' else 'GET'} {_shown(rk)}")
                 out[k] = self._rows(rk, v)
             except ConnectorError as exc:
                 out[k] = exc

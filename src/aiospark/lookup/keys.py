@@ -63,6 +63,11 @@ class KeyMismatch(ValueError):
     """The key value has no conversion to the source's key type: it matches nothing (a miss)."""
 
 
+class KeyNotRenderable(TypeError):
+    """The key value has no one text form a source could be asked with (a TIMESTAMP prints by
+    the session's time zone): an error that says what to change, never a miss."""
+
+
 def spark_trim(s: str) -> str:
     """Strip what Spark's string casts ignore around a value: code points 0..32."""
     return s.strip(_WS)
@@ -168,7 +173,8 @@ def _java_double(v: float) -> str:
 
 
 def to_text(v: Any) -> str:
-    """``CAST(v AS STRING)`` as Spark prints it, or :class:`KeyMismatch` for non-UTF-8 bytes."""
+    """``CAST(v AS STRING)`` as Spark prints it; :class:`KeyMismatch` for non-UTF-8 bytes (no text
+    equals them), :class:`KeyNotRenderable` for a value with no one text form (a timestamp)."""
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -182,13 +188,13 @@ def to_text(v: Any) -> str:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return _text_of(v)
     if isinstance(v, _dt.datetime):
-        raise KeyMismatch("a timestamp key has no session-independent text form: cast the key "
-                          "column to STRING in Spark first")
+        raise KeyNotRenderable("a timestamp key has no session-independent text form: cast the key "
+                               "column to STRING in Spark first")
     if isinstance(v, _dt.date):
         return v.isoformat()
     if isinstance(v, uuid.UUID):
         return str(v)
-    raise KeyMismatch(f"a {type(v).__name__} key has no text form: cast the key column to STRING")
+    raise KeyNotRenderable(f"a {type(v).__name__} key has no text form: cast the key column to STRING")
 
 
 def to_bool(v: Any) -> bool:

@@ -278,8 +278,10 @@ class Lookuper:
         self.batched_keys += len(keys)
         try:
             result = await self.source.lookup_batch(keys)
-            if result is None:
-                result = {}
+            if not isinstance(result, Mapping):  # None is a forgotten return, not "all missing"
+                raise TypeError(f"{type(self.source).__name__}.lookup_batch must return a mapping "
+                                f"{{key: rows | exception}} (absent keys are misses), got "
+                                f"{type(result).__name__}")
             get = result.get
         except BaseException as exc:
             self.errors += not isinstance(exc, asyncio.CancelledError)
