@@ -151,8 +151,8 @@ class TokenBucket:
                 until = self._clock() + seconds
                 if until > self._paused_until:
                     self._paused_until = until
-        except Exception:  # a pause must never break the caller's error handling
-            pass
+        except (TypeError, ValueError):  # no number of seconds (a Retry-After that did not parse):
+            pass                         # no pause; raising here would hide the caller's own error
 
     def paused_for(self) -> float:
         """Seconds until the current pause ends (``0.0``: not paused)."""

@@ -17,6 +17,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -26,6 +27,8 @@ from typing import Any, Coroutine, Dict, Optional
 
 from ..core.errors import warn_blocking
 from .gc_policy import GcPolicy, threshold_from_env
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _current: Optional["WorkerLoop"] = None
@@ -158,8 +161,8 @@ class WorkerLoop:
             self._users.pop(key, None)
             try:
                 await function.close()
-            except Exception:  # one failing close() must not fail the task that opened another
-                pass
+            except Exception as exc:  # one failing close() must not fail the task that opened another
+                log.warning("aiospark: close() of an idle %s failed: %r", type(function).__name__, exc)
 
     # ---------------------------------------------------------------- blocked-loop detection
     def track(self, name: str) -> int:
@@ -211,8 +214,8 @@ class WorkerLoop:
         for function in functions:
             try:
                 await function.close()
-            except Exception:  # closing must go on for the others
-                pass
+            except Exception as exc:  # closing must go on for the others
+                log.warning("aiospark: close() of %s failed: %r", type(function).__name__, exc)
 
     def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Close the opened functions, then stop the loop and its thread."""
@@ -220,8 +223,8 @@ class WorkerLoop:
             return
         try:
             self.submit(self.close_functions()).result(timeout)
-        except Exception:
-            pass
+        except Exception as exc:  # the process is going away: stop the loop all the same
+            log.warning("aiospark: closing the worker's functions did not finish: %r", exc)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
 
