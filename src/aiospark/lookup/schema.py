@@ -22,11 +22,9 @@ import json
 import re
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from .ddl import SchemaError, parse_columns
+
 __all__ = ["Field", "RowMapper", "SchemaError", "parse_schema", "converter_for"]
-
-
-class SchemaError(ValueError):
-    """The schema DDL string is not valid."""
 
 
 class Field(NamedTuple):
@@ -41,74 +39,15 @@ class Field(NamedTuple):
         return re.split(r"[(<\s]", self.type, maxsplit=1)[0]
 
 
-_NAME_RE = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s*(.*)\Z", re.S)
-_KNOWN_BASES = {
-    "STRING", "VARCHAR", "CHAR", "TINYINT", "BYTE", "SMALLINT", "SHORT", "INT", "INTEGER",
-    "BIGINT", "LONG", "FLOAT", "REAL", "DOUBLE", "BOOLEAN", "BOOL", "DECIMAL", "DEC",
-    "NUMERIC", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "TIMESTAMP_LTZ", "BINARY", "ARRAY",
-    "MAP", "STRUCT", "VARIANT", "VOID", "NULL", "INTERVAL",
-}
-
-
-def _split_top_level(text: str) -> list[str]:
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "`'\"":
-            quote = ch
-        elif ch in "(<":
-            depth += 1
-        elif ch in ")>":
-            depth -= 1
-            if depth < 0:
-                raise SchemaError(f"unbalanced {ch!r} in schema {text!r}")
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth or quote:
-        raise SchemaError(f"unbalanced brackets or quotes in schema {text!r}")
-    parts.append(text[start:])
-    return parts
-
-
 def parse_schema(ddl: str) -> list[Field]:
     """Parse a Spark DDL column list such as ``"a INT, b STRING NOT NULL"``.
 
-    Accepts backticked names, ``name: type``, nested ``ARRAY<..>``/``MAP<..>``/
-    ``STRUCT<..>``, ``DECIMAL(p,s)``, and drops ``NOT NULL`` / ``COMMENT '...'``.
-    Raises :class:`SchemaError` (a ``ValueError``) saying what to change.
+    Strict (:mod:`aiospark.lookup.ddl`): what it accepts, Spark parses to the same columns; it takes
+    backquoted names, ``name: type``, nested ``ARRAY<..>``/``MAP<..>``/``STRUCT<..>``,
+    ``DECIMAL(p,s)``, and drops ``NOT NULL`` / ``COMMENT '...'``. Raises :class:`SchemaError`
+    (a ``ValueError``) saying what to change, e.g. for a missing comma.
     """
-    if not isinstance(ddl, str) or not ddl.strip():
-        raise SchemaError(
-            "schema must be a non-empty Spark DDL string such as 'name STRING, price DOUBLE'"
-        )
-    fields: list[Field] = []
-    seen: set[str] = set()
-    for part in _split_top_level(ddl.strip()):
-        if not part.strip():
-            raise SchemaError(f"empty column in schema {ddl!r} (stray comma?)")
-        m = _NAME_RE.match(part)
-        if not m or not m.group(2).strip():
-            raise SchemaError(
-                f"cannot parse column {part.strip()!r} in schema {ddl!r}: "
-                "expected 'name TYPE', e.g. 'price DOUBLE'"
-            )
-        name, rest = m.group(1), m.group(2).strip()
-        if name.startswith("`"):
-            name = name[1:-1].replace("``", "`")
-        rest = re.split(r"\s+COMMENT\s+", rest, maxsplit=1, flags=re.I)[0]
-        rest = re.sub(r"\s+NOT\s+NULL\s*\Z", "", rest, flags=re.I).strip()
-        typ = re.sub(r"\s+", " ", rest).upper()
-        base = re.split(r"[(<\s]", typ, maxsplit=1)[0]
-        if base not in _KNOWN_BASES:
-            raise SchemaError(f"unknown type {rest!r} for column {name!r} in schema {ddl!r}")
-        if name.lower() in seen:
-            raise SchemaError(f"duplicate column {name!r} in schema {ddl!r}")
-        seen.add(name.lower())
-        fields.append(Field(name, typ))
-    return fields
+    return [Field(name, typ) for name, typ in parse_columns(ddl)]
 
 
 # --- converters -------------------------------------------------------------------------
