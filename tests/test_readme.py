@@ -9,27 +9,52 @@ an edited block cannot silently stop being tested. Every block has a check of wh
 from __future__ import annotations
 
 import re
+import select
+import shlex
+import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import pyarrow.parquet as pq
 import pytest
 
+from aiospark.demo_openai import chat_answer, count_tokens
 from aiospark.demo_service import DemoService, item
-from tests.support.openai_server import OpenAIServer, tokens
 from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TEXT = README.read_text()
 PY_BLOCKS: List[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
+LLM_COMMAND = re.search(r"`(python -m aiospark\.demo_service --openai[^`]*)`", TEXT)
+
+
+@contextmanager
+def readme_llm_endpoint():
+    """The LLM section's endpoint, started by the command the README prints (its port made free)."""
+    assert LLM_COMMAND, "the README no longer says how to start the demo OpenAI endpoint"
+    argv = shlex.split(LLM_COMMAND.group(1).replace("--port 11434", "--port 0"))
+    assert argv[0] == "python" and "--port" in argv
+    proc = subprocess.Popen([sys.executable, *argv[1:]], stdout=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        url = proc.stdout.readline().strip() if ready else ""
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1"), (url, proc.poll())
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
 def servers():
-    """The servers the blocks call: the demo's HTTP service (5 ms per call) and a Redis server."""
+    """The servers the blocks call: the demo's HTTP service (5 ms per call), a Redis server and the
+    demo OpenAI endpoint as the README starts it."""
     with DemoService(latency=0.005, jitter=0.001) as http, RedisServer() as redis_server, \
-            OpenAIServer() as llm:
+            readme_llm_endpoint() as llm:
         yield {"http": http, "redis": redis_server, "llm": llm}
 
 
@@ -38,7 +63,8 @@ def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
     return [
         ("http://127.0.0.1:8080/", servers["http"].url + "/"),
         ("redis://127.0.0.1:6379/0", servers["redis"].url),
-        ("http://127.0.0.1:11434/v1", servers["llm"].base_url),
+        ("http://127.0.0.1:11434/v1", servers["llm"]),
+        ("--port 11434", "--port 0"),                      # the endpoint's command: any free port
         ("spark.range(100_000)", "spark.range(3_000)"),   # a few seconds instead of a minute
         ('"/tmp/enriched"', repr(str(tmp / "enriched"))),
         ('"/tmp/geo"', repr(str(tmp / "geo"))),
@@ -87,9 +113,11 @@ def check_beyond_flink(out: str, tmp: Path) -> None:
 
 
 def check_llm(out: str, tmp: Path) -> None:
-    prompt = sum(tokens(f"review number {i}") for i in range(500))
+    prompt = sum(count_tokens(f"review number {i}") for i in range(500))
     assert f"500 {{'prompt_tokens': {prompt}, 'total_tokens': {prompt}}}" in out, out
     assert re.search(r"\|\s*id\|\s*mood\|", out), out
+    shown = re.findall(r"^\|\s*(\d+)\|(.*)\|$", out, flags=re.M)  # show() cuts at 20 characters
+    assert len(shown) == 3 and all(chat_answer(f"review number {i}", 8)[:17] in mood for i, mood in shown), out
 
 
 def check_http_client(out: str, tmp: Path) -> None:
