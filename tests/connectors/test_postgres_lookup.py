@@ -160,3 +160,25 @@ def test_server_down():
 def test_constructor_validation(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         PostgresLookup(*args, **kwargs)
+
+
+def test_batch_rows_reach_their_keys_on_case_insensitive_columns(seeded):
+    # citext and a nondeterministic collation find 'abc' for the key 'ABC': the batch must hand
+    # that row to 'ABC' as the single lookup does (rows are matched back by key position)
+    seeded.execute("""
+        CREATE EXTENSION IF NOT EXISTS citext;
+        CREATE TABLE IF NOT EXISTS ci_codes (code citext PRIMARY KEY, label text);
+        DO $$ BEGIN
+            CREATE COLLATION ci_nd (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+        EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+        CREATE TABLE IF NOT EXISTS nd_codes (code text COLLATE ci_nd PRIMARY KEY, label text);
+        TRUNCATE ci_codes, nd_codes;
+        INSERT INTO ci_codes VALUES ('abc', 'L'), ('Q', 'q');
+        INSERT INTO nd_codes VALUES ('abc', 'L'), ('Q', 'q');
+    """)
+    for table in ("ci_codes", "nd_codes"):
+        src = PostgresLookup(table, "code", "label STRING", dsn=seeded.dsn)
+        assert run(one(src, ("ABC",), ("q",))) == [[{"label": "L"}], [{"label": "q"}]]
+        got = run(batch(src, [("ABC",), ("abc",), ("q",), ("x",)]))
+        assert got == {("ABC",): [{"label": "L"}], ("abc",): [{"label": "L"}],
+                       ("q",): [{"label": "q"}], ("x",): []}, table

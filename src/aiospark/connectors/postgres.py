@@ -11,8 +11,8 @@ Example::
 Queries are parameterised and prepared (asyncpg caches them per connection):
 
 * single key: ``SELECT "c1", ... FROM "t" WHERE "k1" = $1 [AND "k2" = $2]``
-* batch, one key column: ``... WHERE "k" = ANY($1::<type>[])``
-* batch, composite key: ``... JOIN unnest($1::<t1>[], $2::<t2>[]) WITH ORDINALITY``
+* batch: ``... FROM unnest($1::<t1>[] [, $2::<t2>[]]) WITH ORDINALITY JOIN "t" ON ...``: each
+  row comes back with its key's position, so it reaches exactly the keys that asked for it
 
 Identifiers (table, ``schema.table``, columns) must be plain SQL identifiers
 (letters, digits, ``_``, ``$``; at most 63 chars) and are double-quoted, so they
@@ -39,11 +39,9 @@ loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospa
 from __future__ import annotations
 
 import asyncio
-import decimal
 import os
 import re
-import struct
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..lookup import keys as keyconv
@@ -51,6 +49,7 @@ from ..lookup.schema import parse_schema
 from ..lookup.source import LookupSource
 from ._common import (ConnectorError, ConnectorTimeout, Secret, check_key, check_positive,
                       has_null, resolve_secret, short)
+from .postgres_keys import key_converter
 from .redaction import Redactor, scrubbed
 from .shared import SHARED, config_key
 
@@ -58,10 +57,6 @@ __all__ = ["PostgresLookup", "quote_ident"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 _RETRYABLE_STATES = ("08", "40001", "40P01", "53", "57P0")
-_TEXT = {"text", "varchar", "bpchar", "name", "citext"}
-_INT_BITS = {"int2": 16, "int4": 32, "int8": 64}
-#: PostgreSQL numeric: at most 131072 digits before the decimal point, 16383 after it
-_NUMERIC_INT_DIGITS, _NUMERIC_SCALE = 131072, 16383
 #: SQLSTATEs of batch errors that may come from some keys' rows only (so the batch is split):
 #: cardinality violation (a scalar subquery with 2 rows), data exception (division by zero, a bad
 #: cast), SQL/external routine exceptions, program limit exceeded, PL/pgSQL RAISE, corrupted data
@@ -74,59 +69,6 @@ def quote_ident(name: str, what: str = "identifier") -> str:
         raise ValueError(f"{what} {name!r} is not a plain SQL identifier: use letters, digits, '_' "
                          "or '$' (not starting with a digit), at most 63 characters")
     return f'"{name}"'
-
-
-def _text_key(value: Any) -> str:
-    text = keyconv.to_text(value)
-    if "\x00" in text:  # PostgreSQL text cannot hold NUL: no row has such a key
-        raise keyconv.KeyMismatch("text with a NUL character")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: not a character, no text holds it
-            raise keyconv.KeyMismatch("text with a lone surrogate (not valid Unicode)") from None
-    return text
-
-
-def _numeric_key(value: Any) -> decimal.Decimal:
-    """A Decimal numeric can hold, or KeyMismatch: beyond numeric's range no row can equal it."""
-    d = keyconv.to_decimal(value)
-    sign, digits, exp = d.as_tuple()
-    if not any(digits):
-        return decimal.Decimal(0)
-    assert isinstance(exp, int)  # finite: to_decimal refuses NaN and infinities
-    if exp < -_NUMERIC_SCALE:  # trailing zeros after the point do not change the value (1.50 = 1.5)
-        text = "".join(map(str, digits))
-        drop = min(-exp, len(text) - len(text.rstrip("0")))
-        digits, exp = tuple(int(c) for c in text[:len(text) - drop]), exp + drop
-        d = decimal.Decimal((sign, digits, exp))
-    if exp < -_NUMERIC_SCALE or len(digits) + exp > _NUMERIC_INT_DIGITS:
-        raise keyconv.KeyMismatch(f"{value!r} is beyond PostgreSQL numeric's range")
-    return d
-
-
-def _float4_key(value: Any) -> float:
-    f = keyconv.to_float(value)
-    try:
-        struct.pack("!f", f)  # rounds as asyncpg's float4 encoding does
-    except OverflowError:
-        raise keyconv.KeyMismatch(f"{value!r} is beyond PostgreSQL real's range") from None
-    return f
-
-
-def key_converter(typ: str) -> Callable[[Any], Any]:
-    """The conversion of a key value to the PostgreSQL type named ``typ`` (see the module doc)."""
-    if typ in _TEXT:
-        return _text_key
-    if typ in _INT_BITS:
-        return keyconv.converter("int", _INT_BITS[typ])
-    if typ == "float4":
-        return _float4_key
-    if typ == "float8":
-        return keyconv.to_float
-    if typ == "numeric":
-        return _numeric_key
-    return keyconv.converter({"uuid": "uuid", "bool": "bool"}.get(typ, typ))
 
 
 class PostgresLookup(LookupSource):
@@ -306,15 +248,13 @@ class PostgresLookup(LookupSource):
             raise self._error(exc, "prepare") from None
         self._convert = [key_converter(name) for _, name in self._types]
         types = [f"{quote_ident(s, 'type schema')}.{quote_ident(n, 'type')}[]" for s, n in self._types]
-        if len(self.key_columns) == 1:
-            self._sql_batch = (f"SELECT __t.{self._qkeys[0]}, {self._cols_sql} FROM {self._qtable} AS __t "
-                               f"WHERE __t.{self._qkeys[0]} = ANY($1::{types[0]})")
-        else:
-            names = ", ".join(f'"__k{i}"' for i in range(len(types)))
-            arrays = ", ".join(f"${i + 1}::{t}" for i, t in enumerate(types))
-            on = " AND ".join(f'__t.{q} = __k."__k{i}"' for i, q in enumerate(self._qkeys))
-            self._sql_batch = (f'SELECT __k."__i", {self._cols_sql} FROM unnest({arrays}) WITH ORDINALITY '
-                               f'AS __k({names}, "__i") JOIN {self._qtable} AS __t ON {on}')
+        # rows are matched back to keys by the key's position, never by comparing values in
+        # Python: a citext or case-insensitive column finds 'abc' for the key 'ABC'
+        names = ", ".join(f'"__k{i}"' for i in range(len(types)))
+        arrays = ", ".join(f"${i + 1}::{t}" for i, t in enumerate(types))
+        on = " AND ".join(f'__t.{q} = __k."__k{i}"' for i, q in enumerate(self._qkeys))
+        self._sql_batch = (f'SELECT __k."__i", {self._cols_sql} FROM unnest({arrays}) WITH ORDINALITY '
+                           f'AS __k({names}, "__i") JOIN {self._qtable} AS __t ON {on}')
         self._pool, self._pool_key = pool, key
 
     async def close(self) -> None:
@@ -370,7 +310,7 @@ class PostgresLookup(LookupSource):
 
     @scrubbed
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
-        """One query for all keys (``= ANY`` or ``unnest``); absent keys are misses. If the query
+        """One query for all keys (``unnest ... WITH ORDINALITY``); absent keys are misses. If the query
         fails with an error that may be some keys' own, each key is looked up alone: its rows, a
         miss (no row) or its own error. Any other error fails the batch."""
         arity = len(self.key_columns)
@@ -392,10 +332,7 @@ class PostgresLookup(LookupSource):
         if not wanted:
             return out
         order = list(wanted)
-        if arity == 1:
-            args = [[c[0] for c in order]]
-        else:
-            args = [[c[i] for c in order] for i in range(arity)]
+        args = [[c[i] for c in order] for i in range(arity)]
         try:
             records = await pool.fetch(self._sql_batch, *args)
         except Exception as exc:  # never a miss (see the module doc)
@@ -408,18 +345,8 @@ class PostgresLookup(LookupSource):
                 out[k] = err
             return out
         cols = self.columns
-        bpchar = self._types[0][1] == "bpchar"
-        by_text: dict[str, list[tuple]] | None = None
         for r in records:
-            if arity == 1:
-                kv = r[0].rstrip(" ") if bpchar and isinstance(r[0], str) else r[0]
-                originals = wanted.get((kv,))
-                if originals is None:  # type returned differs from the one sent (e.g. dates)
-                    if by_text is None:
-                        by_text = {str(c[0]): ks for c, ks in wanted.items()}
-                    originals = by_text.get(str(kv), ())
-            else:
-                originals = wanted[order[r[0] - 1]]
+            originals = wanted[order[r[0] - 1]]
             row = dict(zip(cols, tuple(r)[1:]))
             for i, k in enumerate(originals):
                 out[k].append(row if i == 0 else dict(row))
