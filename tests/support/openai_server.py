@@ -25,6 +25,11 @@ from Spark executors too: an input (embedding text or last user message) that
   ``server.throttle_times`` times that exact text is seen, then success.
 
 ``fail_next(n, status, retry_after)`` makes the next ``n`` requests fail whatever they hold.
+``rate_limit=R`` (requests per second) enforces a token bucket of ``R`` requests refilled at ``R``
+per second, like OpenAI's: a request beyond it gets 429, and every answer advertises the bucket in
+``x-ratelimit-limit-requests`` / ``-remaining-requests`` / ``-reset-requests`` (the time until
+full, e.g. ``"340ms"``); ``refused`` counts its 429s. ``ratelimit_headers`` (a dict) is added to
+every answer as is (malformed values for tests).
 ``latency`` (seconds per request) and ``per_input`` (seconds per input) slow every answer down
 (the benchmark's fixed service time). Counters: ``requests`` (per path), ``batch_sizes``,
 ``seen`` (every request: path, time.monotonic(), inputs, Authorization header).
@@ -79,13 +84,19 @@ class OpenAIServer:
     """The server, in a daemon thread with its own event loop. ``start()``/``stop()`` or ``with``."""
 
     def __init__(self, *, api_key: str | None = None, latency: float = 0.0, per_input: float = 0.0,
-                 port: int = 0, retry_after: str = "1", throttle_times: int = 1) -> None:
+                 port: int = 0, retry_after: str = "1", throttle_times: int = 1,
+                 rate_limit: float | None = None, ratelimit_headers: dict[str, str] | None = None) -> None:
         self.api_key = api_key
         self.latency = latency
         self.per_input = per_input
         self.port = port
         self.retry_after = retry_after
         self.throttle_times = throttle_times
+        self.rate_limit = rate_limit
+        self.ratelimit_headers = dict(ratelimit_headers or {})
+        self.refused = 0
+        self._level = float(rate_limit or 0.0)  # the bucket, full at start
+        self._filled = time.monotonic()
         self.requests: Counter = Counter()
         self.batch_sizes: list[int] = []
         self.seen: list[dict] = []
@@ -108,6 +119,8 @@ class OpenAIServer:
             self.seen.clear()
             self._throttled.clear()
             self._fail_next.clear()
+            self.refused = 0
+            self._level, self._filled = float(self.rate_limit or 0.0), time.monotonic()
 
     def fail_next(self, n: int, status: int = 500, retry_after: str | None = None) -> None:
         """The next ``n`` requests get ``status`` (with ``Retry-After: retry_after`` if given)."""
@@ -115,6 +128,39 @@ class OpenAIServer:
             self._fail_next.extend([(status, retry_after)] * n)
 
     # --- handlers ---------------------------------------------------------------------------
+
+    def _take(self) -> tuple[bool, dict[str, str]]:
+        """The rate-limit bucket: (admitted?, the x-ratelimit-* headers to send)."""
+        headers = dict(self.ratelimit_headers)
+        if not self.rate_limit:
+            return True, headers
+        rate = float(self.rate_limit)
+        with self._lock:
+            now = time.monotonic()
+            self._level = min(rate, self._level + (now - self._filled) * rate)
+            self._filled = now
+            ok = self._level >= 1.0
+            if ok:
+                self._level -= 1.0
+            else:
+                self.refused += 1
+            level = self._level
+        headers.update({"x-ratelimit-limit-requests": str(int(rate)),
+                        "x-ratelimit-remaining-requests": str(int(level)),
+                        "x-ratelimit-reset-requests": f"{round((rate - level) / rate * 1000)}ms"})
+        return ok, headers
+
+    @web.middleware
+    async def _ratelimit(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        ok, headers = self._take()
+        if ok:
+            resp = await handler(request)
+        else:
+            resp = web.json_response({"error": {"message": "Rate limit reached for requests",
+                                                "type": "requests", "code": "rate_limit_exceeded"}},
+                                     status=429, headers={"retry-after-ms": "20"})
+        resp.headers.update(headers)
+        return resp
 
     def _check(self, request: web.Request, inputs: list[str], path: str) -> web.Response | None:
         auth = request.headers.get("Authorization")
@@ -208,7 +254,7 @@ class OpenAIServer:
     # --- lifecycle --------------------------------------------------------------------------
 
     def _app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._ratelimit])
         app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app

@@ -22,12 +22,13 @@ from ..core.ratelimit import RateLimit
 from ..core.retry import RetryStrategy
 from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret
 from .http_response import HttpStatusError
+from .openai_pacing import Pacer
 from .openai_transport import CLIENTS, Transport, open_transport
 from .redaction import Redactor, scrubbed
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens"]
 
-_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper")
+_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
 
 
 def estimate_tokens(text: str) -> int:
@@ -94,7 +95,8 @@ class OpenAIFunction(AsyncFunction):
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None, api_key_env: str | None,
                  input: str, output: str, client: str, timeout: float, max_connections: int,
                  requests_per_minute: float | None, tokens_per_minute: float | None,
-                 headers: Mapping[str, str] | None, extra_body: Mapping[str, Any] | None) -> None:
+                 headers: Mapping[str, str] | None, extra_body: Mapping[str, Any] | None,
+                 pace_by_headers: bool = True) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
         self.model = model
@@ -109,6 +111,10 @@ class OpenAIFunction(AsyncFunction):
         self.timeout, self.max_connections = float(timeout), max_connections
         self.requests_per_minute = _check_limit("requests_per_minute", requests_per_minute)
         self.tokens_per_minute = _check_limit("tokens_per_minute", tokens_per_minute)
+        if not isinstance(pace_by_headers, bool):
+            raise TypeError(f"pace_by_headers must be True (pace by the endpoint's x-ratelimit-* headers) "
+                            f"or False, got {pace_by_headers!r}")
+        self.pace_by_headers = pace_by_headers
         if headers is not None and not isinstance(headers, Mapping):
             raise TypeError(f"headers must be a mapping of header names to values, got {type(headers).__name__}")
         self._headers = {str(k): (v.reveal() if isinstance(v, Secret) else str(v)) for k, v in (headers or {}).items()}
@@ -126,6 +132,7 @@ class OpenAIFunction(AsyncFunction):
         self._transport: Transport | None = None
         self._rpm: Any = None
         self._tpm: Any = None
+        self._pacer: Pacer | None = None
 
     def _make_redactor(self) -> Redactor:
         # every header value may be a credential (e.g. 'api-key' for Azure-style endpoints)
@@ -168,6 +175,7 @@ class OpenAIFunction(AsyncFunction):
                                                self.max_connections, self._headers, self._redactor, self._name)
         self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
         self._tpm = RateLimit(self.tokens_per_minute, per=60.0).bucket() if self.tokens_per_minute else None
+        self._pacer = Pacer() if self.pace_by_headers else None
 
     async def close(self) -> None:
         """Give the shared client back. Safe to call twice."""
@@ -208,14 +216,24 @@ class OpenAIFunction(AsyncFunction):
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
         await self._admit(estimate)
+        pacer = self._pacer
+        # the explicit per-minute limits are ceilings; the endpoint's headers pace below them
+        ticket = await pacer.admit(estimate) if pacer is not None else None
         try:
-            answer = await self._transport.post(self._path, {**self.extra_body, **body})
+            answer = await self._transport.post(
+                self._path, {**self.extra_body, **body},
+                None if ticket is None else (lambda headers: pacer.update(ticket, headers)))  # type: ignore[union-attr]
         except HttpStatusError as exc:
             if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
                 for bucket in (self._rpm, self._tpm):
                     if bucket is not None:
                         bucket.pause(exc.retry_after)
+                if pacer is not None:
+                    pacer.pause(exc.retry_after)
             raise
+        finally:
+            if ticket is not None:
+                pacer.finished(ticket)  # type: ignore[union-attr]
         usage = answer.get("usage")
         self._settle(estimate, usage if isinstance(usage, Mapping) else {})
         return answer

@@ -98,6 +98,8 @@ class OpenAIEmbeddings(OpenAIFunction):
         requests_per_minute / tokens_per_minute: per-worker limits (None: none); see the module doc.
         headers: extra request headers (values are treated as secrets).
         extra_body: extra request fields, e.g. ``{"truncate_prompt_tokens": 512}`` for vLLM.
+        pace_by_headers: pace by the endpoint's ``x-ratelimit-*`` answer headers (True, the
+            default; see :mod:`aiospark.connectors.openai_pacing`); False: never.
 
     Example::
 
@@ -116,11 +118,11 @@ class OpenAIEmbeddings(OpenAIFunction):
                  cache: LookupCache | None = None, client: str = "aiohttp", timeout: float = 60.0,
                  max_connections: int = 100, requests_per_minute: float | None = None,
                  tokens_per_minute: float | None = None, headers: Mapping[str, str] | None = None,
-                 extra_body: Mapping[str, Any] | None = None) -> None:
+                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
                          output=output, client=client, timeout=timeout, max_connections=max_connections,
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                         headers=headers, extra_body=extra_body)
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
         check_positive("batch_size", batch_size, integer=True)
         if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= batch_delay < 60:
             raise ValueError(f"batch_delay must be seconds in [0, 60), got {batch_delay!r}")

@@ -14,17 +14,25 @@ One client per process, event loop and configuration (:mod:`aiospark.connectors.
 task of a Spark worker shares it. Retries are never made here (the SDK's ``max_retries`` is 0):
 they are the entry points' ``retry=`` job, which honours ``retry_after``.
 
+Every HTTP answer's headers (a success or an error status) go to ``post``'s ``on_headers``
+callback, which the functions use to pace themselves (:mod:`.openai_pacing`).
+
+The SDK client is built from the SDK's public names only, so the same code runs on openai 1.x
+(built on ``httpx``) and 3.x (built on ``httpx2``): ``openai.DefaultAsyncHttpxClient`` with a
+connection limit of the type of ``openai.DEFAULT_CONNECTION_LIMITS``; nothing here imports an
+HTTP library the SDK may not depend on.
+
 Example::
 
     t = await open_transport("aiohttp", "http://127.0.0.1:8000/v1", Secret("sk-..."), 60.0, 100, {}, redactor, name)
-    answer = await t.post("/embeddings", {"model": "m", "input": ["a", "b"]})
+    answer = await t.post("/embeddings", {"model": "m", "input": ["a", "b"]}, on_headers=print)
     await t.close()
 """
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._common import ConnectorError, ConnectorTimeout, Secret, short
 from .http_response import HttpStatusError, parse_retry_after, status_error
@@ -34,6 +42,9 @@ from .shared import SHARED, config_key
 __all__ = ["Transport", "open_transport", "retry_after_of"]
 
 CLIENTS = ("aiohttp", "openai")
+
+#: called with each HTTP answer's headers (case-insensitive mapping), success or error status
+OnHeaders = Callable[[Mapping[str, str]], None]
 
 
 def retry_after_of(headers: Mapping[str, str]) -> float | None:
@@ -74,12 +85,17 @@ class Transport:
                               "is base_url an OpenAI-compatible endpoint (e.g. http://host:8000/v1)?",
                               source=self._name)
 
-    async def post(self, path: str, body: dict) -> dict:
+    def _cannot_connect(self, why: str) -> ConnectorError:
+        # the source (function name, host:port) is the error's prefix already: not named twice
+        return ConnectorError(f"cannot connect: {why}", source=self._name, retryable=True)
+
+    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
+        """POST ``body`` (JSON) to ``base_url + path``; the decoded JSON object answered."""
         raise NotImplementedError
 
 
 class _AiohttpTransport(Transport):
-    async def post(self, path: str, body: dict) -> dict:
+    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
         import aiohttp
 
         session = self._client
@@ -88,6 +104,8 @@ class _AiohttpTransport(Transport):
         try:
             async with session.post(self._base_url + path, json=body) as resp:
                 data = await resp.read()
+                if on_headers is not None:
+                    on_headers(resp.headers)
                 if not 200 <= resp.status < 300:
                     raise self._error(resp.status, resp.reason, resp.headers, data, path)
                 try:
@@ -103,19 +121,25 @@ class _AiohttpTransport(Transport):
             raise ConnectorTimeout(f"no answer within {self._timeout}s to POST {path}", source=self._name) from None
         except aiohttp.ClientConnectorError as exc:
             why = getattr(exc.os_error, "strerror", None) or self._redactor.scrub(short(exc), limit=300)
-            raise ConnectorError(f"cannot connect to {self._name}: {why}", source=self._name,
-                                 retryable=True) from None
+            raise self._cannot_connect(why) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise ConnectorError(f"POST {path} failed: {self._redactor.scrub(short(exc), limit=300)}",
                                  source=self._name, retryable=True) from None
 
 
 class _SdkTransport(Transport):
-    """The official SDK's typed calls (``embeddings.create``, ``chat.completions.create``)."""
+    """The official SDK's typed calls (``embeddings.create``, ``chat.completions.create``), made
+    through ``with_raw_response`` (public since openai 1.0) for the answer's headers."""
 
-    async def post(self, path: str, body: dict) -> dict:
+    def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
+                 name: str) -> None:
+        super().__init__(key, client, base_url, timeout, redactor, name)
         import openai
 
+        self._openai = openai
+
+    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
+        openai = self._openai
         client = self._client
         if client is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
@@ -123,26 +147,30 @@ class _SdkTransport(Transport):
         model = body.pop("model")
         try:
             if path == "/embeddings":
-                reply = await client.embeddings.create(model=model, input=body.pop("input"),
-                                                       encoding_format=body.pop("encoding_format", "float"),
-                                                       extra_body=body or None)
+                raw = await client.embeddings.with_raw_response.create(
+                    model=model, input=body.pop("input"), encoding_format=body.pop("encoding_format", "float"),
+                    extra_body=body or None)
             elif path == "/chat/completions":
-                reply = await client.chat.completions.create(model=model, messages=body.pop("messages"),
-                                                             extra_body=body or None)
+                raw = await client.chat.completions.with_raw_response.create(
+                    model=model, messages=body.pop("messages"), extra_body=body or None)
             else:  # pragma: no cover - the connector only posts the two paths above
                 raise ValueError(f"unknown path {path}")
+            reply = raw.parse()
         except openai.APIStatusError as exc:
             resp = exc.response
+            if on_headers is not None:
+                on_headers(resp.headers)
             raise self._error(exc.status_code, resp.reason_phrase, resp.headers, resp.content, path) from None
         except openai.APITimeoutError:
             raise ConnectorTimeout(f"no answer within {self._timeout}s to POST {path}", source=self._name) from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise ConnectorError(f"cannot connect to {self._name}: {self._redactor.scrub(short(cause), limit=300)}",
-                                 source=self._name, retryable=True) from None
+            raise self._cannot_connect(self._redactor.scrub(short(cause), limit=300)) from None
         except (openai.APIResponseValidationError, ValueError, TypeError) as exc:
             raise ConnectorError(f"POST {path}: the answer does not fit the OpenAI API "
                                  f"({self._redactor.scrub(short(exc), limit=300)})", source=self._name) from None
+        if on_headers is not None:
+            on_headers(raw.headers)
         if isinstance(reply, str):  # the SDK hands a non-JSON 2xx body over as text
             raise self._not_json(path, len(reply))
         return reply.model_dump()
@@ -162,9 +190,11 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
                               "(or use the default client='aiohttp')") from None
 
         async def create() -> Any:
-            import httpx
-
-            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            # the SDK's own Limits type (httpx's on 1.x, httpx2's on 3.x), named through its
+            # public DEFAULT_CONNECTION_LIMITS: importing either HTTP library here would fail on
+            # the SDK releases that do not depend on it
+            limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=max_connections,
+                                                            max_keepalive_connections=max_connections)
             return openai.AsyncOpenAI(
                 # the SDK insists on a key; a local server without auth ignores this placeholder
                 api_key=api_key.reveal() if api_key else "no-key", base_url=base_url, timeout=timeout,
