@@ -177,7 +177,8 @@ class OpenAIChat(OpenAIFunction):
             if self._response_model is not None:  # its own validators and constraints (Field(ge=...));
                 self._response_model.model_validate(value)  # on the value: maps came as {key, value} pairs
         except (AnswerError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-            errors = exc.errors() if callable(getattr(exc, "errors", None)) else None  # pydantic's
+            errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists where and why
+            errors = errors() if callable(errors) else None
             if errors:
                 why = f"{'.'.join(map(str, errors[0].get('loc', ())))}: {errors[0].get('msg')}"
             else:

@@ -50,7 +50,7 @@ __all__ = ["AnswerError", "response_struct", "json_schema", "read_answer", "sche
 _NTZ = getattr(sys.modules["pyspark.sql.types"], "TimestampNTZType", None)
 _CHARS = tuple(t for t in (getattr(sys.modules["pyspark.sql.types"], n, None) for n in ("CharType", "VarcharType"))
                if t is not None)
-_RANGES = {ByteType: (-2**7, 2**7 - 1), ShortType: (-2**15, 2**15 - 1), IntegerType: (-2**31, 2**31 - 1),
+_RANGES: dict[type, tuple[int, int]] = {ByteType: (-2**7, 2**7 - 1), ShortType: (-2**15, 2**15 - 1), IntegerType: (-2**31, 2**31 - 1),
            LongType: (-2**63, 2**63 - 1)}
 _FLOAT_MAX = 3.4028234663852886e38
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -274,7 +274,9 @@ def _kind(value: Any) -> str:
         return f"the number {value}"
     if isinstance(value, str):
         return f"the string {value[:40]!r}"
-    return {list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
