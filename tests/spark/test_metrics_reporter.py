@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import pickle
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -35,3 +39,79 @@ def test_the_collector_refuses_a_report_it_cannot_read():
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5)
         assert info.value.code == 400
+
+
+def _post(address, body, headers):
+    request = urllib.request.Request(address, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except urllib.error.URLError:  # the collector answered before reading the body, then closed
+        return "closed"
+
+
+def test_the_collector_accepts_only_signed_readable_reports_of_a_live_metrics():
+    from aiospark.spark.metrics import MAX_REPORT_BYTES, Metrics
+
+    m = Metrics("signed")
+    reporter_class, (metrics_id, name, address, secret) = m.__reduce__()
+    assert reporter_class is MetricsReporter and secret and secret not in repr(m) and secret not in str(m)
+    good = {"id": metrics_id, "task": "1.0.0", "final": True, "rows": 3, "inflight": 0,
+            "metrics": OperatorMetrics().to_dict()}
+    body = json.dumps(good).encode()
+    assert _post(address, body, {}) == 403                                   # no secret
+    assert _post(address, body, {"X-Aiospark-Secret": "0" * 32}) == 403      # another job's
+    assert m.tasks == 0
+    poisoned = json.dumps({**good, "metrics": {"calls": "many"}}).encode()
+    assert _post(address, poisoned, {"X-Aiospark-Secret": secret}) == 400    # unreadable: not stored
+    assert m.tasks == 0 and m.total.calls == 0
+    huge = json.dumps({**good, "pad": "x" * MAX_REPORT_BYTES}).encode()
+    assert _post(address, huge, {"X-Aiospark-Secret": secret}) in (413, "closed")  # never read
+    assert m.tasks == 0
+    assert _post(address, body, {"X-Aiospark-Secret": secret}) == 204
+    assert m.tasks == 1
+
+
+def test_a_reporter_ships_its_secret_and_the_driver_counts_its_report():
+    from aiospark.spark.metrics import Metrics
+
+    m = Metrics("shipped")
+    reporter = pickle.loads(pickle.dumps(m))
+    assert isinstance(reporter, MetricsReporter)
+    metrics = OperatorMetrics()
+    metrics.calls = 5
+    reporter.report("2.0.0", metrics, rows=5, inflight=0, final=True)
+    assert m.tasks == 1 and m.total.calls == 5
+
+
+JOB = r"""
+import sys
+import aiospark
+
+spark = aiospark.local_session("local[2]", conf={"spark.driver.host": "127.0.0.2",
+                                                 "spark.driver.bindAddress": "127.0.0.2"})
+from aiospark.spark.metrics import collector, driver_host
+
+async def f(row):
+    return {"id": row["id"]}
+
+m = aiospark.Metrics("driver-host")
+rows = aiospark.unordered_wait(spark.range(200, numPartitions=2), f, "id LONG", metrics=m).count()
+server = collector(driver_host()).server
+print("RESULT", driver_host(), server.server_address[0], m.tasks, m.total.calls, rows, flush=True)
+spark.stop()
+"""
+
+
+def test_the_collector_binds_and_advertises_where_spark_says_the_driver_is(tmp_path):
+    """spark.driver.host/bindAddress = 127.0.0.2: the collector listens and is reached there, with
+    no AIOSPARK_METRICS_HOST (what a multi-host cluster needs)."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    env = {k: v for k, v in os.environ.items() if k != "AIOSPARK_METRICS_HOST"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+    assert line, done.stderr[-3000:]
+    assert line[0] == "RESULT ('127.0.0.2', '127.0.0.2') 127.0.0.2 2 200 200", line[0]

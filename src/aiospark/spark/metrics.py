@@ -2,11 +2,17 @@
 
 Every entry point takes ``metrics=aiospark.Metrics()`` (and makes one when not given, reachable as
 ``out_df.aiospark_metrics``). Each task reports its :class:`~aiospark.core.metrics.OperatorMetrics`
-to a small HTTP collector in the driver process (started on first use, on 127.0.0.1 or
-``AIOSPARK_METRICS_HOST``): progress every half second while it runs and a final report when it
-ends. This works the same for classic and Spark Connect sessions, because the collector lives in
-the process that defined the operator. Reporting never fails a task: if the collector cannot be
-reached, the task logs its metrics (logger ``aiospark``) instead.
+to a small HTTP collector in the driver process: progress every half second while it runs and a
+final report when it ends. This works the same for classic and Spark Connect sessions, because the
+collector lives in the process that defined the operator. Reporting never fails a task: if the
+collector cannot be reached, the task logs its metrics (logger ``aiospark``) instead.
+
+Where the collector listens: ``AIOSPARK_METRICS_HOST`` when set; else, with a classic session,
+where Spark's own driver listens (``spark.driver.bindAddress``, advertised to executors as
+``spark.driver.host``), so executors on other hosts reach it with no setting; else 127.0.0.1 (a
+Spark Connect client, whose executors belong to the server). It accepts only reports signed with
+the secret of a live ``Metrics`` (shipped to the tasks inside the pickled reporter), of at most
+1 MiB, holding metrics it can read; anything else is refused (403, 413, 400).
 
 Example::
 
@@ -17,9 +23,11 @@ Example::
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import urllib.request
@@ -36,7 +44,6 @@ PROGRESS_SECONDS = 0.5
 
 _registry: Dict[str, "Metrics"] = {}
 _registry_lock = threading.Lock()
-_collector: Optional["_Collector"] = None
 
 
 class Metrics:
@@ -47,6 +54,7 @@ class Metrics:
             raise ValueError(f"Metrics name must be a non-empty string, got {name!r}")
         self.name = name
         self.id = uuid.uuid4().hex
+        self._secret = secrets.token_hex(16)  # reports must carry it (see the module doc)
         self._lock = threading.Lock()
         self._tasks: Dict[str, Dict[str, Any]] = {}
         with _registry_lock:
@@ -87,6 +95,10 @@ class Metrics:
         return f"<aiospark.Metrics {self.name!r} tasks={self.tasks}>"
 
     def _receive(self, report: Dict[str, Any]) -> None:
+        OperatorMetrics.from_dict(report["metrics"])  # ValueError: refused, never stored
+        if not (isinstance(report["task"], str) and isinstance(report["final"], bool)
+                and isinstance(report["rows"], int) and isinstance(report["inflight"], int)):
+            raise ValueError("a report's task, final, rows and inflight have the wrong types")
         with self._lock:
             previous = self._tasks.get(report["task"])
             if previous is not None and previous["final"] and not report["final"]:
@@ -95,16 +107,17 @@ class Metrics:
 
     # ---------------------------------------------------------------- shipping (to workers)
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
-        return (MetricsReporter, (self.id, self.name, collector().address))
+        return (MetricsReporter, (self.id, self.name, collector(driver_host()).address, self._secret))
 
 
 class MetricsReporter:
     """What a :class:`Metrics` becomes on a worker: sends this task's metrics to the driver."""
 
-    def __init__(self, metrics_id: str, name: str, address: str):
+    def __init__(self, metrics_id: str, name: str, address: str, secret: str = ""):
         self.metrics_id = metrics_id
         self.name = name
         self.address = address
+        self._secret = secret
         self._last = 0.0
         self._failed = False
 
@@ -119,7 +132,8 @@ class MetricsReporter:
             log.info("aiospark %s task %s: %s", self.name, task, metrics)
         try:
             request = urllib.request.Request(self.address, data=body, method="POST",
-                                             headers={"Content-Type": "application/json"})
+                                             headers={"Content-Type": "application/json",
+                                                      _SECRET_HEADER: self._secret})
             _opener.open(request, timeout=2.0).read()
         except OSError as exc:
             self._failed = True
@@ -155,37 +169,79 @@ def task_name() -> str:
     return f"{ctx.stageId()}.{ctx.partitionId()}.{ctx.attemptNumber()}"
 
 
+#: The header carrying a report's secret, and the largest report the collector reads
+_SECRET_HEADER = "X-Aiospark-Secret"
+MAX_REPORT_BYTES = 1 << 20
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.send_response(self._handle())
+        self.end_headers()
+
+    def _handle(self) -> int:
         try:
-            report = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            size = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return 411
+        if not 0 <= size <= MAX_REPORT_BYTES:
+            return 413
+        try:
+            report = json.loads(self.rfile.read(size))
             with _registry_lock:
                 target = _registry.get(report["id"])
-            if target is not None:
-                target._receive(report)
-            self.send_response(204)
-        except (ValueError, KeyError):
-            self.send_response(400)
-        self.end_headers()
+        except (ValueError, KeyError, TypeError):
+            return 400
+        given = self.headers.get(_SECRET_HEADER, "")
+        if target is None or not hmac.compare_digest(given.encode(), target._secret.encode()):
+            return 403  # not a report of a live Metrics of this driver
+        try:
+            target._receive(report)
+        except (ValueError, KeyError, TypeError):
+            return 400
+        return 204
 
     def log_message(self, *args: Any) -> None:  # keep the driver's console quiet
         pass
 
 
 class _Collector:
-    def __init__(self) -> None:
-        host = os.environ.get("AIOSPARK_METRICS_HOST", "127.0.0.1")
-        self.server = ThreadingHTTPServer((host, 0), _Handler)
+    """One HTTP server in the driver process, bound on ``bind`` and advertised as ``host``."""
+
+    def __init__(self, host: str, bind: str) -> None:
+        self.server = ThreadingHTTPServer((bind, 0), _Handler)
         self.server.daemon_threads = True
-        self.address = f"http://{host}:{self.server.server_address[1]}/report"
+        shown = f"[{host}]" if ":" in host else host
+        self.address = f"http://{shown}:{self.server.server_address[1]}/report"
         thread = threading.Thread(target=self.server.serve_forever, name="aiospark-metrics", daemon=True)
         thread.start()
 
 
-def collector() -> _Collector:
-    """The driver process's metrics collector, started on first use."""
-    global _collector
+_collectors: Dict[Tuple[str, str], _Collector] = {}
+
+
+def driver_host() -> Tuple[str, str]:
+    """``(advertised host, bind address)`` of the metrics collector (see the module doc)."""
+    env = os.environ.get("AIOSPARK_METRICS_HOST", "").strip()
+    if env:
+        return env, env
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    # a Connect client's executors belong to the server: its driver's address is not this process's
+    if session is None or type(session).__module__.startswith("pyspark.sql.connect"):
+        return "127.0.0.1", "127.0.0.1"
+    conf = session.sparkContext.getConf()
+    host = conf.get("spark.driver.host", None) or "127.0.0.1"
+    return host, conf.get("spark.driver.bindAddress", None) or host
+
+
+def collector(where: Optional[Tuple[str, str]] = None) -> _Collector:
+    """The driver process's metrics collector for ``where`` = ``(host, bind)`` (default: 127.0.0.1),
+    started on first use."""
+    host, bind = where or ("127.0.0.1", "127.0.0.1")
     with _registry_lock:
-        if _collector is None:
-            _collector = _Collector()
-        return _collector
+        made = _collectors.get((host, bind))
+        if made is None:
+            made = _collectors[(host, bind)] = _Collector(host, bind)
+        return made
