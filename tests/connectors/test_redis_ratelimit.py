@@ -497,7 +497,9 @@ def test_acquire_returns_the_wait_caused_by_the_limit(server):
         return waits
 
     waits = run(main())
-    assert waits[0] == 0.0 and waits[1] == 0.0          # the burst: not limited (round trip aside)
+    # the burst: not limited (round trip aside), but for the lead that keeps the first token of an
+    # idle bucket usable by its deadline: the last token of the burst starts a few ms later
+    assert waits[0] == 0.0 and waits[1] < 0.05, waits
     # then up to 1/rate = 0.5 s each: computed from the token's start, so never more; a stall
     # before asking (up to 0.4 s here) only shortens it
     assert all(0.1 <= w <= 0.51 for w in waits[2:]), waits

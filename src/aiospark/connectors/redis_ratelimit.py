@@ -17,7 +17,8 @@ waiting, or -- when this process is busy -- about what it will need while those 
 an idle process holds nothing back. One round trip is in flight per process at a time; callers
 arriving meanwhile are batched into the next one. Tokens go to callers first come, first served,
 by one loop timer for the next token; a caller cancelled while waiting leaves its token to the
-next caller. Reserved tokens not used within ``max(0.1 s, burst/rate)`` of their start are dropped.
+next caller. A token must be used by its deadline -- its place in the global schedule -- or it is
+void and its caller takes the next one (see :mod:`.redis_ratelimit_local`).
 
 Cost-weighted calls (``acquire(cost)`` with a cost other than 1): costs differ, so nothing is
 leased; the callers waiting at one moment are reserved together in one round trip, each for its
@@ -30,9 +31,13 @@ background; every reservation made by any process until then starts after the pa
 round trip tells its process about the pause, which then drops the tokens it holds for earlier.
 A call whose start time was handed out before the pause reached its process may still start.
 
-Because every reservation has one start time in the global schedule, the costs of the calls that
-start in any window of ``T`` seconds add up to at most ``rate / per * T + max(burst, largest
-cost)`` -- plus at most another ``burst`` when event loops that stalled (a busy CPU) catch up.
+Because every reservation has one place in the global schedule, and a unit-cost call starts
+between its start time and its deadline or not at all, the unit-cost calls that start in any
+window of ``T`` seconds number at most ``rate / per * T + burst`` (within half a call: exactly,
+whenever ``rate / per * T`` is a whole number), however event loops stall. Cost-weighted calls
+add up to at most ``rate / per * T + max(burst, largest cost)`` while loops keep time; one whose
+loop stalled past its start still starts (a deadline of zero width would starve a cost above
+``burst``).
 
 Example::
 
@@ -87,7 +92,8 @@ class RedisRateLimit(LocalCallers):
 
     ``await acquire(cost=1.0)`` and ``pause(seconds)`` are the interface (an
     :class:`aiospark.core.ratelimit.AsyncLimiter`; it has no synchronous ``reserve()``).
-    Counters: ``acquired``, ``round_trips`` (reservations), ``tokens_reserved``, ``pause_checks``
+    Counters: ``acquired``, ``round_trips`` (reservations), ``tokens_reserved``,
+    ``tokens_voided`` (tokens past their deadline, e.g. after a stalled loop), ``pause_checks``
     (round trips that reserve nothing: pause writes, and pause checks of a process that heard
     nothing from Redis for 50 ms before starting a call).
     """
@@ -124,9 +130,6 @@ class RedisRateLimit(LocalCallers):
         self._username = username if username is not None else (url_user.reveal() if url_user else None)
         self._interval_us = 1e6 / units_per_second
         self._interval = 1.0 / units_per_second
-        # a token may be used late by as much as the bucket refills in (burst / rate): what a
-        # stalled event loop catches up afterwards is then at most another burst, all processes together
-        self._stale = max(0.1, self.burst * self._interval, self._interval)
         self._source = f"RedisRateLimit({self._where} key={self.key!r})"
         self._reset_runtime()
 
@@ -136,8 +139,8 @@ class RedisRateLimit(LocalCallers):
         self._opening: Optional[asyncio.Future] = None
         self._fetcher: Optional[asyncio.Task] = None
         self._callers: Deque[asyncio.Future] = deque()  # waiting acquire() calls, FIFO
-        # reserved tokens in order: (start time, when it arrived from Redis), both loop.time()
-        self._tokens: Deque[Tuple[float, float]] = deque()
+        # reserved tokens in order: (start time, deadline, when it arrived from Redis), loop.time()
+        self._tokens: Deque[Tuple[float, float, float]] = deque()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at = 0.0
         self._demand = 0.0      # decaying count of acquire() calls (time constant DEMAND_TAU)
@@ -152,13 +155,13 @@ class RedisRateLimit(LocalCallers):
         self._pause_check: Optional[asyncio.Task] = None
         self.pause_checks = 0
         self._pause_writer: Optional[asyncio.Task] = None
-        self.acquired = self.round_trips = self.tokens_reserved = 0
+        self.acquired = self.round_trips = self.tokens_reserved = self.tokens_voided = 0
 
     # ------------------------------------------------------------------ spec behaviour
     _RUNTIME = ("_conn", "_loop", "_opening", "_fetcher", "_callers", "_tokens",
                 "_timer", "_timer_at", "_demand", "_demand_at", "_weighted", "_wfetcher",
                 "_paused_until", "_own_pause_until", "_pause_writer", "_replied_at", "_pause_check",
-                "pause_checks", "acquired", "round_trips", "tokens_reserved")
+                "pause_checks", "acquired", "round_trips", "tokens_reserved", "tokens_voided")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._RUNTIME}
@@ -263,7 +266,8 @@ class RedisRateLimit(LocalCallers):
     async def reserve_batch(self, n: int = 1) -> Reservation:
         """Reserve ``n`` unit-cost tokens in one round trip (the building block of :meth:`acquire`).
 
-        The caller must not start the ``i``-th call before ``starts[i]`` (``loop.time()``).
+        The caller must not start the ``i``-th call before ``starts[i]`` (``loop.time()``), nor
+        after ``deadlines[i]`` (the bound then needs it not started at all).
         (Deliberately not called ``reserve``: that name marks synchronous limiters, see
         :class:`aiospark.core.ratelimit.Limiter`.)
         """
@@ -271,8 +275,9 @@ class RedisRateLimit(LocalCallers):
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         return await self._reserve([1.0] * n)
 
-    async def _reserve(self, costs: Sequence[float]) -> Reservation:
-        """One round trip: reserve ``costs`` in order, passing on this process's pause."""
+    async def _reserve(self, costs: Sequence[float], lead: float = 0.0) -> Reservation:
+        """One round trip: reserve ``costs`` in order (the first at least ``lead`` seconds ahead
+        in the schedule), passing on this process's pause."""
         if self._conn is None:
             await self.open()
         conn, loop = self._conn, self._loop
@@ -280,7 +285,7 @@ class RedisRateLimit(LocalCallers):
         pause = self._own_pause_until - loop.time()
         try:
             reservation = await conn.reserve((self.key, self.pause_key), self._interval_us, self.burst,
-                                             pause * 1e6 if pause > 0.0 else 0.0, costs)
+                                             pause * 1e6 if pause > 0.0 else 0.0, costs, lead * 1e6)
         except Exception as exc:
             raise self._error(exc, "EVALSHA") from None
         self._replied_at = loop.time()

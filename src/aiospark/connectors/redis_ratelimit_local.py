@@ -6,9 +6,17 @@ many as callers are waiting, or, when it is busy, about what it will need while 
 (from its recent demand) -- so round trips stay few and an idle process holds nothing back. One
 round trip is in flight at a time; callers arriving meanwhile are batched into the next one.
 Tokens go to callers first come, first served, by one loop timer for the next token; a caller
-cancelled while waiting leaves its token to the next caller. Tokens not used within
-``max(0.1 s, burst/rate)`` of their start (a stalled event loop), or starting before the end of a
-pause, are dropped.
+cancelled while waiting leaves its token to the next caller.
+
+Every token has a deadline: its place in the global schedule (:class:`.Reservation`). A token is
+checked against it at the moment its caller would return from ``acquire()``; past it (a stalled
+event loop, a slow round trip) the token is void and the caller, still first in line, takes the
+next one. That is what keeps the bound in every window: the bucket refills behind a token that is
+not used by its place, so a late token used anyway would add to the next burst (two processes whose
+loops stalled at start-up once admitted ``rate + 2 * burst`` calls in one second this way).
+Round trips for tokens ask for a ``lead`` of a few round-trip times, so that the first tokens after
+an idle period have places far enough ahead to be used in time. Tokens starting before the end
+of a pause are dropped too.
 
 Cost-weighted calls cannot share tokens (costs differ): the callers waiting at one moment are
 reserved together in one round trip, each for its own cost, and each sleeps until its own start;
@@ -42,6 +50,11 @@ _PAUSE_SLACK = 0.005
 _FRESH = 0.05
 #: Most cost-weighted calls reserved in one round trip.
 MAX_WEIGHTED_BATCH = 256
+#: The lead asked of the schedule for tokens: this many remembered round-trip times, plus
+#: _LEAD_MARGIN (seconds) for the caller's wake-up, at most _LEAD_MAX.
+_LEAD_RTTS = 2.0
+_LEAD_MARGIN = 0.002
+_LEAD_MAX = 0.25
 
 
 class LocalCallers:
@@ -51,7 +64,7 @@ class LocalCallers:
     _loop: Optional[asyncio.AbstractEventLoop]
     _conn: Any
     _callers: Deque[asyncio.Future]
-    _tokens: Deque[Tuple[float, float]]
+    _tokens: Deque[Tuple[float, float, float]]  # (start, deadline, when it arrived)
     _weighted: Deque[Tuple[asyncio.Future, float]]
     _fetcher: Optional[asyncio.Task]
     _wfetcher: Optional[asyncio.Task]
@@ -62,20 +75,20 @@ class LocalCallers:
     _paused_until: float
     _replied_at: float
     _pause_check: Optional[asyncio.Task]
-    _stale: float
     _interval: float
     _source: str
     lease: int
     acquired: int
+    tokens_voided: int
 
     async def open(self) -> None:  # pragma: no cover - defined by the limiter
         raise NotImplementedError
 
-    async def _reserve(self, costs: Sequence[float]) -> Reservation:  # pragma: no cover
+    async def _reserve(self, costs: Sequence[float], lead: float = 0.0) -> Reservation:  # pragma: no cover
         raise NotImplementedError
 
     async def _acquire_unit(self) -> float:
-        """acquire() for a unit cost: a leased token."""
+        """acquire() for a unit cost: a leased token, used by its deadline."""
         if self._conn is None:
             await self.open()
         loop = self._loop
@@ -86,37 +99,46 @@ class LocalCallers:
         self._demand_at = now
         callers, tokens = self._callers, self._tokens
         if not callers:  # fast path: a token that is due, nobody ahead
-            floor = self._floor(now)
-            while tokens and tokens[0][0] < floor:
-                tokens.popleft()
+            self._drop_void(now)
             if tokens and tokens[0][0] <= now + _EARLY and now - self._replied_at <= _FRESH:
                 tokens.popleft()
                 self.acquired += 1
                 return 0.0
-        caller = loop.create_future()
-        callers.append(caller)
-        self._dispatch()
-        try:
-            start, known = await caller
-        except asyncio.CancelledError:
-            if caller.done() and not caller.cancelled() and caller.exception() is None:
-                tokens.appendleft(caller.result())  # handed over just as we were cancelled
+        first = True
+        while True:
+            caller = loop.create_future()
+            if first:
+                callers.append(caller)
             else:
-                try:
-                    callers.remove(caller)
-                except ValueError:
-                    pass
+                callers.appendleft(caller)  # its token was void: it keeps its place in line
             self._dispatch()
-            raise
-        if loop.time() - self._replied_at > _FRESH:
-            await self._check_pause()
-            if self._paused_until > start + _PAUSE_SLACK:  # paused elsewhere: this token is void
-                return await self._acquire_unit()
-        self.acquired += 1
-        # what the limit cost this caller: from when it asked, or when its token arrived from
-        # Redis if later (the round trip is latency, not limiting), to the token's start time
-        waited = start - (known if known > now else now)
-        return waited if waited > 0.0 else 0.0
+            try:
+                start, deadline, known = await caller
+            except asyncio.CancelledError:
+                if caller.done() and not caller.cancelled() and caller.exception() is None:
+                    tokens.appendleft(caller.result())  # handed over just as we were cancelled
+                else:
+                    try:
+                        callers.remove(caller)
+                    except ValueError:
+                        pass
+                self._dispatch()
+                raise
+            first = False
+            if loop.time() - self._replied_at > _FRESH:
+                await self._check_pause()
+                if self._paused_until > start + _PAUSE_SLACK:  # paused elsewhere: this token is void
+                    continue
+            # the last moment before the caller starts: a token past its place in the schedule
+            # would add to a later burst (the bucket refilled behind it), so it is void
+            if loop.time() > deadline:
+                self.tokens_voided += 1
+                continue
+            self.acquired += 1
+            # what the limit cost this caller: from when it asked, or when its token arrived from
+            # Redis if later (the round trip is latency, not limiting), to the token's start time
+            waited = start - (known if known > now else now)
+            return waited if waited > 0.0 else 0.0
 
     async def _check_pause(self) -> None:
         """One round trip, shared by the callers that need it, to learn of a pause set elsewhere."""
@@ -138,9 +160,7 @@ class LocalCallers:
             if callers[0].done():  # cancelled
                 callers.popleft()
                 continue
-            floor = self._floor(now)
-            while tokens and tokens[0][0] < floor:
-                tokens.popleft()
+            self._drop_void(now)
             if not tokens:
                 break
             start = tokens[0][0]
@@ -156,11 +176,15 @@ class LocalCallers:
         if len(callers) > len(tokens) and self._fetcher is None:
             self._fetcher = loop.create_task(self._fetch())
 
-    def _floor(self, now: float) -> float:
-        """Held tokens starting before this are dropped: stale ones, and those a pause covers."""
-        stale = now - self._stale
-        paused = self._paused_until - _PAUSE_SLACK
-        return paused if paused > stale else stale
+    def _drop_void(self, now: float) -> None:
+        """Drop held tokens that can no longer start: past their deadline (counted in
+        ``tokens_voided``), or starting before the end of a pause. Deadlines follow the schedule,
+        so looking at the front is enough; the caller checks its own token again anyway."""
+        tokens, paused = self._tokens, self._paused_until - _PAUSE_SLACK
+        while tokens and (tokens[0][1] < now or tokens[0][0] < paused):
+            if tokens[0][1] < now:
+                self.tokens_voided += 1
+            tokens.popleft()
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -171,9 +195,11 @@ class LocalCallers:
         callers, tokens = self._callers, self._tokens
         try:
             while len(callers) > len(tokens):
-                reservation = await self._reserve([1.0] * self._batch_size(len(callers) - len(tokens)))
+                reservation = await self._reserve([1.0] * self._batch_size(len(callers) - len(tokens)),
+                                                  self._lead())
                 known = self._loop.time()  # type: ignore[union-attr]
-                tokens.extend((start, known) for start in reservation.starts)
+                tokens.extend((start, deadline, known)
+                              for start, deadline in zip(reservation.starts, reservation.deadlines))
                 self._dispatch()
         except asyncio.CancelledError:
             raise
@@ -185,6 +211,13 @@ class LocalCallers:
         finally:
             if self._fetcher is asyncio.current_task():
                 self._fetcher = None
+
+    def _lead(self) -> float:
+        """How far ahead of the server's now the next tokens' places must be (seconds): a few
+        round trips, so a token reserved for an idle bucket is not past its deadline on arrival."""
+        rtt = getattr(self._conn, "rtt", 0.0)
+        lead = _LEAD_RTTS * rtt + _LEAD_MARGIN
+        return lead if lead < _LEAD_MAX else _LEAD_MAX
 
     def _batch_size(self, missing: int) -> int:
         """Tokens to reserve now: the callers still without one, or -- when this process is busy --
