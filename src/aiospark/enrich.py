@@ -13,6 +13,9 @@ What it promises (docs/design.md, "aiospark enrich"):
   the job, unless ``allow_empty_columns`` -- a typo is never a silent all-NULL column;
 * ``on_error="row"`` keeps going: a failed row is written with its input columns and the error
   text in ``_error`` (NULL in good rows);
+* a malformed input line (CSV or JSON Lines; :mod:`.enrich_input`) is never read silently: with
+  ``on_error="fail"`` the run stops before any call, naming the lines (line numbers for a local
+  input); with ``on_error="row"`` each becomes an error row whose ``_error`` quotes the line;
 * rows/s is rows written over the seconds of the Spark job, in the progress line and the summary.
 
 Example::
@@ -26,10 +29,13 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 from .enrich_checks import ERROR_COLUMN, EnrichError, EnrichPlan, check_enrich, guess_format  # noqa: F401
+from .enrich_input import MALFORMED, read_marked, refuse_malformed
 from .lookup import LookupSource
 
 #: the lookup's mark on every row a response carried (dropped before writing)
 FOUND = "_aiospark_found"
+#: the mark on an error row made of a malformed input line (counted, then dropped)
+BAD_LINE = "_aiospark_bad_line"
 
 
 class EnrichFailed(RuntimeError):
@@ -55,14 +61,6 @@ class _MarkedHttp(LookupSource):
 
     def __repr__(self) -> str:
         return repr(self.inner)
-
-
-def read(spark: Any, path: str, fmt: str) -> Any:
-    """The input as a DataFrame (CSV: header line, types inferred)."""
-    reader = spark.read
-    if fmt == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
-    return reader.format(fmt).load(path)
 
 
 def write(df: Any, path: str, fmt: str) -> None:
@@ -116,15 +114,29 @@ def _sibling(path: str, tag: str) -> str:
 
 
 def _prepare(df: Any, columns: List[str], plan: EnrichPlan, on_error: str) -> Any:
-    """The output columns: input ``columns``, schema columns, and ``_error`` under ``on_error="row"``."""
+    """The output columns: input ``columns``, schema columns, and ``_error`` under ``on_error="row"``
+    (plus the marks ``FOUND`` and ``BAD_LINE``, counted and then dropped)."""
     from pyspark.sql import functions as F
 
+    good = F.lit(None).cast("boolean").alias(BAD_LINE)
     if on_error != "row":
-        return df.select(*[F.col(f"`{c}`") for c in columns + plan.added])
+        return df.select(*[F.col(f"`{c}`") for c in columns + plan.added], FOUND, good)
     # an error row has its input in the struct _input and NULL elsewhere: put the input back in place
     failed = F.col(ERROR_COLUMN).isNotNull()
     back = [F.when(failed, F.col("_input").getField(c)).otherwise(F.col(f"`{c}`")).alias(c) for c in columns]
-    return df.select(*back, *[F.col(f"`{c}`") for c in plan.added], F.col(ERROR_COLUMN))
+    return df.select(*back, *[F.col(f"`{c}`") for c in plan.added], F.col(ERROR_COLUMN), FOUND, good)
+
+
+def _malformed_rows(marked: Any, columns: List[str], like: Any) -> Any:
+    """``--on-error row``: each malformed input line as an error row shaped like ``like`` -- its input
+    columns as Spark parsed them (perhaps partly), NULL schema columns, the reason in ``_error``."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in like.schema.fields}
+    added = [c for c in like.columns if c not in columns and c not in (ERROR_COLUMN, FOUND, BAD_LINE)]
+    return marked.where(F.col(MALFORMED).isNotNull()).select(
+        *[F.col(f"`{c}`") for c in columns], *[F.lit(None).cast(types[c]).alias(c) for c in added],
+        F.col(MALFORMED).alias(ERROR_COLUMN), F.lit(None).cast("boolean").alias(FOUND), F.lit(True).alias(BAD_LINE))
 
 
 def _empty_columns(counts: Dict[str, int], plan: EnrichPlan) -> List[str]:
@@ -164,30 +176,44 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
              if retries > 0 else None)
     cache = LookupCache(max_rows=cache_rows) if cache_rows > 0 else None
     spark = spark_session(master)
+    try:  # Spark's own parser, naming only what the user wrote (the strict check up front should agree)
+        from .spark.schema import parse_schema as spark_schema
+
+        spark_schema(spark, schema, what="--schema")
+    except ValueError as exc:
+        raise EnrichError(str(exc)) from None
     files = _Files(spark)
     if not files.exists(input_path):  # remote inputs are first checked here
         raise EnrichError(f"the input {input_path!r} does not exist")
     if files.exists(output_path) and not overwrite:
         raise EnrichError(f"the output {output_path!r} exists: pass --overwrite to replace it")
-    df = read(spark, input_path, plan.in_format)
-    missing = [k for k in plan.source.key_columns if k not in df.columns]
+    marked, columns = read_marked(spark, input_path, plan.in_format)
+    missing = [k for k in plan.source.key_columns if k not in columns]
     if missing:
-        raise EnrichError(f"--url uses {missing}, not columns of {input_path}: its columns are {df.columns}")
+        raise EnrichError(f"--url uses {missing}, not columns of {input_path}: its columns are {columns}")
+    if on_error == "fail":
+        refuse_malformed(marked, columns, input_path)  # before any call: a bad line fails the run, named
+    df = marked.where(F.col(MALFORMED).isNull()).select(*[F.col(f"`{c}`") for c in columns])
     metrics = Metrics("enrich")
     enriched = lookup_join(df, _MarkedHttp(plan.source), on=list(plan.source.key_columns), how=how,
                            capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
                            on_error=on_error, metrics=metrics)
+    prepared = _prepare(enriched, columns, plan, on_error)
+    if on_error == "row":
+        prepared = prepared.unionByName(_malformed_rows(marked, columns, prepared))
     seen = Observation("aiospark_enrich")
     # metric names must not be column names: n0, n1, ... stand for plan.added
-    counted = enriched.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
+    counted = prepared.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
+                               F.count(BAD_LINE).alias("bad_lines"),
                                *[F.count(F.col(f"`{c}`")).alias(f"n{i}") for i, c in enumerate(plan.added)])
     temporary = _sibling(output_path, "tmp")
     try:
         with Progress(metrics, live=live, summary=False) as progress:
-            write(_prepare(counted, df.columns, plan, on_error), temporary, plan.out_format)
+            write(counted.drop(FOUND, BAD_LINE), temporary, plan.out_format)
         observed = seen.get
         counts = {"found": int(observed["found"]), **{c: int(observed[f"n{i}"]) for i, c in enumerate(plan.added)}}
         rows = int(observed["rows"])
+        bad_lines = int(observed["bad_lines"])
         progress.finish(rows)
         empty = _empty_columns(counts, plan)
         if empty and not allow_empty_columns:
@@ -202,13 +228,14 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     seconds = progress.elapsed
     for c in empty:
         warn(f"warning: column {c!r} is NULL in every row (--allow-empty-columns)")
-    error_rows = metrics.total.error_rows
+    error_rows = metrics.total.error_rows + bad_lines
     out(f"enriched {input_path} ({plan.in_format}) -> {output_path} ({plan.out_format}): {rows:,} rows in "
         f"{seconds:.1f} s ({format_rate(rate(rows, seconds))} rows/s)")
     if counts["found"] == 0 and rows:
         warn("warning: the service returned no data (404) for any row")
     if error_rows:
-        warn(f"warning: {error_rows:,} rows failed; they are in the output with their error in column "
+        lines = f" ({bad_lines:,} of them malformed input lines)" if bad_lines else ""
+        warn(f"warning: {error_rows:,} rows failed{lines}; they are in the output with their error in column "
              f"{ERROR_COLUMN!r}")
     out(f"metrics: {metrics.total}")
     return {"rows": rows, "seconds": seconds, "rows_per_second": rate(rows, seconds), "error_rows": error_rows,

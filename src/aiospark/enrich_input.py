@@ -1,0 +1,148 @@
+"""``aiospark enrich``'s input: read it with every malformed line marked, never dropped or guessed.
+
+Spark's CSV and JSON readers in their default PERMISSIVE mode turn a malformed line into a row
+silently: a CSV line with extra fields loses them, one with an unterminated quote reads as if the
+quote closed at the end of the line, a broken JSON line becomes a row of NULLs. Here every row
+carries ``MALFORMED``: NULL for a good row, else why its line is malformed and the line itself
+(truncated), and ``RAW``, the line as read (for naming its line number on the driver).
+
+* CSV is read as text lines and parsed with ``from_csv`` (the reader's own parser, Spark's
+  inferred types, ``columnNameOfCorruptRecord``), so every row keeps its raw line: a line whose
+  fields do not match the header or the inferred types is marked, and so is one with a quote that
+  never closes -- which Spark's parser cannot see (it ends the field at the end of the line).
+* JSON is read with the inferred schema plus a corrupt-record column. Spark refuses a query on a
+  raw JSON file that needs only that column, so queries here always name other columns too.
+
+Example::
+
+    df, columns = read_marked(spark, "in.csv", "csv")
+    df.where(df[MALFORMED].isNotNull()).select(*columns, MALFORMED).show()
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+from .enrich_checks import EnrichError, _data_files, is_local, local_path
+
+#: why a row's input line is malformed (NULL for a good row)
+MALFORMED = "_aiospark_malformed"
+#: the input line as read (NULL for a good row)
+RAW = "_aiospark_raw"
+_CORRUPT = "_aiospark_corrupt"
+_SHOWN = 120  # characters of a malformed line shown in an error
+# One CSV line whose every field is either quoted and closed ("...", a backslash escaping any
+# character, as Spark's default escape does) or unquoted. A field that opens a quote and never
+# closes it fails to match. Possessive quantifiers keep Java's regex engine from backtracking.
+_FIELD = r'(?:"(?:[^"\\]|\\.)*+"[^,]*+|(?!")[^,]*+)'
+CLOSED_QUOTES = rf"^{_FIELD}(?:,{_FIELD})*+$"
+
+
+def _shown(column: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    cut = F.concat(F.substring(column, 1, _SHOWN - 3), F.lit("..."))
+    return F.concat(F.lit("'"), F.when(F.length(column) > _SHOWN, cut).otherwise(column), F.lit("'"))
+
+
+def _ddl(fields: List[Any]) -> str:
+    return ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
+
+
+def _read_csv(spark: Any, path: str) -> Tuple[Any, List[str]]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField
+
+    inferred = spark.read.option("header", "true").option("inferSchema", "true").csv(path)
+    lines = spark.read.text(path)
+    partitions = [c for c in lines.columns if c != "value"]  # key=value directories, as the CSV reader adds
+    fields = [f for f in inferred.schema.fields if f.name not in partitions]
+    files = inferred.inputFiles()
+    # every file starts with the header (the CSV reader drops it); a file's first line, read in order
+    header = spark.sparkContext.textFile(files[0]).first() if files else None
+    lines = lines.where(F.trim("value") != "")  # the CSV reader skips empty lines too
+    if header is not None:
+        lines = lines.where(F.col("value") != header)
+    options = {"columnNameOfCorruptRecord": _CORRUPT, "mode": "PERMISSIVE"}
+    parsed = lines.select(F.from_csv("value", _ddl(fields + [StructField(_CORRUPT, StringType())]),
+                                     options).alias("r"), "value", *partitions)
+    value = F.col("value")
+    why = (F.when(~value.rlike(CLOSED_QUOTES), F.concat(F.lit("malformed CSV line (a quote that never closes): "),
+                                                         _shown(value)))
+           .when(F.col("r").getField(_CORRUPT).isNotNull(),
+                 F.concat(F.lit(f"malformed CSV line (its fields do not match the header's {len(fields)} "
+                                "columns or their types): "), _shown(value))))
+    columns = [f.name for f in fields] + partitions
+    df = parsed.select(*[F.col("r").getField(f.name).alias(f.name) for f in fields], *partitions,
+                       why.alias(MALFORMED), F.when(why.isNotNull(), value).alias(RAW))
+    return df, columns
+
+
+def _read_json(spark: Any, path: str) -> Tuple[Any, List[str]]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    inferred = spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path)
+    fields = [f for f in inferred.schema.fields if f.name != _CORRUPT]
+    schema = StructType(fields + [StructField(_CORRUPT, StringType())])
+    df = spark.read.schema(schema).option("columnNameOfCorruptRecord", _CORRUPT).json(path)
+    corrupt = F.col(_CORRUPT)
+    why = F.when(corrupt.isNotNull(), F.concat(F.lit("malformed JSON line: "), _shown(corrupt)))
+    columns = [f.name for f in fields]
+    return df.select(*[F.col(f"`{c}`") for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
+
+
+def read_marked(spark: Any, path: str, fmt: str) -> Tuple[Any, List[str]]:
+    """The input with ``MALFORMED`` and ``RAW`` columns, and the input's own column names.
+
+    Example::
+
+        df, columns = read_marked(spark, "in.json", "json")   # columns: ['id', 'qty']
+    """
+    from pyspark.sql import functions as F
+
+    if fmt == "csv":
+        return _read_csv(spark, path)
+    if fmt == "json":
+        return _read_json(spark, path)
+    df = spark.read.format(fmt).load(path)
+    none = F.lit(None).cast("string")
+    return df.select(*[F.col(f"`{c}`") for c in df.columns], none.alias(MALFORMED), none.alias(RAW)), df.columns
+
+
+def refuse_malformed(df: Any, columns: List[str], path: str, shown: int = 5) -> None:
+    """Raise :class:`EnrichError` naming the first malformed lines (with their line numbers when the
+    input is local), if there are any. One pass over the input, before any call is made."""
+    from pyspark.sql import functions as F
+
+    bad = df.where(F.col(MALFORMED).isNotNull())
+    # the whole row, not the marks alone: Spark refuses a JSON query that needs only the corrupt column
+    first = bad.select(*[F.col(f"`{c}`") for c in columns], MALFORMED, RAW).limit(shown).collect()
+    if not first:
+        return
+    # counted through the RDD, which keeps every selected column (an aggregate would be pruned down to
+    # the corrupt column alone, which Spark refuses); only malformed rows travel
+    total = bad.select(*[F.col(f"`{c}`") for c in columns], MALFORMED).rdd.count() if len(first) == shown else len(first)
+    where = line_numbers(path, [r[RAW] for r in first]) if is_local(path) else {}
+    lines = [f"  {where.get(r[RAW], 'a line')}: {r[MALFORMED]}" for r in first]
+    more = f" ({total - len(first):,} more not shown)" if total > len(first) else ""
+    raise EnrichError(f"{path} has {total:,} malformed line(s); nothing was written and no call was made{more}:\n"
+                      + "\n".join(lines)
+                      + "\n  fix them, or pass --on-error row to write them as error rows (column _error)")
+
+
+def line_numbers(path: str, raws: List[str]) -> Dict[str, str]:
+    """``'line N of FILE'`` for each raw line, found by reading the local input's files in order."""
+    wanted = {r for r in raws if r is not None}
+    found: Dict[str, str] = {}
+    root = local_path(path)
+    for name in _data_files(root):
+        with open(name, encoding="utf-8", errors="replace", newline="") as handle:
+            for number, line in enumerate(handle, 1):
+                text = line.rstrip("\r\n")
+                if text in wanted and text not in found:
+                    shown = name if os.path.isdir(root) else path
+                    found[text] = f"line {number} of {shown}"
+                    if len(found) == len(wanted):
+                        return found
+    return found
