@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--how", choices=("left", "inner"), default="left",
                         help="left keeps rows the endpoint has no data for (404), with NULL columns")
     enrich.add_argument("--on-error", choices=("fail", "row"), default="fail",
-                        help="fail: a row that fails after its retries fails the job; row: write it with its "
+                        help="fail: a row that fails after its retries, or a malformed CSV/JSON input line, "
+                             "fails the job (a malformed line before any call, named); row: write it with its "
                              "error in column _error and go on")
     enrich.add_argument("--format", "--input-format", dest="input_format", choices=("parquet", "csv", "json"),
                         help="input format (default: from the input's name)")
