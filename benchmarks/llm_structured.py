@@ -12,8 +12,9 @@ refilled at that rate). Every row asks for structured output
   ``Retry-After``; the connector paces itself by the endpoint's headers where that is built in).
 * **gather** -- ``mapInArrow`` whose function runs, per Arrow batch, ``asyncio.gather`` over the
   batch's rows under an ``asyncio.Semaphore(capacity)`` with one plain ``aiohttp`` session per
-  partition; a 429 is retried after its ``retry-after-ms`` (as the openai SDK's own retry does), up
-  to ``retries`` times. The JSON answer is parsed into the same STRUCT column.
+  partition; a 429 is retried up to ``retries`` times with openaivec's transport retry policy (full
+  jitter: a delay drawn from ``[0, d)``, ``d`` from 0.5 s doubling to 8 s; ``Retry-After`` not read).
+  The JSON answer is parsed into the same STRUCT column.
 
 Both write to Spark's ``noop`` sink over ``local[2]`` (two tasks). The 429 share is the endpoint's
 count of refused requests over all requests it received during that side's run. Run:
@@ -52,6 +53,7 @@ def gather_side(df, base_url: str, capacity: int, retries: int):
 
     def run_partition(batches):
         import asyncio
+        import random
 
         import aiohttp
 
@@ -60,13 +62,14 @@ def gather_side(df, base_url: str, capacity: int, retries: int):
 
         async def one(sem, text):
             async with sem:
+                delay = 0.5
                 for attempt in range(retries + 1):
                     body = {"model": "demo", "messages": [{"role": "user", "content": text}], "response_format": fmt}
                     async with session.post(base_url + "/chat/completions", json=body) as resp:
                         data = await resp.read()
                         if resp.status == 429 and attempt < retries:
-                            wait = float(resp.headers.get("retry-after-ms", "1000")) / 1000
-                            await asyncio.sleep(wait)
+                            await asyncio.sleep(random.uniform(0, delay))
+                            delay = min(8.0, delay * 2)
                             continue
                         if resp.status != 200:
                             raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
@@ -134,22 +137,31 @@ def main() -> None:
                 before = endpoint.stats()
                 out = sides[name](df, endpoint.base_url, args.capacity, args.retries)
                 start = time.perf_counter()
-                out.write.format("noop").mode("overwrite").save()
+                failed = ""
+                try:
+                    out.write.format("noop").mode("overwrite").save()
+                except Exception as exc:  # a side whose job dies (a row out of retries) is a result too
+                    failed = next((line.strip() for line in str(exc).splitlines()
+                                   if "Error" in line and "Traceback" not in line), type(exc).__name__)[:160]
                 seconds = time.perf_counter() - start
                 after = endpoint.stats()
             answered = after["answered"] - before["answered"]
             refused = after["rate_limited"] - before["rate_limited"]
             sent = answered + refused
-            results.append((name, seconds, args.rows / seconds, answered, refused, refused / sent if sent else 0.0))
+            results.append((name, seconds, args.rows / seconds, answered, refused, refused / sent if sent else 0.0,
+                            failed))
     bound = min(args.rps, 2 * args.capacity / (args.latency_ms / 1000))
     print(f"\ncommand: python benchmarks/llm_structured.py {' '.join(sys.argv[1:])}")
     print(f"python {platform.python_version()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; "
           f"endpoint {args.latency_ms:g} ms, --rps {args.rps:g}; bound {bound:g} rows/s")
-    print(f"| side | rows | seconds | rows/s | of bound | answered | 429s | 429 share |")
+    print("| side | rows | seconds | rows/s | of bound | answered | 429s | 429 share |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, seconds, rate, answered, refused, share in results:
-        print(f"| {name} | {args.rows} | {seconds:.1f} | {rate:.0f} | {rate / bound:.2f} | {answered} | "
-              f"{refused} | {share:.1%} |")
+    for name, seconds, rate, answered, refused, share, failed in results:
+        shown = f"{rate:.0f} | {rate / bound:.2f}" if not failed else "job failed | -"
+        print(f"| {name} | {args.rows} | {seconds:.1f} | {shown} | {answered} | {refused} | {share:.1%} |")
+    for name, *_, failed in results:
+        if failed:
+            print(f"{name} failed: {failed}")
     spark.stop()
 
 
