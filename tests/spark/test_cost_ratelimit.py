@@ -24,10 +24,13 @@ def parity_cost(row):
 class FetchRouted(AsyncFunction):
     """GET ``urls[0]/item/<id>`` for even ids and ``urls[1]/item/<id>`` for odd ids, so each counting
     server sees calls of one cost only; the first attempt for ``pause_id`` fails with a
-    ``retry_after`` (as a 429 with ``Retry-After`` would) instead."""
+    ``retry_after`` (as a 429 with ``Retry-After`` would) instead. With ``witness``, both attempts
+    for ``pause_id`` go there (the failing one just before it fails), so the witness server's two
+    arrivals mark when the Retry-After came and when the retry landed."""
 
-    def __init__(self, urls, pause_id=None, retry_after=1.0):
+    def __init__(self, urls, pause_id=None, retry_after=1.0, witness=None):
         self.urls, self.pause_id, self.retry_after = urls, pause_id, retry_after
+        self.witness = witness
 
     async def open(self):
         import aiohttp
@@ -36,10 +39,16 @@ class FetchRouted(AsyncFunction):
         self.failed = set()
 
     async def async_invoke(self, row):
+        url = self.urls[row["id"] % 2]
+        if row["id"] == self.pause_id and self.witness is not None:
+            url = self.witness
         if row["id"] == self.pause_id and row["id"] not in self.failed:
             self.failed.add(row["id"])
+            if self.witness is not None:
+                async with self.session.get(f"{url}/item/{row['id']}-429") as response:
+                    await response.read()
             raise TooManyRequests(self.retry_after)
-        async with self.session.get(f"{self.urls[row['id'] % 2]}/item/{row['id']}") as response:
+        async with self.session.get(f"{url}/item/{row['id']}") as response:
             response.raise_for_status()
             return [{"id": row["id"]}]
 
@@ -87,23 +96,30 @@ def test_cost_weighted_limit_through_redis_paused_cluster_wide_by_a_retry_after(
     # one limit of 100 units/s for both tasks (two Python workers); row 60's first attempt gets a
     # Retry-After of 1 s: every task stops starting calls for that long
     with RedisServer() as redis, FaultService(ServiceConfig(latency=0.001), process=True) as cheap, \
-            FaultService(ServiceConfig(latency=0.001), process=True) as dear:
+            FaultService(ServiceConfig(latency=0.001), process=True) as dear, \
+            FaultService(ServiceConfig(latency=0.001), process=True) as witness:
         limit = RedisRateLimit(100, burst=5, cost=lambda row: 1.0 if row["id"] % 2 == 0 else 3.0,
                                key=f"aiospark:test:{uuid.uuid4().hex}", url=redis.url)
         out = aiospark.unordered_wait(
-            spark.range(0, 300, 1, 2), FetchRouted([cheap.url, dear.url], pause_id=60), "id LONG",
+            spark.range(0, 300, 1, 2),
+            FetchRouted([cheap.url, dear.url], pause_id=60, witness=witness.url), "id LONG",
             rate_limit=limit, capacity=20,
             retry=RetryStrategy.fixed_delay(2, 0.01, exception_predicate=retry_on(TooManyRequests)))
         t0 = time.monotonic()
         assert sorted(r.id for r in out.collect()) == list(range(300))
         elapsed = time.monotonic() - t0
-        arrivals = weighted_arrivals(cheap, dear)
-    assert len(arrivals) == 300
+        failed_at, retried_at = sorted(witness.arrivals())   # row 60: the 429, then its retry
+        # both of row 60's attempts passed the limit (cost 1 each)
+        arrivals = sorted(weighted_arrivals(cheap, dear) + [(failed_at, 1.0), (retried_at, 1.0)])
+    assert len(arrivals) == 301
     times = [t for t, _ in arrivals]
     longest, since = max((b - a, a) for a, b in zip(times, times[1:]))
     assert longest >= 0.75, longest        # both tasks stopped: ~1 s without a single call
-    assert since - times[0] < 3.0          # row 60 comes early in task 0's ~3 s of calls
-    assert elapsed >= 600 / 100 * 0.9      # 600 units at 100/s, whatever the number of tasks
+    # ... and that silence is the pause row 60's Retry-After caused: it lies between the 429 and
+    # the retry (by order of arrival, whatever the machine's speed)
+    assert failed_at <= since and since + longest <= retried_at, (failed_at, since, longest, retried_at)
+    # a lower bound on time (a busy machine only adds to it): 600 units at 100/s, however many tasks
+    assert elapsed >= 600 / 100 * 0.9
     assert max_units_in(arrivals, 1.0) <= (100 + 5 + 3) * 1.1
 
 
