@@ -6,6 +6,7 @@ points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
 from .core.adaptive import AdaptiveConcurrency
 from .core.deadlines import time_left
+from .core.durable import BudgetExhausted, idempotency_key
 from .core.metrics import OperatorMetrics, record_usage
 from .core.ratelimit import RateLimit
 from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
@@ -39,7 +40,8 @@ def __getattr__(name: str):  # Spark entry points load pyspark only when first u
 
 
 __all__ = [
-    "AdaptiveConcurrency", "OperatorMetrics", "RateLimit", "record_usage", "time_left",
+    "AdaptiveConcurrency", "BudgetExhausted", "OperatorMetrics", "RateLimit", "idempotency_key", "record_usage",
+    "time_left",
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
     "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",

@@ -134,7 +134,7 @@ def test_a_call_timed_out_before_its_first_step_gets_its_timeout_outcome():
         return reports, call.task.cancelled()
 
     reports, cancelled = asyncio.run(main())
-    assert reports == [([("timed out", 7)], None, "")]
+    assert reports == [([("timed out", 7)], None, "timeout results")]  # told apart from a call's own results
     assert cancelled
 
 

@@ -38,6 +38,7 @@ import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from .adaptive import AdaptiveConcurrency
+from .durable import BudgetExhausted, BudgetGate, current_identity
 from .errors import AsyncTimeoutError, describe_input
 from .function import AsyncFunction
 from .metrics import OperatorMetrics
@@ -51,6 +52,8 @@ Report = Callable[["Call", Optional[List[Any]], Optional[BaseException], str], N
 
 CALL = "async call"
 TIMEOUT_HANDLER = "timeout handler"
+#: the results came from ``function.timeout(value)``, not from the call (never recorded as its outcome)
+TIMEOUT_RESULTS = "timeout results"
 #: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
 PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
@@ -68,10 +71,11 @@ class Call(ResultFuture):
     """One element held by the operator: its queue entry (a :class:`ResultFuture`) and its call.
 
     ``task`` runs the call, ``started`` is when the element entered the queue (its deadline counts
-    from there), ``timed_out`` is set once its deadline expired it.
+    from there), ``timed_out`` is set once its deadline expired it, ``identity`` is the element's
+    identity when the operator has one (:mod:`aiospark.core.durable`).
     """
 
-    __slots__ = ("task", "started", "timed_out")
+    __slots__ = ("task", "started", "timed_out", "identity")
 
     def __init__(self, element: Any):
         # ResultFuture's state set here, not through its __init__: one frame less per element
@@ -81,6 +85,7 @@ class Call(ResultFuture):
         self.task: Optional[asyncio.Task] = None
         self.started = 0.0
         self.timed_out = False
+        self.identity: Optional[str] = None
 
     @property
     def value(self) -> Any:
@@ -120,7 +125,7 @@ class Caller:
     def __init__(self, function: Any, *, report: Report, timeout: Optional[float],
                  retry: Optional[RetryStrategy], rate_limit: Any = None,
                  adaptive: Optional[AdaptiveConcurrency] = None,
-                 metrics: Optional[OperatorMetrics] = None):
+                 metrics: Optional[OperatorMetrics] = None, budget: Optional[BudgetGate] = None):
         self.function = function
         self.returns_list = isinstance(function, AsyncFunction)
         #: whether an attempt's result is the list of results (an AsyncFunction's, or a batch's)
@@ -135,6 +140,8 @@ class Caller:
         self._reserve = getattr(limiter, "reserve", None)  # a token bucket: how long to wait
         self._acquire = None if self._reserve is not None else getattr(limiter, "acquire", None)
         self._limited = self._reserve is not None or self._acquire is not None
+        #: asked before every attempt, after the rate limit (see aiospark.core.durable)
+        self.budget = budget
         #: ``cost(value) -> float`` charged per attempt (None: every call costs 1)
         self._cost: Optional[Callable[[Any], float]] = getattr(limiter, "cost", None)
         #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
@@ -159,7 +166,8 @@ class Caller:
     def start(self, call: Call) -> None:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
         timeout = self.timeout
-        task = self._create_task(self._attempts(call.element[0], call.started + timeout if timeout else None))
+        task = self._create_task(self._attempts(call.element[0], call.started + timeout if timeout else None,
+                                                call.identity))
         call.task = task
         if task.done():  # an eager task that needed no I/O: its outcome is here already
             self._finished(call, task)
@@ -169,18 +177,24 @@ class Caller:
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
-    async def _attempts(self, value: Any, deadline: Optional[float] = None) -> List[Any]:
+    async def _attempts(self, value: Any, deadline: Optional[float] = None,
+                        identity: Optional[str] = None) -> List[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
         results that stand, or raises the exception that stands. ``deadline`` (loop time) is what
-        :func:`~aiospark.core.deadlines.time_left` tells the code of the call."""
+        :func:`~aiospark.core.deadlines.time_left` tells the code of the call, ``identity`` what
+        :func:`~aiospark.core.durable.idempotency_key` does."""
         if deadline is not None:
             current_deadline.set((deadline, self._loop))  # this task's own context: no reset needed
+        if identity is not None:
+            current_identity.set(identity)
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Optional[Iterator[float]] = None
         cost = self.cost_of(value) if self._cost is not None else None
         while True:
             if self._limited:
                 await self._wait_for_rate_limit(cost)
+            if self.budget is not None:
+                await self._spend(value)
             metrics.calls += 1
             begun = _clock()
             try:
@@ -230,6 +244,15 @@ class Caller:
             if await (self._acquire() if cost is None else self._acquire(cost)):
                 self.metrics.rate_limited += 1
 
+    async def _spend(self, value: Any) -> None:
+        """Charge this attempt to the budget, or raise :class:`BudgetExhausted` (never retried)."""
+        granted = self.budget.take(value)  # type: ignore[union-attr]
+        if not isinstance(granted, bool):
+            granted = await granted
+        if not granted:
+            raise BudgetExhausted("the budget is spent: this row's call was not started (rerun with a "
+                                  "larger aiospark.Budget; with a journal, only the rows not done are called)")
+
     def cost_of(self, value: Any) -> float:
         """What one attempt for ``value`` is charged against the rate limit (its ``cost``)."""
         cost_fn = self._cost
@@ -254,6 +277,8 @@ class Caller:
     def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> Optional[float]:
         """The back-off before retrying after ``exc``, or None when it stands. An exception with a
         ``retry_after`` (seconds, e.g. from a 429) is never retried sooner than that."""
+        if isinstance(exc, BudgetExhausted):
+            return None  # no retry can start once the budget is spent
         try:
             again = retry.should_retry_exception(exc)
         except Exception as pred_exc:
@@ -317,7 +342,7 @@ class Caller:
 
     def _timeout_result(self, call: Call, outcome: Any) -> None:
         if isinstance(outcome, (list, tuple)):
-            self._report(call, list(outcome), None, "")
+            self._report(call, list(outcome), None, TIMEOUT_RESULTS)
         else:
             self._report(call, None, TypeError(
                 f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "

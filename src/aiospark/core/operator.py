@@ -11,6 +11,8 @@ life, top-down:
 2. When the call is over, the caller reports it (:meth:`AsyncWaitOperator._call_over`): its
    results complete the queue entry, or its error fails the operator (or becomes error rows with
    ``on_error``).
+   With a journal (:mod:`aiospark.core.durable`), an element whose outcome is recorded completes
+   from the record instead, and one whose identity equals an element's in flight shares its call.
 3. A completed entry makes the queue call :meth:`AsyncWaitOperator._emit_completed`, the one emit
    path: everything the ordering policy allows is passed to ``output``, and the room this frees
    wakes whoever waits to put the next element in.
@@ -39,8 +41,9 @@ from typing import Any, Callable, Iterable, List, Optional, Union
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller, check_batching
-from .calls import PREDICATES, Call, Caller
+from .calls import PREDICATES, TIMEOUT_RESULTS, Call, Caller
 from .deadlines import Deadlines
+from .durable import BudgetExhausted, BudgetGate, Identify, TaskJournal, recorded_outcome
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
@@ -59,6 +62,10 @@ _new_record = tuple.__new__
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
+#: ``what`` of an outcome that came from the journal, or from the call of an equal element
+RECORDED = "recorded outcome"
+SHARED = "shared call"
+
 
 class AsyncWaitOperator:
     """Runs ``function`` for every element with at most ``capacity`` elements held at once.
@@ -74,14 +81,20 @@ class AsyncWaitOperator:
     the calls of values with equal keys run one at a time, in input order (their outputs keep
     that order; see :mod:`aiospark.core.key_order`). ``manage_lifecycle=False`` leaves
     ``function.open()`` and ``close()`` to the caller (the Spark runtime opens a function once per
-    worker, not per task).
+    worker, not per task). ``identify(value) -> str`` gives each element an identity (what
+    ``aiospark.idempotency_key()`` returns inside its call); with ``journal`` (a
+    :class:`~aiospark.core.durable.TaskJournal`) an element whose outcome is recorded is not called,
+    elements of equal identity share one call, and every call's outcome is recorded. ``budget``
+    (a :class:`~aiospark.core.durable.BudgetGate`) is charged before every attempt.
     """
 
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
                  timeout: Optional[float] = 60.0, capacity: Union[int, str, AdaptiveConcurrency] = 100,
                  retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None,
                  rate_limit: Any = None, batch_size: Optional[int] = None, batch_delay: float = 0.01,
-                 key: Optional[Callable[[Any], Any]] = None, manage_lifecycle: bool = True):
+                 key: Optional[Callable[[Any], Any]] = None, manage_lifecycle: bool = True,
+                 identify: Optional[Identify] = None, journal: Optional[TaskJournal] = None,
+                 budget: Optional[BudgetGate] = None):
         check_async_function(function)
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
@@ -97,13 +110,21 @@ class AsyncWaitOperator:
             raise ValueError("key= and batch_size= do not go together: a batch would hold elements of one key "
                              "that must run one after another; use one or the other")
         self._turns = KeyTurns(key) if key is not None else None
+        if identify is not None and not callable(identify):
+            raise TypeError(f"identify must be a callable value -> str, got {type(identify).__name__}")
+        if journal is not None and identify is None:
+            raise ValueError("a journal needs identify=: the identity its outcomes are recorded under")
+        self._identify = identify
+        self._journal = journal
+        #: identity -> the elements waiting for the call of the first one in flight (journal only)
+        self._sharing: Optional[dict] = {} if journal is not None else None
         self._output = output
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
         self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
         calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
-                      "rate_limit": rate_limit, "adaptive": self.adaptive}
+                      "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget}
         self._caller = Caller(function, **calls) if self.batch_size is None else \
             BatchCaller(function, batch_size=self.batch_size, batch_delay=self.batch_delay, **calls)
         self._deadlines: Optional[Deadlines] = None
@@ -135,7 +156,8 @@ class AsyncWaitOperator:
         self._caller.bind(loop, lambda: self.inflight)
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
         if self.timeout is not None:
-            self._deadlines = Deadlines(loop, self.timeout, self._queue.pending, self._caller.time_out)
+            expired = self._caller.time_out if self._sharing is None else self._expired
+            self._deadlines = Deadlines(loop, self.timeout, self._queue.pending, expired)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
@@ -246,9 +268,41 @@ class AsyncWaitOperator:
             metrics.inflight_peak = inflight
         if self._deadlines is not None:
             self._deadlines.started(call)
+        if self._identify is not None and self._identified(call):
+            return  # its outcome is recorded, or an equal element's call will be its own
         if self._turns is not None and not self._take_turn(call):
             return  # it waits behind the call under way for its key
         self._caller.start(call)
+
+    def _identified(self, call: Call) -> bool:
+        """Give ``call`` its identity; True when it needs no call of its own: it completed from
+        the journal, or it waits for the call of an equal element in flight."""
+        try:
+            identity = call.identity = self._identify(call.element[0])  # type: ignore[misc]
+            if self._journal is None:
+                return False
+            recorded = self._journal.recorded(identity)
+        except Exception as exc:  # identify() or the journal's read raised: this element's error
+            self._call_over(call, None, exc, "row identity" if call.identity is None else "journal")
+            return True
+        if recorded is not None:
+            results, error = recorded_outcome(recorded)
+            self._call_over(call, results, error, RECORDED)
+            return True
+        sharing = self._sharing.get(identity)  # type: ignore[union-attr]
+        if sharing is not None:
+            sharing.append(call)
+            return True
+        self._sharing[identity] = []  # type: ignore[index]
+        return False
+
+    def _expired(self, call: Call) -> None:
+        """A deadline passed (journal mode): an element sharing another's call gets that call's
+        outcome, which has a deadline no later than its own (it entered the queue first)."""
+        if call.task is None and call.identity is not None and call in self._sharing.get(call.identity, ()):  # type: ignore[union-attr]
+            call.timed_out = True  # not expired again; completed with the call it shares
+            return
+        self._caller.time_out(call)
 
     def _take_turn(self, call: Call) -> bool:
         try:
@@ -274,6 +328,8 @@ class AsyncWaitOperator:
         self.inflight -= 1
         if self._failure is not None or self._closed:
             return
+        if self._sharing is not None and what not in (RECORDED, SHARED) and call.identity is not None:
+            self._settle_identity(call, results, error, what)
         if error is not None:
             self._caller.metrics.failures += 1
             if self._on_error is None or what in PREDICATES:
@@ -291,6 +347,21 @@ class AsyncWaitOperator:
         call.complete(results)  # type: ignore[arg-type]  # -> the queue -> _emit_completed
         if self._turns is not None:  # after complete(): equal keys complete in input order
             self._next_turn(call)
+
+    def _settle_identity(self, call: Call, results: Optional[List[Any]], error: Optional[BaseException],
+                         what: str) -> None:
+        """Journal mode: record the outcome of ``call``'s own call (not a timeout handler's results,
+        not a budget refusal: neither is what the service answered), then hand it to the elements
+        that shared the call."""
+        identity = call.identity
+        if what != TIMEOUT_RESULTS and not isinstance(error, (BudgetExhausted, asyncio.CancelledError)):
+            try:
+                self._journal.record(identity, results, error)  # type: ignore[union-attr,arg-type]
+            except Exception as exc:
+                self.fail(call.value, exc, "journal")
+                return
+        for other in self._sharing.pop(identity, ()):  # type: ignore[union-attr]
+            self._call_over(other, results, error, SHARED)
 
     def fail(self, value: Any, exc: BaseException, what: str = "async call") -> None:
         """Fail the operator: nothing more is emitted, calls still running are cancelled."""

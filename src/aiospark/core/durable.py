@@ -1,0 +1,96 @@
+"""Durable calls, as the operator sees them: recorded outcomes, a budget, an idempotency key.
+
+Flink's async operator checkpoints its in-flight elements and, after a failure, calls again only
+those. Spark re-runs whole tasks, so aiospark keeps a *journal* of outcomes instead: the operator
+asks it before a call (:meth:`TaskJournal.recorded`: a row already done is emitted from the record,
+through the one emit path, without a call) and tells it after one (:meth:`TaskJournal.record`).
+The stores (a directory of Arrow segments, Redis) live in :mod:`aiospark.journal`; this module
+holds only what the pure-asyncio engine needs, so ``core`` imports neither pyarrow nor pyspark.
+
+Every element has an *identity* (``identify(value) -> str``, given by the Spark layer: its journal
+key, else its input values): the journal's key, the key that makes equal rows of one task one call,
+and what :func:`idempotency_key` returns inside the call.
+
+A *budget* (:class:`BudgetGate`) is asked before every attempt starts, after the rate limit:
+once spent, the attempt raises :class:`BudgetExhausted` (never retried), which fails the task or,
+with ``on_error``, becomes the row's error.
+
+Example (what the Spark layer does for each task)::
+
+    op = AsyncWaitOperator(fetch, out.append, journal=task_journal, identify=row_identity,
+                           budget=task_budget)
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Awaitable, Callable, List, NamedTuple, Optional, Protocol, Union
+
+__all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal", "idempotency_key"]
+
+#: ``identify(value) -> str``: an element's identity (see the module docstring)
+Identify = Callable[[Any], str]
+
+#: the identity of the row whose call runs in this task (set in the call's own Task)
+current_identity: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+    "aiospark_idempotency_key", default=None)
+
+
+def idempotency_key() -> str:
+    """Inside a call: a string that is the same for the same row in every attempt, task retry and
+    rerun (its journal key, else its input values) and differs between rows; for a service's
+    ``Idempotency-Key`` header, so that a side effect made twice is applied once.
+
+    Example::
+
+        async def charge(row):
+            headers = {"Idempotency-Key": aiospark.idempotency_key()}
+            async with session.post(url, json=row, headers=headers) as r:
+                return await r.json()
+    """
+    key = current_identity.get()
+    if key is None:
+        raise RuntimeError("aiospark.idempotency_key() is called inside a call of ordered_wait, "
+                           "unordered_wait, async_udf or lookup_join (one row's call): not outside "
+                           "one, and not in a batch call (batch_size=), whose rows each have their own")
+    return key
+
+
+class BudgetExhausted(RuntimeError):
+    """The job's :class:`aiospark.Budget` is spent: this row's call was not started."""
+
+
+class Recorded(NamedTuple):
+    """A recorded outcome: the call's ``results`` (its list of outputs), or its ``error`` text."""
+
+    results: Optional[List[Any]]
+    error: Optional[str] = None
+
+
+class RecordedError(Exception):
+    """A call's error as a journal kept it (its text): emitted again as that row's error."""
+
+
+class TaskJournal(Protocol):
+    """One task's view of a journal (made by :mod:`aiospark.journal` for each task)."""
+
+    def recorded(self, identity: str) -> Optional[Recorded]:
+        """The outcome recorded for ``identity``, or None: the row must be called."""
+
+    def record(self, identity: str, results: Optional[List[Any]], error: Optional[BaseException]) -> None:
+        """The call of ``identity`` is over: keep ``results`` (and ``error``, if the journal keeps
+        errors). Must not block the loop: writing is the journal's own business."""
+
+
+class BudgetGate(Protocol):
+    """One task's view of a budget."""
+
+    def take(self, value: Any) -> Union[bool, Awaitable[bool]]:
+        """Charge one attempt for ``value``: True (go), False (spent), or an awaitable of either
+        when the task's share must be refilled first."""
+
+
+def recorded_outcome(recorded: Recorded) -> tuple[Optional[List[Any]], Optional[BaseException]]:
+    """``(results, error)`` of a recorded outcome, as the call's report would carry them."""
+    if recorded.error is not None:
+        return None, RecordedError(recorded.error)
+    return list(recorded.results or ()), None
