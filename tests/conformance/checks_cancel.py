@@ -18,6 +18,11 @@ import aiohttp
 import anyio
 import httpx
 
+try:  # the openai SDK 3.x's HTTP library: Python 3.11+ only
+    import httpx2
+except ImportError:  # pragma: no cover - the py3.10 leg
+    httpx2 = None
+
 
 def token_for(cfg: dict, kind: str) -> str:
     return f"{cfg['run']}-{kind}-{cfg['row']}"
@@ -43,6 +48,21 @@ async def hang_in_httpx(arg: str) -> str:
         raise
     finally:
         _mark(cfg, "httpx", f"{seen} closed={client.is_closed}")
+
+
+async def hang_in_httpx2(arg: str) -> str:
+    cfg = json.loads(arg)
+    client = httpx2.AsyncClient(base_url=cfg["http"], timeout=600)
+    seen = "no-cancel"
+    try:
+        async with client:
+            await client.get("/slow", params={"token": token_for(cfg, "httpx2")})
+        return "finished"
+    except asyncio.CancelledError:
+        seen = "cancelled"
+        raise
+    finally:
+        _mark(cfg, "httpx2", f"{seen} closed={client.is_closed}")
 
 
 async def hang_in_aiohttp(arg: str) -> str:

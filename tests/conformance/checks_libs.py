@@ -23,6 +23,22 @@ async def httpx_client(arg: str) -> str:
     return f"{response.status_code} echoed={echoed} {timed} closed={client.is_closed}"
 
 
+async def httpx2_client(arg: str) -> str:
+    """httpx2 (the openai SDK 3.x's HTTP library; anyio underneath), as :func:`httpx_client`."""
+    import httpx2
+
+    cfg = json.loads(arg)
+    async with httpx2.AsyncClient(base_url=cfg["http"]) as client:
+        response = await client.get("/echo", params={"row": cfg["row"]})
+        echoed = response.json()["query"]["row"] == str(cfg["row"])
+        try:
+            await client.get("/slow", params={"token": f"{cfg['run']}-httpx2-read-{cfg['row']}"}, timeout=0.1)
+            timed = "no-timeout"
+        except httpx2.ReadTimeout:
+            timed = "read-timeout"
+    return f"{response.status_code} echoed={echoed} {timed} closed={client.is_closed}"
+
+
 async def anyio_scopes(arg: str) -> str:
     """anyio's ``fail_after`` (fits / fires), a task group, ``to_thread.run_sync``, ``anyio.Event``."""
     import anyio

@@ -29,6 +29,8 @@ def _server_states(http_server, tokens):
 
 @pytest.mark.parametrize("kind, check, mark", [
     pytest.param("httpx", checks.hang_in_httpx, "cancelled closed=True", id="httpx"),
+    pytest.param("httpx2", checks.hang_in_httpx2, "cancelled closed=True", id="httpx2",
+                 marks=pytest.mark.skipif(checks.httpx2 is None, reason="httpx2 needs Python 3.11+")),
     pytest.param("aiohttp", checks.hang_in_aiohttp, "cancelled closed=True", id="aiohttp"),
     pytest.param("taskgroup", checks.hang_in_task_group, "child cancelled closed=True", id="anyio-taskgroup"),
 ])

@@ -11,6 +11,12 @@ def test_httpx(run, config):
     assert outputs == ["200 echoed=True read-timeout closed=True"] * len(outputs)
 
 
+def test_httpx2(run, config):
+    pytest.importorskip("httpx2")  # Python 3.11+ only (as the openai SDK 3.x that depends on it)
+    outputs = run(checks.httpx2_client, config)
+    assert outputs == ["200 echoed=True read-timeout closed=True"] * len(outputs)
+
+
 def test_anyio(run, config):
     outputs = run(checks.anyio_scopes, config)
     expected = "fits fired group=[0, 1, 2] scope-cancelled thread=42 event"

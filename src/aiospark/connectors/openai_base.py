@@ -5,12 +5,13 @@ Public names live in :mod:`aiospark.connectors.openai`; this module holds the co
 
 Example::
 
-    estimate_tokens("four score and seven")   # 5: ceil(20 / 4)
+    estimate_tokens("four score and seven")   # 5: ceil(20 / 4), or tiktoken's count once loaded
     retry = default_retry()                    # for the entry points' retry=
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import numbers
 from typing import Any, Mapping
@@ -20,21 +21,71 @@ from ..core.function import AsyncFunction
 from ..core.metrics import record_usage
 from ..core.ratelimit import RateLimit
 from ..core.retry import RetryStrategy
-from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret
+from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret, short
 from .http_response import HttpStatusError
 from .openai_pacing import Pacer
 from .openai_transport import CLIENTS, Transport, open_transport
 from .redaction import Redactor, scrubbed
 
-__all__ = ["OpenAIFunction", "default_retry", "estimate_tokens"]
+__all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
+
+log = logging.getLogger(__name__)
 
 _RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
 
 
+#: tiktoken's encoding of OpenAI's current models, used for every model name it does not know
+ENCODING = "o200k_base"
+#: seconds the first open() waits for tiktoken to load its encoding (it may try to download it)
+TOKENIZER_LOAD_SECONDS = 10.0
+_encoder: Any = None        # tiktoken's Encoding once loaded in this process
+_tokenizer_tried = False    # loaded or failed once: never tried again in this process
+
+
 def estimate_tokens(text: str) -> int:
-    """The tokens charged to ``tokens_per_minute`` for ``text`` before the request:
-    ``ceil(len(text) / 4)`` (OpenAI's rule of thumb for English), at least 1."""
+    """The tokens charged to ``tokens_per_minute`` (and to the endpoint's advertised token budget)
+    for ``text`` before the request: tiktoken's count in its ``o200k_base`` encoding when the
+    ``tiktoken`` package is installed and its encoding loaded (:func:`load_tokenizer`, which
+    ``open()`` calls), else ``ceil(len(text) / 4)`` (OpenAI's rule of thumb for English); at least 1."""
+    if _encoder is not None:
+        return max(1, len(_encoder.encode(text, disallowed_special=())))
     return max(1, math.ceil(len(text) / 4))
+
+
+async def load_tokenizer(seconds: float | None = None) -> bool:
+    """Load tiktoken's encoding once per process, off the event loop; True if token estimates
+    use it. Without ``tiktoken`` installed: False, silently. If it cannot load (tiktoken
+    downloads its encoding files at first use, and caches them in ``TIKTOKEN_CACHE_DIR``: a
+    machine without internet access needs that cache filled beforehand), or takes longer than
+    ``seconds``: one warning in the log, and estimates stay ``characters / 4``.
+
+    Example: ``await load_tokenizer()`` then ``estimate_tokens("hello world")  # 2``
+    """
+    global _encoder, _tokenizer_tried
+    if _tokenizer_tried:
+        return _encoder is not None
+    _tokenizer_tried = True
+    try:
+        import tiktoken
+    except ImportError:
+        return False
+
+    try:
+        # a thread: the download is a blocking HTTP request with no timeout of its own
+        found = await asyncio.wait_for(asyncio.to_thread(tiktoken.get_encoding, ENCODING),
+                                       TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
+    except asyncio.TimeoutError:
+        log.warning("tiktoken did not load its %s encoding within %ss; token estimates use "
+                    "characters / 4 in this process", ENCODING, TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
+        return False
+    except Exception as exc:  # noqa: BLE001 - any failure to load means: the fallback estimate
+        # an estimate only: the request is sent either way, and this says once why it is rougher
+        log.warning("tiktoken could not load its %s encoding (%s); token estimates use characters / 4 "
+                    "in this process (fill TIKTOKEN_CACHE_DIR on a machine without internet access)",
+                    ENCODING, short(exc, limit=200))
+        return False
+    _encoder = found
+    return True
 
 
 def default_retry(max_retries: int = 6) -> RetryStrategy:
@@ -81,6 +132,20 @@ def _check_limit(name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a finite number > 0 (or None for no limit), got {value!r}")
     return float(value)
+
+
+def _prompt_estimate(body: Mapping[str, Any]) -> int | None:
+    """The estimate of the prompt alone (the texts, or the messages' contents), to compare with
+    the endpoint's ``prompt_tokens``; None for a body of another shape."""
+    texts = body.get("input")
+    if isinstance(texts, str):
+        return estimate_tokens(texts)
+    if isinstance(texts, list):
+        return sum(estimate_tokens(str(t)) for t in texts)
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return sum(estimate_tokens(str(m.get("content") or "")) for m in messages if isinstance(m, Mapping))
+    return None
 
 
 class OpenAIFunction(AsyncFunction):
@@ -171,6 +236,7 @@ class OpenAIFunction(AsyncFunction):
         if self._key is None and self._key_env:
             self._key = resolve_secret(None, self._key_env)  # set on the worker only
             self._redactor = self._make_redactor()
+        await load_tokenizer()
         self._transport = await open_transport(self.client, self.base_url, self._key, self.timeout,
                                                self.max_connections, self._headers, self._redactor, self._name)
         self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
@@ -200,14 +266,20 @@ class OpenAIFunction(AsyncFunction):
             if left > 0:
                 await asyncio.sleep(left)
 
-    def _settle(self, estimate: int, usage: Mapping[str, Any]) -> None:
-        """Charge the tokens used beyond the estimate (later requests wait for them); record usage."""
+    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None) -> None:
+        """Charge the tokens used beyond the estimate (later requests wait for them); record usage,
+        and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
+        (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
+        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
         amounts = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                    if isinstance(v := usage.get(k), numbers.Real) and not isinstance(v, bool) and 0 <= v < math.inf}
         if self._tpm is not None:
             used = amounts.get("total_tokens", amounts.get("prompt_tokens", 0) + amounts.get("completion_tokens", 0))
             if used > estimate:
                 self._tpm.reserve(float(used - estimate))  # the delay lands on the next reservations
+        if prompt_estimate is not None and "prompt_tokens" in amounts:
+            amounts["estimated_prompt_tokens"] = prompt_estimate
+            amounts["prompt_estimate_error_tokens"] = abs(prompt_estimate - amounts["prompt_tokens"])
         if amounts:
             record_usage(**amounts)
 
@@ -235,7 +307,7 @@ class OpenAIFunction(AsyncFunction):
             if ticket is not None:
                 pacer.finished(ticket)  # type: ignore[union-attr]
         usage = answer.get("usage")
-        self._settle(estimate, usage if isinstance(usage, Mapping) else {})
+        self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
         return answer
 
     def _bad_answer(self, what: str) -> ConnectorError:
