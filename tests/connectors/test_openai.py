@@ -117,6 +117,8 @@ def test_an_error_for_a_request_reaches_every_row_of_it(srv, client):
     ("bad-request", HttpStatusError, False, "HTTP 400"),
     ("malformed", ConnectorError, False, "not a JSON object"),
     ("short", ConnectorError, False, "expected 'data' with 1 embedding"),
+    ("no-data", ConnectorError, False, "expected 'data' with 1 embedding"),  # an error, not an empty result
+    ("bad-json", ConnectorError, False, "JSON"),
 ])
 def test_embedding_error_paths(srv, client, text, kind, retryable, words):
     fn = OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY, client=client)
@@ -155,6 +157,9 @@ def test_chat_error_paths(srv, client):
     assert isinstance(boom, HttpStatusError) and boom.status == 500 and boom.retryable
     assert isinstance(malformed, ConnectorError) and "not a JSON object" in str(malformed)
     assert isinstance(short, ConnectorError) and "no 'choices'" in str(short) and not short.retryable
+    no_data, bad_json = run(invoke_all(fn, ["no-data", "bad-json"]))
+    assert isinstance(no_data, ConnectorError) and "no 'choices'" in str(no_data) and not no_data.retryable
+    assert isinstance(bad_json, ConnectorError) and not bad_json.retryable
     assert isinstance(bad_messages, TypeError) and "{role, content}" in str(bad_messages)
     assert isinstance(empty, ValueError) and "empty" in str(empty)
 
@@ -395,3 +400,20 @@ def test_tiktoken_that_cannot_load_its_encoding_falls_back_and_says_so_once(tmp_
     assert "LOADED False False" in out.stdout and "ESTIMATE 10" in out.stdout, out.stdout + out.stderr
     assert out.stderr.count("tiktoken could not load") + out.stderr.count("tiktoken did not load") == 1, out.stderr
     assert "characters / 4" in out.stderr
+
+
+def test_retry_after_ms_wins_and_a_malformed_one_falls_back_to_retry_after():
+    from aiospark.connectors.openai_transport import retry_after_of
+
+    assert retry_after_of({"retry-after-ms": "250", "Retry-After": "2"}) == 0.25
+    assert retry_after_of({"retry-after-ms": "soon", "Retry-After": "2"}) == 2.0
+    assert retry_after_of({"retry-after-ms": "soon"}) is None
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_refused_connection_says_so_in_one_line_naming_the_source_once(client):
+    fn = OpenAIChat("chat", base_url="http://127.0.0.1:9/v1", client=client, timeout=5)
+    (result,) = run(invoke_all(fn, ["hi"]))
+    text = str(result)
+    assert isinstance(result, ConnectorError) and result.retryable and "cannot connect" in text
+    assert text.count("OpenAIChat(") == 1 and text.count("127.0.0.1:9") == 1 and "\n" not in text, text

@@ -20,6 +20,8 @@ from Spark executors too: an input (embedding text or last user message) that
 * is ``"bad-request"``     -> 400 with an OpenAI-style error body;
 * is ``"echo-auth"``       -> 500 whose body echoes the request's headers (Authorization included);
 * is ``"malformed"``       -> 200 with a body that is not JSON;
+* is ``"bad-json"``        -> 200 with ``Content-Type: application/json`` and a body that is not JSON;
+* is ``"no-data"``         -> 200 with a JSON object that has no ``data`` / ``choices``;
 * is ``"short"``           -> 200 with one embedding fewer than inputs (embeddings) / no choices;
 * starts with ``"throttle"`` -> 429 with ``Retry-After: <server.retry_after>`` the first
   ``server.throttle_times`` times that exact text is seen, then success.
@@ -189,6 +191,10 @@ class OpenAIServer:
                                     content_type="application/json")
             if text == "malformed":
                 return web.Response(status=200, text="<html>not json</html>", content_type="text/html")
+            if text == "bad-json":
+                return web.Response(status=200, text='{"data": [', content_type="application/json")
+            if text == "no-data":
+                return web.json_response({"object": "list", "model": "m"})
             if text.startswith("throttle"):
                 with self._lock:
                     self._throttled[text] += 1

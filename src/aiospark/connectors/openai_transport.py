@@ -155,7 +155,6 @@ class _SdkTransport(Transport):
                     model=model, messages=body.pop("messages"), extra_body=body or None)
             else:  # pragma: no cover - the connector only posts the two paths above
                 raise ValueError(f"unknown path {path}")
-            reply = raw.parse()
         except openai.APIStatusError as exc:
             resp = exc.response
             if on_headers is not None:
@@ -166,11 +165,15 @@ class _SdkTransport(Transport):
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
             raise self._cannot_connect(self._redactor.scrub(short(cause), limit=300)) from None
+        if on_headers is not None:
+            on_headers(raw.headers)
+        try:
+            # only the answer's decoding is mapped here: a TypeError from create() itself is a
+            # call this code got wrong for the installed SDK, and must fail as itself
+            reply = raw.parse()
         except (openai.APIResponseValidationError, ValueError, TypeError) as exc:
             raise ConnectorError(f"POST {path}: the answer does not fit the OpenAI API "
                                  f"({self._redactor.scrub(short(exc), limit=300)})", source=self._name) from None
-        if on_headers is not None:
-            on_headers(raw.headers)
         if isinstance(reply, str):  # the SDK hands a non-JSON 2xx body over as text
             raise self._not_json(path, len(reply))
         return reply.model_dump()
