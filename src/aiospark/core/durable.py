@@ -52,7 +52,8 @@ def idempotency_key() -> str:
         raise RuntimeError("aiospark.idempotency_key() is called inside a call of ordered_wait, "
                            "unordered_wait, async_udf or lookup_join (one row's call): not outside "
                            "one, and not in a batch call (batch_size=), whose rows each have their own")
-    return key
+    # the Spark layer may give a lazy identity (computed only here, when a call asks for it)
+    return key if type(key) is str else str(key)
 
 
 class BudgetExhausted(RuntimeError):

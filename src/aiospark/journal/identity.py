@@ -1,0 +1,150 @@
+"""A row's identity: a canonical, stable string of its key values (the journal's key, and what
+``aiospark.idempotency_key()`` returns inside its call).
+
+Stable across processes, machines and Python versions, so a rerun finds its rows: no ``hash()``
+(salted per process), no ``repr`` of containers. The values are written as compact JSON with the
+types JSON lacks tagged (``{"$dec": "1.10"}``, ``{"$date": ...}``, ``{"$bytes": <base64>}``, ...),
+ASCII only; a text longer than :data:`MAX_PLAIN` characters is replaced by ``"sha256:" + hex``
+(a JSON text never starts with ``s``, so the two forms never meet). Within one journal every key
+column has one Spark type (the manifest pins the key columns' types), so a string column's value
+can never be mistaken for a tagged one of another column type.
+
+Without a journal the identity is computed only if the call asks for it (:class:`LazyIdentity`):
+encoding a whole row costs a few microseconds, which most calls would pay for nothing.
+
+Example::
+
+    identity([7, "a"])                 # '[7,"a"]'
+    identity([Decimal("1.10"), None])  # '[{"$dec":"1.10"},null]'
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import hashlib
+import json
+import math
+import uuid
+from operator import itemgetter
+from typing import Any, Callable, Optional, Sequence
+
+__all__ = ["MAX_PLAIN", "LazyIdentity", "identity", "RowIdentity", "ValuesIdentity"]
+
+#: identities longer than this are stored as their sha256 (Redis keys and segments stay small)
+MAX_PLAIN = 120
+
+
+def _tagged(value: Any) -> Any:
+    """JSON's ``default=``: the values JSON has no type for, tagged with theirs."""
+    if isinstance(value, decimal.Decimal):
+        return {"$dec": str(value)}
+    if isinstance(value, _dt.datetime):  # before date: a datetime is a date
+        return {"$ts": value.isoformat()}
+    if isinstance(value, _dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, _dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, _dt.timedelta):
+        return {"$td": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    if isinstance(value, (set, frozenset)):
+        return {"$set": sorted(identity([v]) for v in value)}
+    if isinstance(value, tuple):  # only reached inside _plain's fallback
+        return list(value)
+    if hasattr(value, "asDict"):  # a pyspark Row (async_udf struct arguments)
+        return value.asDict(recursive=False)
+    if hasattr(value, "tolist"):  # numpy scalars and arrays (pandas UDFs on PySpark < 4.1)
+        return value.tolist()
+    raise TypeError(f"a row's identity cannot encode a {type(value).__name__} value ({value!r:.60}): "
+                    "pass Journal(key=...) columns of plain Spark types")
+
+
+def _floats(value: Any) -> Any:
+    """NaN and the infinities as tagged values (JSON has none; ``NaN`` is not JSON)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, dict):
+        return {str(k): _floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_floats(v) for v in value]
+    return value
+
+
+_encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False, default=_tagged,
+                           check_circular=False).encode
+
+
+def identity(values: Sequence[Any]) -> str:
+    """The identity of a row whose key values are ``values`` (a list, in key-column order)."""
+    try:
+        text = _encode(values)
+    except (ValueError, TypeError) as exc:
+        if "JSON compliant" not in str(exc) and "keys must be" not in str(exc):
+            raise
+        text = _encode(_floats(values))  # NaN/inf floats, or non-string dict keys (a MAP<INT, ...>)
+    if len(text) > MAX_PLAIN:
+        return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+    return text
+
+
+class RowIdentity:
+    """``row dict -> identity`` of the given columns (picklable)."""
+
+    def __init__(self, columns: Sequence[str]):
+        self.columns = tuple(columns)
+        self._get = itemgetter(*self.columns) if len(self.columns) > 1 else None
+
+    def __call__(self, row: Any) -> str:
+        if self._get is None:
+            return identity([row[self.columns[0]]])
+        return identity(self._get(row))
+
+    def __reduce__(self) -> Any:
+        return RowIdentity, (self.columns,)
+
+
+class ValuesIdentity:
+    """``value -> identity`` of an async_udf's arguments (one value, or a tuple of them)."""
+
+    def __init__(self, spread: bool):
+        self.spread = spread
+
+    def __call__(self, value: Any) -> str:
+        return identity(list(value) if self.spread and isinstance(value, tuple) else [value])
+
+
+class LazyIdentity:
+    """An identity computed only when asked for (``str()``): what the operator carries for each
+    element when no journal needs the identity itself."""
+
+    __slots__ = ("_of", "_value", "_text")
+
+    def __init__(self, of: Callable[[Any], str], value: Any):
+        self._of = of
+        self._value = value
+        self._text: Optional[str] = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._of(self._value)
+            self._value = None
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"LazyIdentity({str(self)!r})"
+
+
+class Lazily:
+    """``identify=`` for an operator without a journal: wraps each value in a :class:`LazyIdentity`."""
+
+    def __init__(self, of: Callable[[Any], str]):
+        self.of = of
+
+    def __call__(self, value: Any) -> LazyIdentity:
+        return LazyIdentity(self.of, value)

@@ -1,0 +1,164 @@
+"""One task's journal: what the operator asks before a call and tells after one.
+
+Reads come from memory: the task's recorded outcomes are loaded before its rows are fed (a
+directory store reads its partition's segments up front; Redis is asked per input chunk, one
+pipelined MGET, see :meth:`TaskView.prefetch`). Writes never block the event loop: ``record``
+pickles the results and appends them to a deque; a writer thread hands what gathered to the
+store every :data:`FLUSH_SECONDS` (one Arrow batch, or one Redis pipeline) and once more when the
+task ends, so an outcome is durable about a second after its call completed. A store that fails
+(a disk full, a Redis gone) fails the task at the next ``record``, or at ``close``.
+
+Results are stored as the call returned them, pickled (protocol 5): ints of any size, floats
+(NaN, -0.0), Decimals, dates, datetimes with their zone, bytes, nested dicts, lists and Rows all
+come back equal and of the same type. An error is kept (``keep_errors=True``) as its text,
+``"<type>: <message>"`` -- the text an error row shows.
+
+Example::
+
+    view = TaskView(store_task, keep_errors=False)
+    view.load()
+    op = AsyncWaitOperator(fn, out.append, identify=row_identity, journal=view)
+    ...
+    view.close()
+"""
+from __future__ import annotations
+
+import pickle
+import threading
+from collections import deque
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from ..core.durable import Recorded
+
+#: an outcome waiting to be written: (identity, pickled results or None, error text or None)
+Entry = Tuple[str, Optional[bytes], Optional[str]]
+
+#: outcomes are handed to the store at least this often (the durability window)
+FLUSH_SECONDS = 1.0
+
+PICKLE_PROTOCOL = 5
+
+
+def error_text(exc: BaseException) -> str:
+    """The text an error row shows for ``exc`` (what a kept error is stored as)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+class TaskView:
+    """A :class:`~aiospark.core.durable.TaskJournal` over one task's part of a store.
+
+    ``encode(results)`` / ``decode(results)`` adapt what the operator sees to what is stored
+    (the Spark layer takes its own tags off outputs there).
+    """
+
+    def __init__(self, store_task: Any, keep_errors: bool, encode: Optional[Callable[[Any], Any]] = None,
+                 decode: Optional[Callable[[Any], Any]] = None, flush_seconds: float = FLUSH_SECONDS):
+        self.store_task = store_task
+        self.keep_errors = keep_errors
+        self.encode = encode
+        self.decode = decode
+        self.flush_seconds = flush_seconds
+        #: identity -> (pickled results, error text) recorded before this task
+        self.known: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
+        self._pending: "deque[Entry]" = deque()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
+        self._closed = False
+        #: counters for tests and metrics
+        self.hits = 0
+        self.written = 0
+
+    # ------------------------------------------------------------------ reads (task thread)
+    def load(self) -> "TaskView":
+        """Read what the store holds for this task up front (a directory: its partition's segments)."""
+        self.known.update(self.store_task.load())
+        return self
+
+    def prefetch(self, identities: Iterable[str]) -> None:
+        """Ask the store for these identities at once (Redis: one pipelined MGET); a no-op for a
+        store that loaded everything up front."""
+        fetch = getattr(self.store_task, "fetch", None)
+        if fetch is not None:
+            wanted = [i for i in dict.fromkeys(identities) if i not in self.known]
+            if wanted:
+                self.known.update(fetch(wanted))
+
+    # ------------------------------------------------------------------ the operator's side (loop thread)
+    def recorded(self, identity: str) -> Optional[Recorded]:
+        hit = self.known.get(identity)
+        if hit is None:
+            return None
+        payload, error = hit
+        if payload is None:
+            if not self.keep_errors:
+                return None  # a kept error is retried by a run that does not keep errors
+            self.hits += 1
+            return Recorded(None, error)
+        results = pickle.loads(payload)
+        self.hits += 1
+        return Recorded(self.decode(results) if self.decode is not None else results)
+
+    def record(self, identity: str, results: Optional[List[Any]], error: Optional[BaseException]) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if error is not None:
+            if not self.keep_errors:
+                return
+            entry: Entry = (identity, None, error_text(error))
+        else:
+            if self.encode is not None:
+                results = self.encode(results)
+            try:
+                entry = (identity, pickle.dumps(results, PICKLE_PROTOCOL), None)
+            except Exception as exc:
+                raise TypeError(f"the journal stores results pickled, and this call's results cannot be: {exc}. "
+                                "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
+        self._pending.append(entry)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_loop, name="aiospark-journal", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ the writer thread
+    def _drain(self) -> List[Entry]:
+        pending, out = self._pending, []
+        try:
+            while True:
+                out.append(pending.popleft())  # atomic: record() appends from the loop thread meanwhile
+        except IndexError:
+            return out
+
+    def _write_loop(self) -> None:
+        while True:
+            stopping = self._stop.wait(self.flush_seconds)
+            entries = self._drain()
+            if entries:
+                try:
+                    self.store_task.write(entries)
+                    self.written += len(entries)
+                except BaseException as exc:  # the next record() or close() raises it
+                    self._failure = exc
+                    return
+            if stopping:
+                return
+
+    def close(self) -> None:
+        """Write what is left and close the store's files (also after a failed task: what was
+        recorded is valid). Raises the store's failure, if any."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self._failure is None:
+                entries = self._drain()
+                if entries:
+                    self.store_task.write(entries)
+                    self.written += len(entries)
+        finally:
+            self.store_task.close()
+        if self._failure is not None:
+            raise self._failure
