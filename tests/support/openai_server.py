@@ -187,8 +187,9 @@ class OpenAIServer:
                 return web.json_response({"error": {"message": "this input is not allowed",
                                                      "type": "invalid_request_error"}}, status=400)
             if text == "echo-auth":
-                return web.Response(status=500, text=json.dumps(dict(request.headers)),
-                                    content_type="application/json")
+                # Authorization first: an error text quotes only the body's start (SDKs send many headers)
+                echoed = {"Authorization": request.headers.get("Authorization"), **request.headers}
+                return web.Response(status=500, text=json.dumps(echoed), content_type="application/json")
             if text == "malformed":
                 return web.Response(status=200, text="<html>not json</html>", content_type="text/html")
             if text == "bad-json":
