@@ -75,9 +75,13 @@ def run_until_stopped(serving: Coroutine[Any, Any, None], exit_on_stdin_eof: boo
         loop = asyncio.get_running_loop()
         stdin_closed = loop.create_future()
 
+        def stop() -> None:
+            if not stdin_closed.done():
+                stdin_closed.set_result(None)
+
         def watch_stdin() -> None:  # the parent holds our stdin: EOF means it is gone
             sys.stdin.read()
-            loop.call_soon_threadsafe(lambda: stdin_closed.done() or stdin_closed.set_result(None))
+            loop.call_soon_threadsafe(stop)
 
         if exit_on_stdin_eof:
             threading.Thread(target=watch_stdin, daemon=True).start()
