@@ -24,6 +24,7 @@ _SPARK_EXPORTS = {
     "local_session": ("aiospark.spark.session", "local_session"),
     "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
     "Metrics": ("aiospark.spark.metrics", "Metrics"),
+    "Budget": ("aiospark.spark.budget", "Budget"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
 }
 

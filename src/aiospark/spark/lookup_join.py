@@ -135,7 +135,7 @@ def _source_schema(session: Any, source: Any) -> StructType:
 def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
                 cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
                 retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
-                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None) -> Any:
+                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None) -> Any:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -144,6 +144,8 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     ``retry``'s ``result_predicate`` sees the rows the source returned for the key (``[]`` for a
     miss, also in left joins), so ``retry_if_empty`` retries misses (FLIP-234). Keys are converted
     to the source's key types by Spark SQL's cast rules (:mod:`aiospark.lookup.keys`).
+    ``budget`` (an :class:`aiospark.Budget`) caps the lookups started in the whole job (each row's,
+    retries included), as for :func:`aiospark.ordered_wait`.
 
     Example::
 
@@ -176,12 +178,13 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch, names=out_schema.fieldNames(),
                            pad_as_tuple=source_retry is not retry)
     return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
-                 OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}")
+                 OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}",
+                 budget=budget)
 
 
 def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,
                timeout: Optional[float] = 60.0, retry: Optional[RetryStrategy] = None, batch: bool = True,
-               on_error: str = "fail", rate_limit: Any = None, metrics: Any = None) -> Any:
+               on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None) -> Any:
     """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
 
     ``timeout``: seconds per row, retries included (``None`` or ``<= 0``: no timeout). ``retry``'s
@@ -207,6 +210,7 @@ def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, cap
     function = _LookupValues(source, columns, cache, batch)
     options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity,
                                  retry=_source_retry(retry, columns, udf=True),
-                                 rate_limit=rate_limit, metrics=metrics, name=f"lookup {type(source).__name__}")
+                                 rate_limit=rate_limit, metrics=metrics, name=f"lookup {type(source).__name__}",
+                                 budget=budget)
     return_type = f"array<struct<{source.schema}>>"
     return AsyncUDF(function, return_type, options, on_error, name=f"lookup_{type(source).__name__}")

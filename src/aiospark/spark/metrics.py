@@ -33,7 +33,7 @@ import time
 import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..core.metrics import OperatorMetrics
 
@@ -174,10 +174,46 @@ _SECRET_HEADER = "X-Aiospark-Secret"
 MAX_REPORT_BYTES = 1 << 20
 
 
+#: Other JSON endpoints of the collector, by path: ``handle(request, secret) -> (status, reply)``
+#: (``reply`` a dict sent back as JSON, or None). Budgets lease units here (aiospark.spark.budget).
+Endpoint = Callable[[Dict[str, Any], str], Tuple[int, Optional[Dict[str, Any]]]]
+_endpoints: Dict[str, Endpoint] = {}
+
+
+def register_endpoint(path: str, handle: Endpoint) -> None:
+    """Serve ``POST <path>`` with ``handle`` (the request's JSON and its secret header)."""
+    _endpoints[path] = handle
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-        self.send_response(self._handle())
+        endpoint = _endpoints.get(self.path)
+        if endpoint is None:
+            self.send_response(self._handle())
+            self.end_headers()
+            return
+        status, reply = self._endpoint(endpoint)
+        body = json.dumps(reply).encode() if reply is not None else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
+
+    def _endpoint(self, endpoint: Endpoint) -> Tuple[int, Optional[Dict[str, Any]]]:
+        try:
+            size = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return 411, None
+        if not 0 <= size <= MAX_REPORT_BYTES:
+            return 413, None
+        try:
+            request = json.loads(self.rfile.read(size))
+        except ValueError:
+            return 400, None
+        if not isinstance(request, dict):
+            return 400, None
+        return endpoint(request, self.headers.get(_SECRET_HEADER, ""))
 
     def _handle(self) -> int:
         try:
@@ -212,7 +248,8 @@ class _Collector:
         self.server = ThreadingHTTPServer((bind, 0), _Handler)
         self.server.daemon_threads = True
         shown = f"[{host}]" if ":" in host else host
-        self.address = f"http://{shown}:{self.server.server_address[1]}/report"
+        self.base = f"http://{shown}:{self.server.server_address[1]}"
+        self.address = f"{self.base}/report"
         thread = threading.Thread(target=self.server.serve_forever, name="aiospark-metrics", daemon=True)
         thread.start()
 

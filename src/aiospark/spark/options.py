@@ -12,6 +12,7 @@ from ..core.settings import check_capacity, check_retry, check_timeout
 from ..core.ratelimit import RateLimit
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
+from .budget import check_budget
 from .metrics import Metrics
 
 
@@ -49,12 +50,14 @@ class CallOptions:
     order_key: Optional[Callable[[Any], Any]] = None
     #: identifies the function's definition, so every task of a worker shares one opened instance
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: an aiospark.Budget (a BudgetTicket once pickled to a worker): see aiospark.spark.budget
+    budget: Any = None
 
     @classmethod
     def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
                rate_limit: Any = None, metrics: Any = None, what: str = "function",
                name: str = "aiospark", batch_size: Any = None, batch_delay: Any = 0.01,
-               order_key: Optional[Callable[[Any], Any]] = None) -> "CallOptions":
+               order_key: Optional[Callable[[Any], Any]] = None, budget: Any = None) -> "CallOptions":
         check_async_function(function, what)
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
@@ -68,7 +71,8 @@ class CallOptions:
                              "time, a batch would run them at once); use one or the other")
         return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
                    check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name),
-                   batch_size=batch_size, batch_delay=batch_delay, order_key=order_key)
+                   batch_size=batch_size, batch_delay=batch_delay, order_key=order_key,
+                   budget=check_budget(budget))
 
     @property
     def max_capacity(self) -> int:
@@ -76,7 +80,7 @@ class CallOptions:
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
                             on_error: Optional[Callable[[Any, BaseException], list]] = None,
-                            invoke: Optional[Callable[..., Any]] = None) -> AsyncWaitOperator:
+                            invoke: Optional[Callable[..., Any]] = None, budget: Any = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function."""
         function = self.function
         if isinstance(function, AsyncFunction):
@@ -87,4 +91,5 @@ class CallOptions:
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
                                  on_error=on_error, rate_limit=rate_limit, batch_size=self.batch_size,
-                                 batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False)
+                                 batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False,
+                                 budget=budget)

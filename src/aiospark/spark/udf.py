@@ -19,6 +19,7 @@ from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .metrics import Metrics, task_reporter
+from .budget import Budget, close_gate, task_gate
 from .schema import arrow_type, to_python, values_to_array
 
 ON_ERROR = ("fail", "null")
@@ -82,11 +83,16 @@ class _UdfRunner:
             call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
             return call
 
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
+        gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
 
-        yield from run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                                 report=task_reporter(options.metrics))
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate)
+
+        try:
+            yield from run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
+                                     report=task_reporter(options.metrics))
+        finally:
+            close_gate(wl, gate)  # unused units go back to the budget
 
 
 class AsyncUDF:
@@ -247,7 +253,7 @@ def _is_connect(cols: tuple) -> bool:
 def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: Any = 100,
               retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
               rate_limit: Any = None, metrics: Optional[Metrics] = None, batch_size: Optional[int] = None,
-              batch_delay: float = 0.01) -> Callable[[Callable[..., Any]], AsyncUDF]:
+              batch_delay: float = 0.01, budget: Optional[Budget] = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
@@ -296,7 +302,7 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
             function = OneValue(function)
         options = CallOptions.create(function, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
                                      rate_limit=rate_limit, metrics=metrics, what="async_udf function",
-                                     name=name, batch_size=batch_size, batch_delay=batch_delay)
+                                     name=name, batch_size=batch_size, batch_delay=batch_delay, budget=budget)
         made = AsyncUDF(function, return_type, options, on_error, bool(deterministic), name=name)
         if isinstance(function, OneValue):
             return made
@@ -305,7 +311,7 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     # validate the shared options now, before any function is seen
     CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry,
                        rate_limit=rate_limit, metrics=metrics if metrics is not None else _NO_METRICS,
-                       batch_size=batch_size, batch_delay=batch_delay)
+                       batch_size=batch_size, batch_delay=batch_delay, budget=budget)
     return decorate
 
 

@@ -17,6 +17,7 @@ from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .row_key import row_key
 from .metrics import Metrics, task_reporter
+from .budget import Budget, close_gate, task_gate
 from .checked import OutputChecks
 from .schema import RowConverter, parse_schema, to_python
 
@@ -72,15 +73,21 @@ class _PartitionRunner:
         if checks is not None:
             options = checks.options(options)  # retry predicates see the rows, not their tags
 
+        gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
+
         async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke)
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate)
 
         chunks = (to_python(batch) for batch in batches)
-        for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
-                                    out_rows=self.output_batch_rows, loop=wl, report=task_reporter(options.metrics)):
-            rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-            if rows:
-                yield converter.to_batch(rows)
+        try:
+            for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
+                                        out_rows=self.output_batch_rows, loop=wl,
+                                        report=task_reporter(options.metrics)):
+                rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
+                if rows:
+                    yield converter.to_batch(rows)
+        finally:
+            close_gate(wl, gate)  # unused units go back to the budget
 
     def _rows(self, values: List[Any], error_mode: bool) -> List[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
@@ -99,14 +106,15 @@ def _error_row(value: Any, exc: BaseException) -> List[Any]:
 def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
-          name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None) -> Any:
+          name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
+          budget: Optional[Budget] = None) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
     order_key = row_key(df, key, name) if key is not None else None
     options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
                                  rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
-                                 batch_delay=batch_delay, order_key=order_key)
+                                 batch_delay=batch_delay, order_key=order_key, budget=budget)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
@@ -142,7 +150,7 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                  rate_limit: Any = None, metrics: Optional[Metrics] = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                 batch_delay: float = 0.01) -> Any:
+                 batch_delay: float = 0.01, budget: Optional[Budget] = None) -> Any:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -165,6 +173,9 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     order (an AsyncFunction: one list of rows per row). ``capacity`` still counts rows; timeout,
     retries and rate limit apply per batch; a batch that fails is split in halves until the row
     that fails is alone (its neighbours succeed).
+    ``budget`` (an :class:`aiospark.Budget`) caps the units of calls started in the whole job,
+    retries included; once spent, the rows not started fail with ``BudgetExhausted`` (error rows
+    with ``on_error="row"``).
 
     Example::
 
@@ -175,7 +186,8 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
         out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay)
+                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
+                 budget=budget)
 
 
 def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
@@ -183,7 +195,8 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                    rate_limit: Any = None, metrics: Optional[Metrics] = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                   batch_delay: float = 0.01, key: Union[str, List[str], None] = None) -> Any:
+                   batch_delay: float = 0.01, key: Union[str, List[str], None] = None,
+                   budget: Optional[Budget] = None) -> Any:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
@@ -198,4 +211,5 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
         aiospark.unordered_wait(changes, apply_change, "account LONG, balance LONG", key="account")
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key)
+                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
+                 budget=budget)

@@ -1,0 +1,200 @@
+"""One task's side of a budget: a :class:`~aiospark.core.durable.BudgetGate` that spends from a
+lease and asks its :class:`LeaseSource` (the driver's ledger over HTTP, or Redis) for more.
+
+``take(value)`` is asked before every attempt (retries included). It answers True at once while
+the task's lease covers the attempt's cost; else it returns an awaitable that waits for one refill
+(a single round trip in flight per task: the calls that find the lease empty queue behind it, first
+come first served). A refused refill means the pot cannot cover the next call: that call, and every
+later call of the task that costs more than what the pot had left, is refused without asking again
+(a task does not hammer the driver with 1,500 refusals). Units that other tasks give back after
+that are not seen by this task: the job may spend a little less than its limit, never more.
+
+A task that cannot reach its source fails the waiting calls, and every later one, with
+:class:`BudgetUnavailable`: no call ever starts without budget.
+
+Example::
+
+    gate = LeaseGate(HttpLeases(address, budget_id, secret, task="3.0.0"), cost=lambda row: row["tokens"])
+    op = AsyncWaitOperator(fetch, out.append, budget=gate)
+    ...
+    await gate.aclose()       # the task ended: unused units go back
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import numbers
+import time
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, Optional, Protocol, Tuple, Union
+
+__all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource"]
+
+log = logging.getLogger("aiospark")
+
+#: a lease aims to last about this long at the task's spending rate
+LEASE_SECONDS = 1.0
+#: ... and is at least this big (the ledger caps it by the task's share of what is left)
+START_LEASE = 64.0
+
+
+class BudgetUnavailable(RuntimeError):
+    """The task could not get units from the budget's ledger (driver or Redis): no call started."""
+
+
+class BudgetCostError(ValueError):
+    """The budget's ``cost(row)`` raised or gave no finite number >= 0 for this row."""
+
+
+class LeaseSource(Protocol):
+    """Where a task's leases come from (the driver's ledger over HTTP, or Redis)."""
+
+    where: str
+
+    async def lease(self, need: float, want: float, used: float) -> Tuple[float, float]:
+        """``(granted, left)``: at least ``need`` units (or 0: refused) and what is left after."""
+
+    async def release(self, units: float, used: float, refused: int) -> None:
+        """Give back ``units`` the task did not use (it ends)."""
+
+
+class LeaseGate:
+    """A task's budget gate (see the module docstring). Used on one event loop."""
+
+    def __init__(self, source: LeaseSource, cost: Optional[Callable[[Any], Any]] = None,
+                 batched: bool = False):
+        self.source = source
+        self._cost = cost
+        self._batched = batched
+        self._lease = 0.0
+        self.used = 0.0          # units of the attempts let through
+        self.refused = 0         # attempts refused (budget spent)
+        self.round_trips = 0
+        self._waiting: Deque[Tuple[float, "asyncio.Future[bool]"]] = deque()
+        self._refill: Optional["asyncio.Task[None]"] = None
+        self._left_seen: Optional[float] = None  # what the pot had left when it refused us
+        self._broken: Optional[str] = None       # why the source cannot be reached
+        self._first_grant: Optional[float] = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ the gate
+    def take(self, value: Any) -> Union[bool, Awaitable[bool]]:
+        cost = self.cost_of(value)
+        if self._broken is not None:
+            raise BudgetUnavailable(self._broken)
+        if cost == 0.0:
+            return True  # costs nothing: spends nothing
+        if not self._waiting and cost <= self._lease:
+            self._lease -= cost
+            self.used += cost
+            return True
+        if self._hopeless(cost):
+            self.refused += 1
+            return False
+        return self._wait(cost)
+
+    def cost_of(self, value: Any) -> float:
+        """Units of one attempt for ``value`` (a batch: the sum over its rows; no cost: 1 a row)."""
+        if self._batched and isinstance(value, list):
+            return float(len(value)) if self._cost is None else sum(self._one_cost(v) for v in value)
+        return 1.0 if self._cost is None else self._one_cost(value)
+
+    def _one_cost(self, value: Any) -> float:
+        cost_fn = self._cost
+        name = repr(getattr(cost_fn, "__qualname__", None) or type(cost_fn).__name__)
+        try:
+            cost = cost_fn(value)  # type: ignore[misc]
+        except Exception as exc:
+            raise BudgetCostError(f"the budget's cost function {name} raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= cost < math.inf:
+            shown = repr(cost)
+            raise BudgetCostError(f"the budget's cost function {name} must return a finite number >= 0, "
+                                  f"got {shown if len(shown) <= 80 else shown[:77] + '...'}")
+        return float(cost)
+
+    def _hopeless(self, cost: float) -> bool:
+        return self._left_seen is not None and cost > self._lease + self._left_seen
+
+    async def _wait(self, cost: float) -> bool:
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[bool]" = loop.create_future()
+        self._waiting.append((cost, future))
+        if self._refill is None or self._refill.done():
+            self._refill = loop.create_task(self._refill_loop())
+        return await future
+
+    def _serve(self) -> None:
+        """Hand the lease to the waiting calls in order; refuse those the pot cannot cover."""
+        waiting = self._waiting
+        while waiting:
+            cost, future = waiting[0]
+            if future.done():  # cancelled while waiting (its deadline): it spends nothing
+                waiting.popleft()
+            elif cost <= self._lease:
+                waiting.popleft()
+                self._lease -= cost
+                self.used += cost
+                future.set_result(True)
+            elif self._hopeless(cost):
+                waiting.popleft()
+                self.refused += 1
+                future.set_result(False)
+            else:
+                return
+
+    async def _refill_loop(self) -> None:
+        while True:
+            self._serve()
+            if not self._waiting or self._closed:
+                return
+            need = self._waiting[0][0] - self._lease
+            try:
+                self.round_trips += 1
+                granted, left = await self.source.lease(need, self._want(need), self.used)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._broken = (f"could not get budget units from {self.source.where} ({type(exc).__name__}: "
+                                f"{exc}); no call starts without budget")
+                for _cost, future in self._waiting:
+                    if not future.done():
+                        future.set_exception(BudgetUnavailable(self._broken))
+                self._waiting.clear()
+                return
+            if granted >= need:
+                if self._first_grant is None:
+                    self._first_grant = time.monotonic()
+                self._lease += granted
+            else:  # refused: the pot has ``left``, less than the next call costs
+                self._lease += granted  # (0: a source never grants less than asked)
+                self._left_seen = left if left < need else 0.0  # (a confused source: refuse, never loop)
+
+    def _want(self, need: float) -> float:
+        """About :data:`LEASE_SECONDS` of this task's spending, at least :data:`START_LEASE`."""
+        want = START_LEASE
+        if self._first_grant is not None:
+            elapsed = time.monotonic() - self._first_grant
+            if elapsed > 0:
+                want = max(want, self.used / elapsed * LEASE_SECONDS)
+        return max(want, need)
+
+    # ------------------------------------------------------------------ the end
+    async def aclose(self) -> None:
+        """The task ended: stop refilling and give the unused units back (a failure to give them
+        back is logged: those units stay spent, the cap holds)."""
+        self._closed = True
+        refill, self._refill = self._refill, None
+        if refill is not None and not refill.done():
+            refill.cancel()
+            await asyncio.wait([refill])
+        for _cost, future in self._waiting:
+            if not future.done():
+                future.cancel()
+        self._waiting.clear()
+        units, self._lease = self._lease, 0.0
+        try:
+            await self.source.release(units, self.used, self.refused)
+        except Exception as exc:
+            log.warning("aiospark: could not give %s unused budget units back to %s (%s: %s); they stay "
+                        "spent", units, self.source.where, type(exc).__name__, exc)

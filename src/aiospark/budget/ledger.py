@@ -1,0 +1,135 @@
+"""The pot of a budget, kept in one place: it hands out *leases* of units and takes back what a
+task did not use.
+
+A :class:`Ledger` lives in the driver process (behind the metrics collector's HTTP server, see
+:mod:`aiospark.spark.budget`). Every grant comes out of ``free`` under one lock, so the units handed
+out never add up to more than ``limit``: the cap is hard whatever the tasks do. A task gives back
+its unused units when it ends; a task that dies keeps its lease (those units count as spent, so the
+cap still holds; the job may then spend a little less than its limit).
+
+Lease sizes adapt: a task asks for ``need`` (what its next call costs) and ``want`` (about a
+second of its spending, at least :data:`START_LEASE`); it gets at least ``need`` and at most
+``free / (2 * tasks holding a lease)``, so a few tasks cannot take the whole pot while the others
+starve, and leases shrink as the pot empties. A request that ``free`` cannot cover is refused
+(granted 0).
+
+Example::
+
+    ledger = Ledger(500)
+    granted, left = ledger.lease("task-1", need=1, want=64)   # (64.0, 436.0)
+    ledger.release("task-1", 10, used=54)                     # ends: 10 units back
+    ledger.spent, ledger.left                                  # (54.0, 446.0)
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from typing import Any, Callable, Dict, Optional, Set, Tuple
+
+__all__ = ["Ledger", "START_LEASE", "check_cost", "check_limit", "check_units"]
+
+#: the first lease of a task (capped by its share of what is left)
+START_LEASE = 64.0
+
+
+def check_limit(limit: Any) -> float:
+    """A budget's ``limit``: a finite number >= 0 (not a bool, not NaN, not inf)."""
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real):
+        raise TypeError(f"Budget limit must be a number of units (calls, or what cost(row) returns), "
+                        f"got {type(limit).__name__}: {limit!r}")
+    value = float(limit)
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"Budget limit must be a finite number >= 0 (e.g. Budget(500)), got {limit!r}")
+    return value
+
+
+def check_cost(cost: Any) -> Optional[Callable[[Any], Any]]:
+    """A budget's ``cost``: None (a call costs 1) or a callable ``cost(row) -> units``."""
+    if cost is not None and not callable(cost):
+        raise TypeError(f"Budget cost must be a callable cost(row) -> units (a finite number >= 0) or None "
+                        f"(every call costs 1), got {type(cost).__name__}: {cost!r}")
+    return cost
+
+
+def check_units(value: Any, what: str) -> float:
+    """A number of units in a request: finite and >= 0 (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+class Ledger:
+    """The units of one budget (see the module docstring). Thread-safe."""
+
+    def __init__(self, limit: float):
+        self.limit = check_limit(limit)
+        self._lock = threading.Lock()
+        self._free = self.limit
+        self._held: Dict[str, float] = {}   # task -> units leased to it and not given back
+        self._used: Dict[str, float] = {}   # task -> units its calls started (as it reported)
+        self._open: Set[str] = set()        # tasks that hold a lease and have not ended
+        self.refused = 0                     # calls refused, as tasks reported at their end
+        self.leases = 0                      # leases granted (round trips that got units)
+
+    def lease(self, task: str, need: float, want: float, used: float = 0.0) -> Tuple[float, float]:
+        """``(granted, left)``: at least ``need`` units for ``task`` (0 if they are not there) and
+        ``left`` still free after the grant. ``used``: units the task's calls started so far."""
+        need, want, used = check_units(need, "need"), check_units(want, "want"), check_units(used, "used")
+        with self._lock:
+            self._note_used(task, used)
+            if need > self._free:
+                return 0.0, self._free
+            self._open.add(task)
+            share = math.floor(self._free / (2 * len(self._open)))  # whole units: no float crumbs
+            granted = min(self._free, max(need, min(want, share)))
+            self._free -= granted
+            if self._free < 1e-9:  # float crumbs of fractional costs: nothing left to lease
+                self._free = 0.0
+            self._held[task] = self._held.get(task, 0.0) + granted
+            self.leases += 1
+            return granted, self._free
+
+    def release(self, task: str, units: float, used: float = 0.0, refused: int = 0) -> float:
+        """``task`` ended: put back ``units`` it did not use (never more than it holds); returns
+        what was put back."""
+        units, used = check_units(units, "units"), check_units(used, "used")
+        with self._lock:
+            self._note_used(task, used)
+            back = min(units, self._held.get(task, 0.0))
+            self._held[task] = self._held.get(task, 0.0) - back
+            self._free = min(self.limit, self._free + back)
+            self._open.discard(task)
+            if isinstance(refused, int) and not isinstance(refused, bool) and refused > 0:
+                self.refused += refused
+            return back
+
+    def _note_used(self, task: str, used: float) -> None:
+        if used > self._used.get(task, 0.0):
+            self._used[task] = used
+
+    @property
+    def spent(self) -> float:
+        """Units out of the pot: leased to tasks and not given back (what running tasks hold and
+        dead tasks kept included, so it is >= the units of the calls started)."""
+        with self._lock:
+            return self.limit - self._free
+
+    @property
+    def left(self) -> float:
+        """Units that can still be leased."""
+        with self._lock:
+            return self._free
+
+    @property
+    def started(self) -> float:
+        """Units of the calls that started, as the tasks reported them (each lease request and each
+        task's end carries its count)."""
+        with self._lock:
+            return sum(self._used.values())
+
+    @property
+    def holders(self) -> int:
+        """Tasks that hold a lease now (running, or dead without giving it back)."""
+        with self._lock:
+            return len(self._open)

@@ -1,0 +1,48 @@
+"""What an ``aiospark.Budget`` becomes inside a pickled task: where to get leases, how to price a
+row, and the Budget's secret (never shown). Each task makes its own gate from it.
+
+Example (what the Spark layer does in each task)::
+
+    gate = ticket.gate(task="3.1.0", batched=False)
+    ... run the operator with budget=gate ...
+    await gate.aclose()
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Optional, Tuple
+
+from .gate import LeaseGate
+from .http_leases import HttpLeases
+from .redis_leases import RedisLeases
+
+__all__ = ["BudgetTicket"]
+
+
+class BudgetTicket:
+    """A Budget on a worker (see the module docstring)."""
+
+    def __init__(self, budget_id: str, name: str, limit: float, cost: Optional[Callable[[Any], Any]],
+                 address: Optional[str], secret: str,
+                 redis: Optional[Tuple[str, Any, Optional[str], str, str]] = None):
+        self.budget_id = budget_id
+        self.name = name
+        self.limit = limit
+        self.cost = cost
+        self.address = address
+        self._secret = secret
+        self._redis = redis   # (url without credentials, password Secret or None, username, key, where)
+
+    def __repr__(self) -> str:
+        where = self._redis[3] if self._redis else self.address
+        return f"<aiospark budget {self.name!r} limit={self.limit:g} at {where}>"
+
+    def gate(self, task: str, batched: bool = False) -> LeaseGate:
+        """A new gate for one task attempt (its own lease)."""
+        if self._redis is not None:
+            url, password, username, key, where = self._redis
+            source: Any = RedisLeases(url, password, username, key=key, limit=self.limit, where=where)
+        else:
+            source = HttpLeases(self.address or "", self.budget_id, self._secret,
+                                f"{task}/{uuid.uuid4().hex[:8]}")
+        return LeaseGate(source, self.cost, batched)

@@ -1,0 +1,198 @@
+"""``aiospark.Budget``: a hard cap on the units of calls a job starts, on every executor.
+
+Without Redis, the pot is a :class:`~aiospark.budget.ledger.Ledger` in the driver process, served
+by the metrics collector's HTTP server (``POST /budget``, where Spark's driver listens, see
+:mod:`aiospark.spark.metrics`). Each task leases units from it and spends them before each attempt;
+requests must carry the Budget's own secret (shipped inside the pickled task) or are refused (403).
+With ``redis=``, the pot is a counter in Redis that several jobs share by ``name``.
+
+Example::
+
+    budget = aiospark.Budget(500)                     # 500 calls, at most, in all
+    out = aiospark.unordered_wait(df, fetch, "id LONG, body STRING", budget=budget, on_error="row")
+    out.write.parquet(path)
+    budget.spent, budget.left                          # (500.0, 0.0)
+"""
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import uuid
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from ..budget.ledger import Ledger, check_cost, check_limit
+from ..budget.redis_leases import budget_key
+from ..budget.ticket import BudgetTicket
+from .metrics import collector, driver_host, register_endpoint
+
+__all__ = ["Budget"]
+
+_budgets: Dict[str, "Budget"] = {}
+_lock = threading.Lock()
+PATH = "/budget"
+
+
+class Budget:
+    """At most ``limit`` units of calls start across the whole job, on every executor.
+
+    A call costs 1, or ``cost(row)`` units (a finite number >= 0; ``cost`` gets what a
+    ``RateLimit``'s cost gets: the row dict, or the udf's column values as a tuple; a batch call
+    costs the sum over its rows). Every attempt is charged, retries included, before it starts.
+    Once spent, a row not started becomes an error row saying so (``on_error="row"``) or fails its
+    task with :class:`aiospark.BudgetExhausted`. One Budget is one pot: every action run with it
+    spends from it. ``cost`` raising (or returning a bad number) is that row's error.
+
+    ``redis="redis://[:password@]host:port/db"`` (password also from ``$REDIS_PASSWORD``) keeps
+    the pot in Redis under ``name`` (required then), shared by every job using that name: together
+    they start at most ``limit`` units. ``spent`` and ``left`` read it on the driver at any time.
+
+    Example::
+
+        budget = aiospark.Budget(10_000, cost=lambda row: len(row["text"]) // 4)   # ~tokens
+        aiospark.unordered_wait(df, summarize, "id LONG, summary STRING", budget=budget)
+    """
+
+    def __init__(self, limit: float, *, cost: Optional[Callable[[Any], Any]] = None, redis: Optional[str] = None,
+                 name: Optional[str] = None):
+        self.limit = check_limit(limit)
+        self.cost = check_cost(cost)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"Budget name must be a non-empty string, got {name!r}")
+        self.id = uuid.uuid4().hex
+        self.name = name or f"budget-{self.id[:8]}"
+        self._secret = secrets.token_hex(16)  # lease requests must carry it (see the module doc)
+        self._redis: Optional[Tuple[str, Any, Optional[str], str, str]] = None
+        self._ledger: Optional[Ledger] = None
+        if redis is not None:
+            from ..connectors._common import resolve_secret
+            from ..connectors.redis_url import parse_url
+
+            if name is None:
+                raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "
+                                 "(its Redis key is aiospark:budget:<name>)")
+            url, where, user, password = parse_url(redis)
+            password = password or resolve_secret(None, "REDIS_PASSWORD")
+            self._redis = (url, password, user.reveal() if user else None, budget_key(name), where)
+        else:
+            self._ledger = Ledger(self.limit)
+        with _lock:
+            _budgets[self.id] = self
+
+    # ---------------------------------------------------------------- reading (driver)
+    @property
+    def spent(self) -> float:
+        """Units out of the pot: leased to tasks and not given back (so >= the units of the calls
+        that started; a task that died keeps its lease). With Redis: by every job of the name."""
+        if self._ledger is not None:
+            return self._ledger.spent
+        return self._redis_spent()
+
+    @property
+    def left(self) -> float:
+        """Units that can still start: ``limit - spent`` (never below 0)."""
+        if self._ledger is not None:
+            return self._ledger.left
+        return max(0.0, self.limit - self._redis_spent())
+
+    @property
+    def started(self) -> Optional[float]:
+        """Units of the calls that started, as the tasks reported them (None with Redis)."""
+        return self._ledger.started if self._ledger is not None else None
+
+    @property
+    def refused(self) -> Optional[int]:
+        """Attempts refused because the budget was spent, as ended tasks reported them (None with Redis)."""
+        return self._ledger.refused if self._ledger is not None else None
+
+    def _redis_spent(self) -> float:
+        import redis as redis_py
+
+        url, password, username, key, where = self._redis  # type: ignore[misc]
+        client = redis_py.Redis.from_url(url, password=password.reveal() if password else None, username=username,
+                                         socket_timeout=5.0, socket_connect_timeout=5.0)
+        try:
+            value = client.get(key)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if password:
+                text = text.replace(password.reveal(), "***")
+            raise ConnectionError(f"could not read the budget {self.name!r} at {where}: {text}") from None
+        finally:
+            client.close()
+        return float(value) if value is not None else 0.0
+
+    def __repr__(self) -> str:
+        where = f", redis={self._redis[0]!r}" if self._redis else ""
+        try:
+            state = f" spent={self.spent:g} left={self.left:g}"
+        except ConnectionError:
+            state = ""
+        return f"<aiospark.Budget {self.name!r} limit={self.limit:g}{where}{state}>"
+
+    __str__ = __repr__
+
+    # ---------------------------------------------------------------- shipping (to workers)
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        address = None
+        if self._ledger is not None:
+            register_endpoint(PATH, _lease_endpoint)
+            address = collector(driver_host()).base + PATH
+        return (BudgetTicket, (self.id, self.name, self.limit, self.cost, address, self._secret, self._redis))
+
+
+def _lease_endpoint(request: Dict[str, Any], secret: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """``POST /budget`` on the driver's collector: lease or give back units of a live Budget."""
+    with _lock:
+        budget = _budgets.get(request.get("id"))  # type: ignore[arg-type]
+    if budget is None or budget._ledger is None or \
+            not hmac.compare_digest(secret.encode(), budget._secret.encode()):
+        return 403, None  # not a lease request of a live Budget of this driver
+    ledger, task, op = budget._ledger, request.get("task"), request.get("op")
+    if not isinstance(task, str) or not task:
+        return 400, None
+    try:
+        if op == "lease":
+            granted, left = ledger.lease(task, request.get("need"), request.get("want"),  # type: ignore[arg-type]
+                                         request.get("used", 0.0))  # type: ignore[arg-type]
+            return 200, {"granted": granted, "left": left}
+        if op == "release":
+            refused = request.get("refused", 0)
+            back = ledger.release(task, request.get("units"), request.get("used", 0.0),  # type: ignore[arg-type]
+                                  refused if isinstance(refused, int) else 0)
+            return 200, {"returned": back, "left": ledger.left}
+    except ValueError:
+        return 400, None
+    return 400, None
+
+
+
+def check_budget(budget: Any) -> Optional[Budget]:
+    """``budget=`` of an entry point: None or an :class:`aiospark.Budget`."""
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget must be an aiospark.Budget (e.g. aiospark.Budget(500)) or None, "
+                        f"got {type(budget).__name__}")
+    return budget
+
+
+def task_gate(ticket: Any, batched: bool) -> Any:
+    """This task's budget gate (None without a budget); close it with :func:`close_gate`."""
+    if ticket is None:
+        return None
+    from .metrics import task_name
+
+    return ticket.gate(task_name(), batched)
+
+
+def close_gate(wl: Any, gate: Any) -> None:
+    """The task ended: give the gate's unused units back (on its loop; waits at most 15 s)."""
+    if gate is None:
+        return
+    import concurrent.futures
+
+    try:
+        wl.submit(gate.aclose()).result(timeout=15.0)
+    except (concurrent.futures.TimeoutError, RuntimeError) as exc:  # the units stay spent: the cap holds
+        import logging
+
+        logging.getLogger("aiospark").warning("aiospark: the budget's unused units were not given back: %s", exc)
