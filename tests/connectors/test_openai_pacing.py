@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 
 import pytest
 from multidict import CIMultiDict
@@ -145,7 +144,7 @@ def test_no_headers_or_malformed_ones_leave_the_worker_unpaced():
                  {"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "in a bit"}):
         pacer = Pacer(clock)
 
-        async def go():
+        async def go(pacer, sent):
             probe = await pacer.admit()
             pacer.update(probe, sent)
             pacer.finished(probe)
@@ -153,7 +152,7 @@ def test_no_headers_or_malformed_ones_leave_the_worker_unpaced():
                 assert pacer.delay(cost=10**9) == 0.0
                 await pacer.admit(cost=10**9)
 
-        run(go())
+        run(go(pacer, sent))
         assert not pacer.paced and pacer.waits == 0
 
 
@@ -207,7 +206,7 @@ def test_the_endpoints_bucket_is_respected_and_ignoring_it_is_refused(client):
             srv.reset()
             fn = OpenAIChat("chat", base_url=srv.base_url, client=client)
             fn.pace_by_headers = pace  # OpenAIChat's constructor does not take it yet
-            out, op = run(through_operator(fn, prompts, capacity=64, retry=default_retry(20)))
+            out, _ = run(through_operator(fn, prompts, capacity=64, retry=default_retry(20)))
             assert sorted(out) == sorted(answer(p) for p in prompts)
             if pace:
                 assert srv.refused <= 3, srv.refused
@@ -222,7 +221,7 @@ def test_a_provider_without_headers_is_not_paced_and_malformed_headers_are_ignor
         with OpenAIServer(ratelimit_headers=sent, latency=0.1) as srv:
             fn = OpenAIEmbeddings("emb", base_url=srv.base_url, client=client, batch_size=1, batch_delay=0)
 
-            async def go():
+            async def go(fn):
                 await fn.open()
                 try:
                     results = await asyncio.gather(*(fn.async_invoke(f"t{i}") for i in range(30)))
@@ -230,7 +229,7 @@ def test_a_provider_without_headers_is_not_paced_and_malformed_headers_are_ignor
                 finally:
                     await fn.close()
 
-            results, pacer = run(go())
+            results, pacer = run(go(fn))
             # nothing held: no request waits for anything but the first answer (read as "0 left,
             # reset tomorrow" the malformed ones would hold every request back)
             assert len(results) == 30 and len(srv.seen) == 30
