@@ -26,6 +26,7 @@ _SPARK_EXPORTS = {
     "Metrics": ("aiospark.spark.metrics", "Metrics"),
     "Budget": ("aiospark.spark.budget", "Budget"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
+    "Journal": ("aiospark.journal", "Journal"),  # imports pyarrow: lazy too
 }
 
 

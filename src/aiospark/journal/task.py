@@ -116,6 +116,7 @@ class TaskView:
                 raise TypeError(f"the journal stores results pickled, and this call's results cannot be: {exc}. "
                                 "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
         self._pending.append(entry)
+        self.known[identity] = entry[1:]  # a later equal row of this task completes from it, with no call
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name="aiospark-journal", daemon=True)
             self._thread.start()

@@ -42,6 +42,9 @@ class _LookupJoin(AsyncFunction):
         #: wrapper tells apart from the dicts of hits: see _SourceRows)
         self.names = names
         self.pad_as_tuple = pad_as_tuple
+        #: what a journal's manifest names this join by (its source, key and columns)
+        self.journal_identity = (f"{type(source).__module__}.{type(source).__qualname__} "
+                                 f"schema={getattr(source, 'schema', '')!r} on={on} columns={columns} how={how}")
 
     async def open(self) -> None:
         await self.lookuper.open()
@@ -135,7 +138,8 @@ def _source_schema(session: Any, source: Any) -> StructType:
 def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
                 cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
                 retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
-                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None) -> Any:
+                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None,
+                journal: Any = None) -> Any:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -146,6 +150,8 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     to the source's key types by Spark SQL's cast rules (:mod:`aiospark.lookup.keys`).
     ``budget`` (an :class:`aiospark.Budget`) caps the lookups started in the whole job (each row's,
     retries included), as for :func:`aiospark.ordered_wait`.
+    ``journal`` (an :class:`aiospark.Journal`) records each row's joined rows: a rerun looks up
+    only rows not recorded (as for :func:`aiospark.ordered_wait`).
 
     Example::
 
@@ -179,7 +185,7 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
                            pad_as_tuple=source_retry is not retry)
     return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
                  OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}",
-                 budget=budget)
+                 budget=budget, journal=journal)
 
 
 def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,

@@ -80,8 +80,10 @@ class CallOptions:
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
                             on_error: Optional[Callable[[Any, BaseException], list]] = None,
-                            invoke: Optional[Callable[..., Any]] = None, budget: Any = None) -> AsyncWaitOperator:
-        """Build this task's operator on the worker loop, around the worker's opened function."""
+                            invoke: Optional[Callable[..., Any]] = None, budget: Any = None,
+                            identify: Any = None, journal: Any = None) -> AsyncWaitOperator:
+        """Build this task's operator on the worker loop, around the worker's opened function
+        (``identify``/``journal``: see :mod:`aiospark.spark.journaled`)."""
         function = self.function
         if isinstance(function, AsyncFunction):
             function = await wl.opened(self.key, function)
@@ -92,4 +94,4 @@ class CallOptions:
                                  timeout=self.timeout, capacity=self.capacity, retry=self.retry,
                                  on_error=on_error, rate_limit=rate_limit, batch_size=self.batch_size,
                                  batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False,
-                                 budget=budget)
+                                 budget=budget, identify=identify, journal=journal)

@@ -18,6 +18,8 @@ from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
+from .journaled import Durable, check_journal, run_journaled
+from ..journal import Manifest, ValuesIdentity
 from .metrics import Metrics, task_reporter
 from .budget import Budget, close_gate, task_gate
 from .schema import arrow_type, to_python, values_to_array
@@ -48,6 +50,8 @@ class _UdfRunner:
         self.return_type = return_type
         self.arity = arity
         self.what = what
+        #: row identities (the arguments' values) and the journal (aiospark.spark.journaled)
+        self.durable: Optional[Durable] = None
 
     def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
         pa_type = arrow_type(self.return_type)
@@ -84,13 +88,20 @@ class _UdfRunner:
             return call
 
         gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
+        durable = self.durable
+        identify = view = None
+        if durable is not None:
+            identify, view = durable.identify(), durable.open_task()
+            chunks = durable.feed(chunks, view)
 
         async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate)
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
+                                               identify=identify, journal=view)
 
         try:
-            yield from run_partition(chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                                     report=task_reporter(options.metrics))
+            yield from run_journaled(durable, view, run_partition(
+                chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
+                report=task_reporter(options.metrics)))
         finally:
             close_gate(wl, gate)  # unused units go back to the budget
 
@@ -116,6 +127,8 @@ class AsyncUDF:
         self.__wrapped__ = function
         #: job-level call metrics of every query that used this function (see aiospark.Metrics)
         self.metrics = options.metrics
+        #: identities of rows (their argument values) and the journal, if any (set by async_udf)
+        self._durable = Durable(ValuesIdentity(True), None)
 
     @property
     def returnType(self) -> DataType:
@@ -135,13 +148,17 @@ class AsyncUDF:
     def func(self) -> _UdfRunner:
         """The function Spark runs in every task."""
         runner = _UdfRunner if ARROW_ITER is not None else _pandas_runner()
-        return runner(self._options, self.on_error, self.returnType, _arity(self._function),
+        made = runner(self._options, self.on_error, self.returnType, _arity(self._function),
                       f"async_udf {self.__name__!r}")
+        made.durable = self._durable
+        return made
 
     def asNondeterministic(self) -> "AsyncUDF":
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
-        return AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False,
+        copy = AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False,
                         name=self.__name__)
+        copy._durable = self._durable
+        return copy
 
     def __call__(self, *cols: Any) -> Any:
         arity = _arity(self._function)
@@ -253,7 +270,8 @@ def _is_connect(cols: tuple) -> bool:
 def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: Any = 100,
               retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
               rate_limit: Any = None, metrics: Optional[Metrics] = None, batch_size: Optional[int] = None,
-              batch_delay: float = 0.01, budget: Optional[Budget] = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
+              batch_delay: float = 0.01, budget: Optional[Budget] = None,
+              journal: Any = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
@@ -266,7 +284,9 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     query using the function add up in ``f.metrics``. ``batch_size=n`` calls the function with one
     list per argument column (up to ``n`` rows, waiting at most ``batch_delay`` seconds for a batch
     to fill); it returns a list with one value per row, in order. A failing batch is split in
-    halves until the failing row is alone (NULL under ``on_error="null"``).
+    halves until the failing row is alone (NULL under ``on_error="null"``). ``journal`` (an
+    :class:`aiospark.Journal` without ``key=``: a row is identified by its argument values) records
+    each call's value; a rerun calls only the rows not recorded.
 
     Batched example::
 
@@ -292,6 +312,10 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
         raise ValueError("async_udf return type is empty: give a DDL type such as 'string' or 'int'")
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be 'fail' (fail the task) or 'null' (NULL for a failed call), got {on_error!r}")
+    journal = check_journal(journal, "async_udf")
+    if journal is not None and journal.key is not None:
+        raise ValueError("async_udf(journal=...) identifies a row by the values of the function's arguments: "
+                         "pass aiospark.Journal(location) without key=, or pass only the key columns as arguments")
 
     def decorate(function: Callable[..., Any]) -> AsyncUDF:
         name = getattr(function, "__name__", None) or describe_function(function)
@@ -304,6 +328,11 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
                                      rate_limit=rate_limit, metrics=metrics, what="async_udf function",
                                      name=name, batch_size=batch_size, batch_delay=batch_delay, budget=budget)
         made = AsyncUDF(function, return_type, options, on_error, bool(deterministic), name=name)
+        if journal is not None:
+            shown = return_type if isinstance(return_type, str) else return_type.simpleString()
+            made._durable = Durable(ValuesIdentity(True), journal.bind(
+                Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function, shown,
+                            ["<arguments>"], [])))
         if isinstance(function, OneValue):
             return made
         return functools.update_wrapper(made, function, updated=())

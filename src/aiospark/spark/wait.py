@@ -12,13 +12,15 @@ import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
 
 from ..core import RetryStrategy
+from ..core.durable import RecordedError
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .row_key import row_key
 from .metrics import Metrics, task_reporter
 from .budget import Budget, close_gate, task_gate
-from .checked import OutputChecks
+from .checked import Output, OutputChecks, _Call as _OutputsOf
+from .journaled import Durable, Stash, run_journaled
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -38,6 +40,8 @@ class ErrorRow:
 
 
 def error_text(exc: BaseException) -> str:
+    if isinstance(exc, RecordedError):
+        return str(exc)  # a journal's kept error: the text the error row showed when it was recorded
     cause = exc
     text = f"{type(cause).__name__}: {cause}"
     return text if len(text) <= 2000 else text[:1997] + "..."
@@ -57,6 +61,8 @@ class _PartitionRunner:
         self.what = what
         #: the user's schema as declared (NOT NULL kept), which error-row mode checks outputs against
         self.check_schema: Optional[StructType] = None
+        #: row identities and the journal (aiospark.spark.journaled)
+        self.durable: Optional[Durable] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         wl = worker_loop()
@@ -74,15 +80,26 @@ class _PartitionRunner:
             options = checks.options(options)  # retry predicates see the rows, not their tags
 
         gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
+        durable = self.durable
+        identify, view = (durable.identify(), None) if durable is not None else (None, None)
+        if durable is not None and durable.bound is not None:
+            if checks is not None:  # outputs are tagged with their input: stored untagged, tagged again
+                identify = Stash(durable.of)
+                view = durable.open_task(_untagged, _retagger(identify))
+            else:
+                view = durable.open_task()
 
         async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate)
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
+                                               identify=identify, journal=view)
 
         chunks = (to_python(batch) for batch in batches)
+        if durable is not None:
+            chunks = durable.feed(chunks, view)
         try:
-            for values in run_partition(chunks, make_operator, capacity=options.max_capacity,
-                                        out_rows=self.output_batch_rows, loop=wl,
-                                        report=task_reporter(options.metrics)):
+            for values in run_journaled(durable, view, run_partition(
+                    chunks, make_operator, capacity=options.max_capacity, out_rows=self.output_batch_rows,
+                    loop=wl, report=task_reporter(options.metrics))):
                 rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
                 if rows:
                     yield converter.to_batch(rows)
@@ -103,11 +120,26 @@ def _error_row(value: Any, exc: BaseException) -> List[Any]:
     return [ErrorRow(value, error_text(exc))]
 
 
+def _untagged(results: Any) -> Any:
+    return [r.row if type(r) is Output else r for r in results]
+
+
+def _retagger(stash: Stash) -> Callable[[Any], Any]:
+    """Recorded outputs tagged with their input again (error-row mode checks them as a call's)."""
+    def retag(results: Any) -> Any:
+        rows = list(results)
+        if rows == [None]:
+            return rows  # a plain function's "no row"
+        call = _OutputsOf(stash.last, len(rows))
+        return [Output(call, i, row) for i, row in enumerate(rows)]
+    return retag
+
+
 def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
           name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Optional[Budget] = None) -> Any:
+          budget: Optional[Budget] = None, journal: Any = None) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
@@ -140,6 +172,7 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
     runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
                               f"{name} function {describe_function(function)!r}")
     runner.check_schema = declared
+    runner.durable = Durable.prepare(journal, df, name, function, out_schema.simpleString())
     out = df.mapInArrow(runner, out_schema)
     out.aiospark_metrics = options.metrics  # read after the action: print(out.aiospark_metrics)
     return out
@@ -150,7 +183,7 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                  rate_limit: Any = None, metrics: Optional[Metrics] = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                 batch_delay: float = 0.01, budget: Optional[Budget] = None) -> Any:
+                 batch_delay: float = 0.01, budget: Optional[Budget] = None, journal: Any = None) -> Any:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -176,6 +209,9 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     ``budget`` (an :class:`aiospark.Budget`) caps the units of calls started in the whole job,
     retries included; once spent, the rows not started fail with ``BudgetExhausted`` (error rows
     with ``on_error="row"``).
+    ``journal`` (an :class:`aiospark.Journal`) records each row's outcome as its call completes: a
+    row already recorded (a task retry, a rerun) is not called again but emitted from the record,
+    and rows with equal keys in one task are called once.
 
     Example::
 
@@ -187,7 +223,7 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                 budget=budget)
+                 budget=budget, journal=journal)
 
 
 def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
@@ -196,7 +232,7 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
                    rate_limit: Any = None, metrics: Optional[Metrics] = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
                    batch_delay: float = 0.01, key: Union[str, List[str], None] = None,
-                   budget: Optional[Budget] = None) -> Any:
+                   budget: Optional[Budget] = None, journal: Any = None) -> Any:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
@@ -212,4 +248,4 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
-                 budget=budget)
+                 budget=budget, journal=journal)

@@ -1,0 +1,124 @@
+"""``journal=`` of the Spark entry points: row identities, the manifest, each task's journal.
+
+Every entry point gives its operator ``identify=`` so that ``aiospark.idempotency_key()`` works
+inside any call. Without a journal the identity is lazy (a :class:`~aiospark.journal.LazyIdentity`
+per row, encoded only if the call asks for it: a whole row's canonical JSON costs microseconds
+that most calls would pay for nothing); with one it is computed for every row, since it is the
+journal's key.
+
+A task finds its outcomes by its Spark partition id (and, in Structured Streaming, the micro-batch
+id, Spark's ``streaming.sql.batchId`` local property): see :mod:`aiospark.journal.directory`.
+
+Example (what ``_wait`` does)::
+
+    durable = Durable.prepare(journal, df, "ordered_wait", function, out_schema)
+    view = durable.open_task()                # in the task, before any row
+    op = await options.make_operator(..., identify=durable.identify(), journal=view)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Optional
+
+from ..journal import BoundJournal, Journal, LazyIdentity, Manifest, RowIdentity, TaskView
+from ..journal.identity import Lazily
+
+#: the local property Spark sets on the tasks of a streaming micro-batch
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def check_journal(journal: Any, what: str) -> Optional[Journal]:
+    if journal is None or isinstance(journal, Journal):
+        return journal
+    raise TypeError(f"{what}(journal=...) takes an aiospark.Journal (or None), got {type(journal).__name__}")
+
+
+class Stash:
+    """``identify`` that remembers the last value it identified: the operator asks the journal
+    right after identifying a value, and a recorded output is tagged with its input again."""
+
+    def __init__(self, of: Callable[[Any], str]):
+        self.of = of
+        self.last: Any = None
+
+    def __call__(self, value: Any) -> str:
+        self.last = value
+        return self.of(value)
+
+
+class Durable:
+    """One entry point's identities and journal (picklable; checked on the driver)."""
+
+    def __init__(self, of: Callable[[Any], str], bound: Optional[BoundJournal]):
+        self.of = of
+        self.bound = bound
+
+    @classmethod
+    def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> "Durable":
+        """For a DataFrame entry point: rows are dicts; the key is ``journal.key`` or every column."""
+        journal = check_journal(journal, what)
+        columns = list(df.columns)
+        if journal is None:
+            return cls(RowIdentity(columns), None)
+        key = journal.key_columns(columns, what)
+        types = [df.schema[c].dataType.simpleString() for c in key]
+        # ordered_wait and unordered_wait give a row the same outputs: one journal serves both
+        entry = "ordered_wait/unordered_wait" if what in ("ordered_wait", "unordered_wait") else what
+        manifest = Manifest.of(entry, function, output_schema, key, types)
+        return cls(RowIdentity(key), journal.bind(manifest))
+
+    def identify(self) -> Callable[[Any], Any]:
+        """``identify=`` for this task's operator (lazy without a journal)."""
+        return self.of if self.bound is not None else Lazily(self.of)
+
+    def open_task(self, encode: Any = None, decode: Any = None) -> Optional[TaskView]:
+        """This task's journal, its outcomes loaded (None without a journal)."""
+        if self.bound is None:
+            return None
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:  # not in a Spark task (a direct call in tests)
+            return self.bound.open_task(0, None, "local", encode, decode)
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        return self.bound.open_task(ctx.partitionId(), batch, f"{ctx.stageId()}.{ctx.taskAttemptId()}",
+                                    encode, decode)
+
+    def feed(self, chunks: Iterator[List[Any]], view: Optional[TaskView]) -> Iterator[List[Any]]:
+        """``chunks`` as they are, each one's outcomes asked for first when the store is asked
+        row by row (Redis: one pipelined MGET per chunk)."""
+        if view is None or not hasattr(view.store_task, "fetch"):
+            return chunks
+        of = self.of
+
+        def fed() -> Iterator[List[Any]]:
+            for chunk in chunks:
+                view.prefetch([of(v) for v in chunk])
+                yield chunk
+
+        return fed()
+
+
+def close_view(view: Optional[TaskView], failed: bool) -> None:
+    """Close a task's journal: write what is left. After a failure the task's own error stands."""
+    if view is None:
+        return
+    if not failed:
+        view.close()
+        return
+    try:
+        view.close()
+    except Exception:
+        pass
+
+
+def run_journaled(durable: Durable, view: Optional[TaskView], results: Iterator[Any]) -> Iterator[Any]:
+    """``results`` (a task's output generator), closing ``view`` when it ends, however it ends."""
+    failed = True
+    try:
+        yield from results
+        failed = False
+    finally:
+        close_view(view, failed)
+
+
+__all__ = ["BATCH_ID_PROPERTY", "Durable", "LazyIdentity", "Stash", "check_journal", "close_view", "run_journaled"]
