@@ -199,3 +199,29 @@ def test_a_redis_that_goes_away_mid_run_fails_the_rows_left_never_overspends(spa
     assert len(rows) == 2000 and len(errors) == 2000 - calls and errors, calls
     assert all("BudgetUnavailable" in e and "budget's Redis" in e and "no call starts without budget" in e
                for e in errors), errors[:3]
+
+
+def _entry_points_take_a_journal():
+    import inspect
+
+    return "journal" in inspect.signature(aiospark.unordered_wait).parameters and hasattr(aiospark, "Journal")
+
+
+@pytest.mark.skipif(not _entry_points_take_a_journal(), reason="journal= is not on the entry points yet")
+def test_a_rerun_with_a_bigger_budget_and_the_journal_calls_only_the_rows_not_done(spark, tmp_path):
+    location = str(tmp_path / "journal")
+    with FaultService(ServiceConfig(latency=0.002), process=True) as svc:
+        first = aiospark.unordered_wait(spark.range(0, 2000, 1, 2), Fetch(svc.url), "id LONG", capacity=20,
+                                        budget=aiospark.Budget(500), on_error="row",
+                                        journal=aiospark.Journal(location, key="id")).collect()
+        first_calls = requests_at(svc)
+        budget = aiospark.Budget(2000)
+        second = aiospark.unordered_wait(spark.range(0, 2000, 1, 2), Fetch(svc.url), "id LONG", capacity=20,
+                                         budget=budget, on_error="row",
+                                         journal=aiospark.Journal(location, key="id")).collect()
+        calls = requests_at(svc)
+    assert first_calls <= 500 and sum(r["_error"] is not None for r in first) == 2000 - first_calls
+    # the refusals were not recorded: the rerun calls exactly the rows the first run did not
+    assert calls == 2000, (first_calls, calls)
+    assert all(r["_error"] is None for r in second) and sorted(r["id"] for r in second) == list(range(2000))
+    assert budget.started == 2000 - first_calls

@@ -76,15 +76,16 @@ class RedisLeases:
         self.limit = limit
         self.where = f"the budget's Redis at {where or url} (key {key!r})"
         self._client: Any = None
+        import redis.asyncio as aredis  # here, in the task's thread: a first import inside the loop blocks it
+
+        self._aredis = aredis
 
     def __repr__(self) -> str:
         return f"RedisLeases({self._url!r}, key={self.key!r}, password={'***' if self._password else None})"
 
     async def _redis(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aredis
-
-            self._client = aredis.Redis.from_url(
+            self._client = self._aredis.Redis.from_url(
                 self._url, password=self._password.reveal() if self._password else None, username=self._username,
                 decode_responses=True, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
             self._lease = self._client.register_script(LEASE_SCRIPT)
