@@ -87,7 +87,8 @@ def test_cost_weighted_rate_per_task_at_counting_servers(spark):
     first, last = arrivals[0][0], arrivals[-1][0]
     assert last - first > 5.5, "800 units at 120 units/s take ~6.7 s"
     units = sum(c for t, c in arrivals if first + 1 <= t < first + 5)
-    assert abs(units / 4 - 120) <= 12, units / 4
+    # tight above (each task's bucket); below, only starvation (a busy CPU leaves slots unclaimed)
+    assert 0.6 * 120 <= units / 4 <= 1.1 * 120, units / 4
     # any second: 120 units + both tasks' bursts (+ a call of cost 3 each in debt), +10% for stalls
     assert max_units_in(arrivals, 1.0) <= (120 + 2 * 3 + 2 * 3) * 1.1
 
