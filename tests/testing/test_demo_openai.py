@@ -204,6 +204,8 @@ def test_schema_errors_say_what_to_change():
         schema_instance({"type": "array", "minItems": 3, "maxItems": 1}, "p")
     with pytest.raises(SchemaError, match="unknown type"):
         schema_instance({"type": "decimal"}, "p")
+    with pytest.raises(SchemaError, match="more than 20000 values"):  # a schema cannot ask for a huge answer
+        schema_instance({"type": "array", "minItems": 30_000, "maxItems": 30_000, "items": {"type": "integer"}}, "p")
 
 
 def test_reset_durations_are_written_like_openai():
