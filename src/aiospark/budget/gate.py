@@ -107,7 +107,7 @@ class LeaseGate:
             cost = cost_fn(value)  # type: ignore[misc]
         except Exception as exc:
             raise BudgetCostError(f"the budget's cost function {name} raised {type(exc).__name__}: {exc}") from exc
-        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= cost < math.inf:
+        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
             shown = repr(cost)
             raise BudgetCostError(f"the budget's cost function {name} must return a finite number >= 0, "
                                   f"got {shown if len(shown) <= 80 else shown[:77] + '...'}")

@@ -46,7 +46,8 @@ class HttpLeases:
     async def lease(self, need: float, want: float, used: float) -> Tuple[float, float]:
         reply = await self._post({"op": "lease", "need": need, "want": want, "used": used})
         granted, left = reply.get("granted"), reply.get("left")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (granted, left)):
+        if not (isinstance(granted, (int, float)) and isinstance(left, (int, float))) or \
+                isinstance(granted, bool) or isinstance(left, bool):
             raise ValueError(f"the ledger's reply has no numbers: {str(reply)[:200]}")
         return float(granted), float(left)
 
