@@ -130,6 +130,20 @@ def test_async_udf_and_lookup_paths_take_a_budget_too(spark):
     assert sum(r["d"] is None for r in rows) >= 70
 
 
+def test_lookup_join_lookups_are_capped_too(spark):
+    from aiospark.connectors import HttpLookup
+
+    budget = aiospark.Budget(40)
+    with FaultService(ServiceConfig(latency=0.001), process=True) as svc:
+        source = HttpLookup(svc.url + "/item/{id}", "name STRING")
+        rows = aiospark.lookup_join(spark.range(0, 200, 1, 2), source, on="id", batch=False, budget=budget,
+                                    on_error="row").collect()
+        calls = requests_at(svc)
+    errors = [r for r in rows if r["_error"] is not None]
+    assert len(rows) == 200 and calls <= 40 and len(errors) == 200 - calls
+    assert all("the budget is spent" in r["_error"] for r in errors) and budget.started == calls
+
+
 def test_budgets_are_refused_at_definition_time():
     for bad in (-1, -0.5, float("nan"), float("inf"), True, "500", None):
         with pytest.raises((ValueError, TypeError), match="Budget limit"):
