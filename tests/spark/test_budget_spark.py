@@ -62,6 +62,8 @@ def test_budget_500_over_2000_rows_on_2_tasks_error_rows_for_the_rest(spark):
         calls = requests_at(svc)
     ok = [r for r in rows if r["_error"] is None]
     errors = [r for r in rows if r["_error"] is not None]
+    print(f"Budget(500), 2,000 rows, 2 tasks: {calls} calls at the server, {len(errors)} error rows, "
+          f"{budget._ledger.leases} leases")
     assert len(rows) == 2000 and calls <= 500, (len(rows), calls)
     assert len(ok) == calls and len(errors) == 2000 - calls
     assert all(r["_error"].startswith("BudgetExhausted: the budget is spent") for r in errors), errors[:2]
@@ -236,6 +238,7 @@ def test_a_rerun_with_a_bigger_budget_and_the_journal_calls_only_the_rows_not_do
         calls = requests_at(svc)
     assert first_calls <= 500 and sum(r["_error"] is not None for r in first) == 2000 - first_calls
     # the refusals were not recorded: the rerun calls exactly the rows the first run did not
+    print(f"journal rerun: first run {first_calls} calls, both runs {calls} calls")
     assert calls == 2000, (first_calls, calls)
     assert all(r["_error"] is None for r in second) and sorted(r["id"] for r in second) == list(range(2000))
     assert budget.started == 2000 - first_calls
