@@ -198,3 +198,24 @@ def test_leases_over_the_drivers_http_collector():
 async def _take(gate):
     granted = gate.take(1)
     return granted if isinstance(granted, bool) else await granted
+
+
+def test_the_collector_refuses_malformed_lease_requests_without_a_crash():
+    import json
+    import urllib.error
+    import urllib.request
+
+    from aiospark.spark.budget import Budget
+
+    budget = Budget(10)
+    ticket = pickle.loads(pickle.dumps(budget))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for body, code in ((["not", "a", "dict"], 400), ({"id": ["x"], "op": "lease"}, 403),
+                       ({"id": budget.id, "task": "t", "op": "lease", "need": "1", "want": 1}, 400),
+                       ({"id": budget.id, "task": "t", "op": "spend"}, 400)):
+        request = urllib.request.Request(ticket.address, data=json.dumps(body).encode(), method="POST",
+                                         headers={"X-Aiospark-Secret": budget._secret})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            opener.open(request, timeout=5)
+        assert info.value.code == code, body
+    assert budget.left == 10

@@ -143,8 +143,9 @@ class Budget:
 
 def _lease_endpoint(request: Dict[str, Any], secret: str) -> Tuple[int, Optional[Dict[str, Any]]]:
     """``POST /budget`` on the driver's collector: lease or give back units of a live Budget."""
+    budget_id = request.get("id")
     with _lock:
-        budget = _budgets.get(request.get("id"))  # type: ignore[arg-type]
+        budget = _budgets.get(budget_id) if isinstance(budget_id, str) else None
     if budget is None or budget._ledger is None or \
             not hmac.compare_digest(secret.encode(), budget._secret.encode()):
         return 403, None  # not a lease request of a live Budget of this driver
