@@ -13,6 +13,8 @@ where Spark's own driver listens (``spark.driver.bindAddress``, advertised to ex
 Spark Connect client, whose executors belong to the server). It accepts only reports signed with
 the secret of a live ``Metrics`` (shipped to the tasks inside the pickled reporter), of at most
 1 MiB, holding metrics it can read; anything else is refused (403, 413, 400).
+The same server answers budget lease requests (``POST /budget``, :mod:`aiospark.spark.budget`),
+signed with the secret of a live ``Budget``.
 
 Example::
 
