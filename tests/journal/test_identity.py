@@ -7,7 +7,6 @@ import subprocess
 import sys
 from decimal import Decimal
 
-import pytest
 
 import aiospark
 from aiospark.core import AsyncWaitOperator

@@ -10,7 +10,7 @@ import pytest
 
 from aiospark.core.durable import Recorded
 from aiospark.journal import Journal, JournalMismatch, JournalStoreError, Manifest
-from aiospark.journal.directory import DirectoryStore, read_segment
+from aiospark.journal.directory import read_segment
 from tests.support.servers import RedisServer
 
 VALUES = [
