@@ -219,3 +219,37 @@ def test_the_collector_refuses_malformed_lease_requests_without_a_crash():
             opener.open(request, timeout=5)
         assert info.value.code == code, body
     assert budget.left == 10
+
+
+def test_a_task_that_dies_keeps_its_lease_and_the_cap_still_holds():
+    ledger = Ledger(100)
+    calls = []
+
+    async def f(v):
+        calls.append(v)
+        return v
+
+    dead = LeaseGate(LedgerSource(ledger, "dead"))
+    assert run(_take(dead)) is True            # leased (its share), then the task dies: no aclose()
+    held = ledger.spent
+    assert held >= 1
+    out = run_operator(f, range(200), LeaseGate(LedgerSource(ledger, "alive")),
+                       on_error=lambda v, e: [type(e).__name__])
+    assert len(calls) == 100 - held and ledger.spent == 100
+    assert out.count("BudgetExhausted") == 200 - len(calls)
+
+
+def test_a_redis_password_never_shows(monkeypatch):
+    from aiospark.spark.budget import Budget
+
+    monkeypatch.setenv("REDIS_PASSWORD", "from-env-s3cret")
+    shown = Budget(5, redis="redis://:url-s3cret@127.0.0.1:1/0", name="n")
+    ticket = pickle.loads(pickle.dumps(shown))
+    gate = ticket.gate("t")
+    for text in (repr(shown), str(shown), repr(ticket), repr(gate.source)):
+        assert "s3cret" not in text, text
+    with pytest.raises(ConnectionError) as info:
+        shown.spent    # nobody listens on port 1
+    assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
+    env_only = Budget(5, redis="redis://127.0.0.1:1/0", name="n")
+    assert env_only._redis[1].reveal() == "from-env-s3cret" and "s3cret" not in repr(env_only)

@@ -123,12 +123,9 @@ class Budget:
         return float(value) if value is not None else 0.0
 
     def __repr__(self) -> str:
-        where = f", redis={self._redis[0]!r}" if self._redis else ""
-        try:
-            state = f" spent={self.spent:g} left={self.left:g}"
-        except ConnectionError:
-            state = ""
-        return f"<aiospark.Budget {self.name!r} limit={self.limit:g}{where}{state}>"
+        if self._redis is not None:  # no round trip to Redis in a repr: read .spent for that
+            return f"<aiospark.Budget {self.name!r} limit={self.limit:g}, redis={self._redis[0]!r}>"
+        return f"<aiospark.Budget {self.name!r} limit={self.limit:g} spent={self.spent:g} left={self.left:g}>"
 
     __str__ = __repr__
 
