@@ -249,7 +249,7 @@ def test_a_redis_password_never_shows(monkeypatch):
     for text in (repr(shown), str(shown), repr(ticket), repr(gate.source)):
         assert "s3cret" not in text, text
     with pytest.raises(ConnectionError) as info:
-        shown.spent    # nobody listens on port 1
+        _ = shown.spent    # nobody listens on port 1
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
     env_only = Budget(5, redis="redis://127.0.0.1:1/0", name="n")
     assert env_only._redis[1].reveal() == "from-env-s3cret" and "s3cret" not in repr(env_only)
