@@ -69,6 +69,7 @@ def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
         ("spark.range(100_000)", "spark.range(3_000)"),   # a few seconds instead of a minute
         ('"/tmp/enriched"', repr(str(tmp / "enriched"))),
         ('"/tmp/geo"', repr(str(tmp / "geo"))),
+        ('"/tmp/journals/enrich-v1"', repr(str(tmp / "journal"))),
     ]
 
 
@@ -128,6 +129,18 @@ def check_http_client(out: str, tmp: Path) -> None:
     assert "200 True" in out, out
 
 
+def check_structured(out: str, tmp: Path) -> None:
+    shown = re.findall(r"^\|\s*(\d+)\|\s*(\S[^|]*?)\s*\|\s*(-?\d+|null|NULL)\|$", out, flags=re.M)
+    assert [int(i) for i, _, _ in shown] == [0, 1, 2], out          # ordered, each with a label
+    assert re.search(r"^\|\s*judged\|\n\+-+\+\n\|\s*200\|$", out, flags=re.M), out  # from SQL
+
+
+def check_durable(out: str, tmp: Path) -> None:
+    # the first run spends its budget exactly; the rerun (same journal) calls only the rest
+    assert "budget 500: 500 calls, 500 rows done" in out, out
+    assert "budget 2000: 1500 calls, 2000 rows done" in out, out
+
+
 CHECKS: Dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
@@ -136,7 +149,9 @@ CHECKS: Dict[str, Callable[[str, Path], None]] = {
     'Metrics("geo")': check_metrics,
     "async def score_many(rows)": check_beyond_flink,
     "OpenAIEmbeddings(": check_llm,
-    "from aiospark.connectors.http_client import http_client": check_http_client,
+    "print(out.count(), out.first().name.startswith": check_http_client,
+    "response_format=": check_structured,
+    "aiospark.Journal(": check_durable,
 }
 
 
