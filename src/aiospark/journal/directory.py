@@ -7,11 +7,13 @@ directory; ``b=`` only in Structured Streaming, the micro-batch id)::
     <location>/<digest>/[b=<batch>/]p=<partition>/<attempt>-<random>.arrow
 
 Each task attempt appends to its own segment (an Arrow IPC *stream*: one record batch per flush,
-with columns identity, results, error, crc); nothing is ever rewritten. A task finds the outcomes
+one pickle and one crc per batch, see :mod:`~aiospark.journal.segment`); nothing is ever
+rewritten. A task finds the outcomes
 it needs by reading only its partition's directory: a rerun of the same input with the same
 partitioning finds them all; with another partitioning the rows are called again (correct, only
 costlier). A killed writer leaves a truncated segment: reading stops at the broken batch and
-keeps the complete ones before it; a row whose crc does not match is skipped (called again).
+keeps the complete ones before it; a batch whose crc does not match is skipped (its rows are
+called again).
 
 On a local disk every flush reaches the OS, so a killed process loses nothing flushed. Object
 stores (``s3://``, ``gs://``) publish a file only when it is closed: there the durability window
@@ -22,30 +24,24 @@ Example::
     store = DirectoryStore("/tmp/journal")
     store.check(manifest)
     task = store.task(manifest, partition=3, batch=None, attempt="17")
-    known = task.load()                       # identity -> (pickled results, error)
-    task.write([("[1]", b"...", None)]); task.close()
+    known = task.load()                       # identity -> (results, error)
+    task.write([("[1]", [{"id": 1}], None)]); task.close()
 """
 from __future__ import annotations
 
 import os
 import uuid
-import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .manifest import JournalMismatch, Manifest, refuse
+from .segment import BATCHED, SCHEMA, Outcomes, crc, read_outcomes, read_segment, write_batch
 
-SCHEMA = pa.schema([("identity", pa.string()), ("results", pa.binary()), ("error", pa.string()),
-                    ("crc", pa.uint32())])
+__all__ = ["MANIFEST", "SCHEMA", "DirectoryStore", "DirectoryTask", "crc", "open_location", "read_segment"]
 
 MANIFEST = "manifest.json"
-
-
-def crc(identity: str, payload: Optional[bytes], error: Optional[str]) -> int:
-    body = payload if payload is not None else (error or "").encode("utf-8", "surrogatepass")
-    return zlib.crc32(body, zlib.crc32(identity.encode("utf-8", "surrogatepass")))
 
 
 def open_location(location: str) -> Tuple[pafs.FileSystem, str]:
@@ -54,38 +50,6 @@ def open_location(location: str) -> Tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
     fs, path = pafs.FileSystem.from_uri(location)
     return fs, path.rstrip("/") or "/"
-
-
-def read_segment(data: bytes) -> Tuple[Dict[str, Tuple[Optional[bytes], Optional[str]]], int]:
-    """The outcomes in one segment's bytes, and how many rows were skipped (a bad crc). A broken
-    tail (a killed writer) ends the reading; complete batches before it count."""
-    found: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
-    skipped = 0
-    try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
-    except Exception:
-        return found, skipped  # not even a whole schema: an empty or foreign file
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        except Exception:
-            break  # a truncated or corrupt batch: what came before stands
-        try:
-            if batch.schema.names[:4] != SCHEMA.names:
-                break
-            ids, payloads, errors, crcs = (batch.column(i).to_pylist() for i in range(4))
-        except Exception:
-            break
-        for identity, payload, error, check in zip(ids, payloads, errors, crcs):
-            if identity is None or check != crc(identity, payload, error):
-                skipped += 1
-                continue
-            if payload is None and identity in found:
-                continue  # a result outranks a kept error of another attempt
-            found[identity] = (payload, error)
-    return found, skipped
 
 
 class DirectoryStore:
@@ -159,9 +123,9 @@ class DirectoryTask:
         self.skipped = 0
         self.segments = 0
 
-    def load(self) -> Dict[str, Tuple[Optional[bytes], Optional[str]]]:
+    def load(self) -> Outcomes:
         refuse(self.store.location, self.store.read_manifest(), self.manifest)
-        known: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
+        known: Outcomes = {}
         infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
         for info in sorted(infos, key=lambda i: i.path):
             if info.type != pafs.FileType.File or not info.path.endswith(".arrow"):
@@ -171,7 +135,7 @@ class DirectoryTask:
                     data = f.read()
             except OSError:
                 continue  # vanished or unreadable: its rows are called again
-            found, skipped = read_segment(data)
+            found, skipped = read_outcomes(data)
             self.segments += 1
             self.skipped += skipped
             for identity, outcome in found.items():
@@ -180,19 +144,14 @@ class DirectoryTask:
                 known[identity] = outcome
         return known
 
-    def write(self, entries: List[Tuple[str, Optional[bytes], Optional[str]]]) -> None:
+    def write(self, entries: List[Tuple[str, Any, Optional[str]]]) -> None:
+        """Append ``entries`` (identity, results or None, error text or None): one batch, flushed."""
         if self._writer is None:
             self.store.write_manifest(self.manifest)
             self.fs.create_dir(self.dir, recursive=True)
             self._sink = self.fs.open_output_stream(self.path)
-            self._writer = pa.ipc.new_stream(self._sink, SCHEMA)
-        ids = [e[0] for e in entries]
-        payloads = [e[1] for e in entries]
-        errors = [e[2] for e in entries]
-        crcs = [crc(*e) for e in entries]
-        self._writer.write_batch(pa.record_batch([pa.array(ids, pa.string()), pa.array(payloads, pa.binary()),
-                                                  pa.array(errors, pa.string()), pa.array(crcs, pa.uint32())],
-                                                 schema=SCHEMA))
+            self._writer = pa.ipc.new_stream(self._sink, BATCHED)
+        write_batch(self._writer, entries)
         self._sink.flush()
 
     def close(self) -> None:

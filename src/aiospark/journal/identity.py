@@ -24,6 +24,7 @@ import datetime as _dt
 import decimal
 import hashlib
 import json
+import json.encoder
 import math
 import uuid
 from operator import itemgetter
@@ -80,8 +81,32 @@ _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=F
                            check_circular=False).encode
 
 
+#: JSON's own string encoder (C when available): what ``_encode`` writes for a str
+_quote = json.encoder.encode_basestring_ascii
+
+
+def _fast(values: Sequence[Any]) -> Optional[str]:
+    """The identity of plain ints and strings without the JSON encoder's per-call setup (~0.3 us
+    instead of ~2.6 us a row): the very text ``_encode`` writes for them (ints as ``int.__repr__``,
+    strings as ``encode_basestring_ascii``), so both paths give one identity. None for any other
+    value (bool is an int subclass that JSON writes as ``true``: not taken here)."""
+    parts = []
+    for v in values:
+        t = type(v)
+        if t is int:
+            parts.append(int.__repr__(v))
+        elif t is str:
+            parts.append(_quote(v))
+        else:
+            return None
+    return "[" + ",".join(parts) + "]"
+
+
 def identity(values: Sequence[Any]) -> str:
     """The identity of a row whose key values are ``values`` (a list, in key-column order)."""
+    text = _fast(values)
+    if text is not None:
+        return text if len(text) <= MAX_PLAIN else "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
     try:
         text = _encode(values)
     except (ValueError, TypeError) as exc:
@@ -102,7 +127,10 @@ class RowIdentity:
 
     def __call__(self, row: Any) -> str:
         if self._get is None:
-            return identity([row[self.columns[0]]])
+            value = row[self.columns[0]]
+            if type(value) is int and -2**63 <= value < 2**63:  # the commonest key (a LONG), inline:
+                return f"[{int.__repr__(value)}]"               # what identity([value]) returns
+            return identity([value])
         return identity(self._get(row))
 
     def __reduce__(self) -> Any:

@@ -20,6 +20,7 @@ import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from .manifest import Manifest, refuse
+from .segment import pickled
 
 DEFAULT_PREFIX = "aiospark:journal"
 MGET_CHUNK = 1000
@@ -127,7 +128,9 @@ class RedisTask:
             raise self.store.failed(exc) from None
         return found
 
-    def write(self, entries: List[Tuple[str, Optional[bytes], Optional[str]]]) -> None:
+    def write(self, entries: List[Tuple[str, Any, Optional[str]]]) -> None:
+        """Store ``entries`` (identity, results or None, error text or None): one pipeline."""
+        entries = [(i, None if e is not None else pickled(r), e) for i, r, e in entries]  # a TypeError first
         try:
             pipe = self.client.pipeline(transaction=False)
             if not self._manifest_written:
@@ -135,7 +138,7 @@ class RedisTask:
                 self._manifest_written = True
             prefix = self.keys
             for identity, payload, error in entries:
-                if payload is not None:
+                if error is None:
                     pipe.set(prefix + identity, b"R" + payload)
                 else:  # a kept error never replaces a result another task recorded
                     pipe.set(prefix + identity, b"E" + (error or "").encode("utf-8", "replace"), nx=True)

@@ -3,10 +3,11 @@
 Reads come from memory: the task's recorded outcomes are loaded before its rows are fed (a
 directory store reads its partition's segments up front; Redis is asked per input chunk, one
 pipelined MGET, see :meth:`TaskView.prefetch`). Writes never block the event loop: ``record``
-pickles the results and appends them to a deque; a writer thread hands what gathered to the
-store every :data:`FLUSH_SECONDS` (one Arrow batch, or one Redis pipeline) and once more when the
-task ends, so an outcome is durable about a second after its call completed. A store that fails
-(a disk full, a Redis gone) fails the task at the next ``record``, or at ``close``.
+appends the results to a deque; a writer thread hands what gathered to the store every
+:data:`FLUSH_SECONDS` (one Arrow batch pickled at once, or one Redis pipeline) and once more when
+the task ends, so an outcome is durable about a second after its call completed. A store that
+fails (a disk full, a Redis gone, results that cannot be pickled) fails the task at the next
+``record``, or at ``close``.
 
 Results are stored as the call returned them, pickled (protocol 5): ints of any size, floats
 (NaN, -0.0), Decimals, dates, datetimes with their zone, bytes, nested dicts, lists and Rows all
@@ -30,13 +31,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..core.durable import Recorded
 
-#: an outcome waiting to be written: (identity, pickled results or None, error text or None)
-Entry = Tuple[str, Optional[bytes], Optional[str]]
+#: an outcome waiting to be written: (identity, results or None, error text or None)
+Entry = Tuple[str, Any, Optional[str]]
 
 #: outcomes are handed to the store at least this often (the durability window)
 FLUSH_SECONDS = 1.0
-
-PICKLE_PROTOCOL = 5
 
 
 def error_text(exc: BaseException) -> str:
@@ -59,8 +58,9 @@ class TaskView:
         self.encode = encode
         self.decode = decode
         self.flush_seconds = flush_seconds
-        #: identity -> (pickled results, error text) recorded before this task
-        self.known: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
+        #: identity -> (results -- or them pickled, as Redis hands them --, error text): recorded
+        #: before this task, or by this task's own calls
+        self.known: Dict[str, Tuple[Any, Optional[str]]] = {}
         self._pending: "deque[Entry]" = deque()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -90,13 +90,15 @@ class TaskView:
         hit = self.known.get(identity)
         if hit is None:
             return None
-        payload, error = hit
-        if payload is None:
+        results, error = hit
+        if results is None:
             if not self.keep_errors:
                 return None  # a kept error is retried by a run that does not keep errors
             self.hits += 1
             return Recorded(None, error)
-        results = pickle.loads(payload)
+        if type(results) is bytes:  # Redis hands results pickled: unpickled once, on first use
+            results = pickle.loads(results)
+            self.known[identity] = (results, None)
         self.hits += 1
         return Recorded(self.decode(results) if self.decode is not None else results)
 
@@ -110,11 +112,7 @@ class TaskView:
         else:
             if self.encode is not None:
                 results = self.encode(results)
-            try:
-                entry = (identity, pickle.dumps(results, PICKLE_PROTOCOL), None)
-            except Exception as exc:
-                raise TypeError(f"the journal stores results pickled, and this call's results cannot be: {exc}. "
-                                "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
+            entry = (identity, results, None)  # pickled by the store, a batch at a time
         self._pending.append(entry)
         self.known[identity] = entry[1:]  # a later equal row of this task completes from it, with no call
         if self._thread is None:
