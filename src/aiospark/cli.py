@@ -1,4 +1,4 @@
-"""The ``aiospark`` command: ``aiospark demo`` and ``aiospark enrich``.
+"""The ``aiospark`` command: ``aiospark demo``, ``aiospark enrich`` and ``aiospark journal``.
 
 Errors are short: one or two lines saying what failed and what to change, exit code 2 for a bad
 argument or input (found before Spark starts), 1 for a job that failed. Spark's own console output
@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--cache-rows", type=_count, default=0, help="per-worker cache of responses (0 = off)")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
+    from .journal_cli import add_parser as add_journal
+
+    add_journal(commands, fmt)
     return parser
 
 
@@ -172,6 +175,10 @@ def _run_enrich(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``aiospark`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.command == "journal":  # no Spark needed
+        from .journal_cli import run
+
+        return run(args)
     from .spark.session import use_this_python
 
     use_this_python()
