@@ -23,12 +23,14 @@ Example::
 """
 from __future__ import annotations
 
+import itertools
 import pickle
 import struct
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: the per-row layout (first written; still read, and written by --drop-errors' compaction)
 SCHEMA = pa.schema([("identity", pa.string()), ("results", pa.binary()), ("error", pa.string()),
@@ -115,6 +117,9 @@ def read_outcomes(data: bytes) -> Tuple[Outcomes, int]:
         except Exception:
             rows, bad = [], batch.num_rows  # unreadable though whole: skipped, the next batch may be fine
         skipped += bad
+        if type(rows) is dict:  # results only (the common batch): one C-level update
+            found.update(rows)
+            continue
         for identity, results, error in rows:
             if results is None and identity in found:
                 continue
@@ -122,15 +127,19 @@ def read_outcomes(data: bytes) -> Tuple[Outcomes, int]:
     return found, skipped
 
 
-def _batched(batch: pa.RecordBatch, meta: Any) -> Tuple[List[Tuple[str, Any, Optional[str]]], int]:
+def _batched(batch: pa.RecordBatch, meta: Any) -> Tuple[Any, int]:
+    """A batch's rows as a list of (identity, results, error), or as a dict identity -> (results,
+    None) when it holds no error (a result always wins, so it can be merged in one update)."""
     if meta is None or batch_crc(batch) != int(meta[b"crc"]):
         return [], batch.num_rows
     ids = batch.column(0).to_pylist()
-    errors = batch.column(1).to_pylist()
     results = pickle.loads(batch.column(2)[0].as_buffer()) if batch.num_rows else []
     if len(results) != len(ids):
         return [], batch.num_rows
-    return [(i, None, e) if e else (i, r, None) for i, e, r in zip(ids, errors, results)], 0
+    errors = batch.column(1)
+    if pc.max(pc.binary_length(errors)).as_py() in (None, 0):
+        return dict(zip(ids, zip(results, itertools.repeat(None)))), 0
+    return [(i, None, e) if e else (i, r, None) for i, e, r in zip(ids, errors.to_pylist(), results)], 0
 
 
 def _per_row(batch: pa.RecordBatch) -> Tuple[List[Tuple[str, Any, Optional[str]]], int]:

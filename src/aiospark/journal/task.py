@@ -69,6 +69,8 @@ class TaskView:
         #: counters for tests and metrics
         self.hits = 0
         self.written = 0
+        #: output values recorded_prefix gave (the bulk route), not through the operator
+        self.replayed = 0
 
     # ------------------------------------------------------------------ reads (task thread)
     def load(self) -> "TaskView":
@@ -101,6 +103,26 @@ class TaskView:
             self.known[identity] = (results, None)
         self.hits += 1
         return Recorded(self.decode(results) if self.decode is not None else results)
+
+    def recorded_prefix(self, identities: List[str]) -> Tuple[List[Any], int]:
+        """The outputs of the leading ``identities`` whose results are recorded, concatenated in
+        their order, and how many of them that is (it stops at the first one that must be called,
+        or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
+        entry per row. Only for a view without ``decode`` (outputs that need their input again)."""
+        known, out, n = self.known, [], 0
+        for identity in identities:
+            hit = known.get(identity)
+            if hit is None or hit[0] is None:
+                break
+            results = hit[0]
+            if type(results) is bytes:  # Redis hands results pickled
+                results = pickle.loads(results)
+                known[identity] = (results, None)
+            out += results
+            n += 1
+        self.hits += n
+        self.replayed += len(out)
+        return out, n
 
     def record(self, identity: str, results: Optional[List[Any]], error: Optional[BaseException]) -> None:
         if self._failure is not None:

@@ -20,7 +20,7 @@ from .row_key import row_key
 from .metrics import Metrics, task_reporter
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks, _Call as _OutputsOf
-from .journaled import Durable, Stash, run_journaled
+from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -94,12 +94,16 @@ class _PartitionRunner:
                                                identify=identify, journal=view)
 
         chunks = (to_python(batch) for batch in batches)
-        if durable is not None:
-            chunks = durable.feed(chunks, view)
+        report = counting_replayed(view, task_reporter(options.metrics))
+
+        def run(chunks: Any) -> Iterator[List[Any]]:
+            return run_partition(chunks, make_operator, capacity=options.max_capacity,
+                                 out_rows=self.output_batch_rows, loop=wl, report=report)
+
+        # a journal's recorded leading rows are emitted in bulk, then the operator takes over
+        outputs = replayed(durable, view, chunks, self.output_batch_rows, run) if durable is not None else run(chunks)
         try:
-            for values in run_journaled(durable, view, run_partition(
-                    chunks, make_operator, capacity=options.max_capacity, out_rows=self.output_batch_rows,
-                    loop=wl, report=task_reporter(options.metrics))):
+            for values in run_journaled(durable, view, outputs):
                 rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
                 if rows:
                     yield converter.to_batch(rows)
