@@ -116,10 +116,40 @@ def test_nothing_left_waits_for_the_refill_of_what_is_missing():
         assert pacer.delay() == pytest.approx(1 / 25)
         clock.now += 0.03
         assert pacer.delay() == pytest.approx(0.01)
-        clock.now += 0.01
+        # once one is back, the level (1.5 of 50 at +0.06 s) is spread over the time until full
+        clock.now += 0.03
+        assert pacer.delay() == pytest.approx(48.5 / (1.5 * 25) - 0.06)
+        clock.now += 10                                   # full again: nothing held back
+        assert pacer.delay() == 0.0
         t2 = await pacer.admit()
         pacer.update(t2, headers(0, "2s"))                  # no limit: only the reset is known
         assert pacer.delay() == pytest.approx(2.0)
+        clock.now += 3                                      # past it, without a fresher answer:
+        assert pacer.delay() == pytest.approx(0.05)         # one request now and then
+
+    run(go())
+
+
+def test_the_level_counts_what_this_worker_sent_after_the_answered_request():
+    clock = Clock()
+    pacer = Pacer(clock)
+
+    async def go():
+        probe = await pacer.admit()
+        pacer.update(probe, headers(45, "100ms", limit=50))   # 50/s refill, 5 short of full
+        sent = 0
+        while pacer.delay() == 0.0 and sent < 100:             # the spread gap is 0 only when full
+            await pacer.admit()
+            sent += 1
+        assert sent == 0
+        # without a fresher answer, sending on the clock's schedule spends the level down: it
+        # never sends more than the 45 left plus what refills meanwhile
+        for _ in range(60):
+            while (wait := pacer.delay()) > 0:
+                clock.now += wait + 1e-9
+            await pacer.admit()
+        elapsed = clock.now - 1000.0
+        assert 60 <= 45 + 50 * elapsed
 
     run(go())
 

@@ -3,15 +3,19 @@
 Every answer of OpenAI (and of proxies that copy it: LiteLLM, Azure, vLLM behind a gateway) says,
 for requests and for tokens, the ``limit``, what is ``remaining`` and when the budget is full again
 (``reset``, a duration: ``"6m0s"``, ``"1.5s"``, ``"20ms"``, ``"1h2m3.5s"`` or plain seconds).
-A :class:`Pacer` spreads what remains over the time until that reset: the gap before a request is
-``units * reset_left / remaining_left`` (``units``: 1 request, or its estimated tokens), where
-``remaining_left`` also subtracts what this worker sent after the request whose answer is held.
+A :class:`Pacer` spreads what remains over the time until the budget is full again. With a
+``limit``, the budget refills at ``rate = (limit - remaining) / reset``; its level now is
+``min(limit, remaining + rate * elapsed) - sent`` (``sent``: what this worker sent after the
+request whose answer is held, not counted in it yet), and the gap before a request of ``units``
+(1 request, or its estimated tokens) is ``units * (limit - level) / (level * rate)``: the level
+spread over the time until full. Below ``units``, the wait is until they are refilled. Without a
+``limit`` the remaining is spread over the time left until the reset.
 
 Why this needs no coordination between workers: the provider's counters are shared by all of
-them, so each worker reads the others' spending in ``remaining``. With ``W`` workers and a
-provider that refills continuously (``reset`` = time until full), the spend ``W * R / T`` equals
-the refill rate when ``R = limit / (W + 1)``: the workers settle there, at the provider's rate,
-with that much kept in reserve, whatever ``W``.
+them, so each worker reads the others' spending in ``remaining``. With ``W`` workers, each
+spending ``level * rate / (limit - level)``, the total equals the refill rate when ``level =
+limit / (W + 1)``: the workers settle there, at the provider's rate, with that much kept in
+reserve, whatever ``W``.
 
 Before the first answer nothing is known: a worker sends one request and holds the others until
 its answer (one round trip per worker and job); a full budget would otherwise be spent by every
@@ -45,6 +49,8 @@ _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, 
 #: the longest reset believed (a day): a larger one is a malformed header, not a budget
 _MAX_RESET = 86400.0
 DIMENSIONS = ("requests", "tokens")
+#: with nothing left by the last answer's count and its reset past, how often to try one request
+_STALE_POLL = 0.05
 
 
 def parse_duration(value: Any) -> float | None:
@@ -117,10 +123,25 @@ class Ticket:
 class _Held:
     """One dimension's reading from the freshest answer: what remained, until when, seen when."""
 
-    __slots__ = ("limit", "remaining", "reset", "at", "sent")
+    __slots__ = ("at", "level", "level_at", "limit", "remaining", "reset", "sent")
 
-    def __init__(self, limit: float | None, remaining: float, reset: float, at: float, sent: float) -> None:
+    def __init__(self, limit: float | None, remaining: float, reset: float, at: float, sent: float,
+                 level: float) -> None:
         self.limit, self.remaining, self.reset, self.at, self.sent = limit, remaining, reset, at, sent
+        # the budget's level as this worker models it: refilled at the reading's rate, less
+        # each unit it sends (a send after a long refill takes from a full budget, not a capped one)
+        self.level, self.level_at = level, at
+
+    def rate(self) -> float | None:
+        """Units per second the budget refills at (known with a limit and a reset), else None."""
+        if self.limit is not None and self.limit > self.remaining and self.reset > 0:
+            return (self.limit - self.remaining) / self.reset
+        return None
+
+    def level_now(self, now: float) -> float:
+        rate = self.rate()
+        assert rate is not None and self.limit is not None
+        return min(self.limit, self.level + rate * max(0.0, now - self.level_at))
 
 
 class Pacer:
@@ -159,24 +180,35 @@ class Pacer:
             return math.inf
         wait = self._pause_until - now
         for dim, held in self._held.items():
-            left = held.reset - (now - held.at)
-            if left <= 0:
-                continue  # the budget has been full again since: the next answer tells more
             units = 1.0 if dim == "requests" else float(cost)
-            if units <= 0:
-                continue
-            have = held.remaining - ((self._sent if dim == "requests" else self._tokens) - held.sent)
-            if have >= units:
-                # what is left spread over the time left: this request's share of it
-                wait = max(wait, self._last_send + units * left / have - now)
-            elif held.limit is not None and held.limit > held.remaining:
-                # too little left: until the missing units are refilled (at the rate that refills
-                # the budget in `reset`), or the reset, or a fresher answer (which wakes us)
-                rate = (held.limit - held.remaining) / held.reset
-                wait = max(wait, min(left, held.at + (units - have) / rate - now))
-            else:
-                wait = max(wait, left)
+            if units > 0:
+                used = (self._sent if dim == "requests" else self._tokens) - held.sent
+                wait = max(wait, self._wait(held, units, used, now))
         return max(0.0, wait)
+
+    def _wait(self, held: _Held, units: float, used: float, now: float) -> float:
+        """One dimension's wait: ``used`` units went after the answered request."""
+        elapsed = now - held.at
+        limit, remaining, reset = held.limit, held.remaining, held.reset
+        rate = held.rate()
+        if rate is not None and limit is not None:
+            # a budget refilled continuously (OpenAI's): `reset` is the time until full, so it
+            # refills at `rate`; its level now is spread over the time it needs to be full
+            # again -- or, below one request's units, waited for
+            level = held.level_now(now)
+            if level < units:
+                return (units - level) / rate
+            if level >= limit:
+                return 0.0
+            return self._last_send + units * (limit - level) / (level * rate) - now
+        # no refill rate known (no limit, or full at the reading): what remained, spread over
+        # the time left until the reset; past the reset, a full budget again
+        left = reset - elapsed
+        level = (remaining if left > 0 or limit is None else limit) - used
+        if level < units:
+            # nothing left that we know of: until the reset, else until a fresher answer
+            return left if left > 0 else _STALE_POLL
+        return self._last_send + units * left / level - now if left > 0 else 0.0
 
     async def admit(self, cost: float = 0.0) -> Ticket:
         """Wait for this request's turn; the returned ticket goes to ``update``/``finished``."""
@@ -202,9 +234,14 @@ class Pacer:
             return ticket
 
     def _send(self, cost: float) -> Ticket:
+        now = self._clock()
+        for dim, held in self._held.items():
+            if held.rate() is not None:
+                held.level = held.level_now(now) - (1.0 if dim == "requests" else max(0.0, float(cost)))
+                held.level_at = now
         self._sent += 1
         self._tokens += max(0.0, float(cost))
-        self._last_send = self._clock()
+        self._last_send = now
         return Ticket(self._sent, self._tokens)
 
     def update(self, ticket: Ticket, headers: Mapping[str, str]) -> None:
@@ -215,8 +252,9 @@ class Pacer:
             now = self._clock()
             for dim, (limit, remaining, reset) in limits.items():
                 # `sent` counts this request: only what went after it is missing from `remaining`
-                self._held[dim] = _Held(limit, remaining, reset, now,
-                                        ticket.sent if dim == "requests" else ticket.tokens)
+                sent = ticket.sent if dim == "requests" else ticket.tokens
+                after = (self._sent if dim == "requests" else self._tokens) - sent
+                self._held[dim] = _Held(limit, remaining, reset, now, sent, remaining - after)
             self._held_sent = ticket.sent
         self._end_probe(ticket)
         self._wake()
