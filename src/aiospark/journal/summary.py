@@ -9,7 +9,7 @@ How errors are dropped (no tombstones: readers of older versions and the task's 
 as they are):
 
 * directory: per partition directory, the segments that hold an error row are replaced by one new
-  segment holding their results (``compact-<random>.arrow``, written and closed first), then those
+  segment holding their results (in the layout tasks write) (``compact-<random>.arrow``, written and closed first), then those
   segments are deleted. At every moment the results are in the old segments, the new one, or
   both, so a reader never sees neither; a crash in between leaves both (equal results, harmless;
   run it again). Segments without errors are not touched. A segment another job is still appending
@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
-from .directory import MANIFEST, SCHEMA, DirectoryStore, crc, read_segment
+from .directory import MANIFEST, DirectoryStore
+from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 from .manifest import Manifest
 from .redis_store import JournalStoreError, RedisStore, redacted
 
@@ -141,16 +142,16 @@ def _partitions(store: DirectoryStore, manifest: Manifest) -> Tuple[int, Dict[st
     return size, parts
 
 
-def _read(fs: pafs.FileSystem, info: Any) -> Tuple[Dict[str, Tuple[Optional[bytes], Optional[str]]], int]:
+def _read(fs: pafs.FileSystem, info: Any) -> Tuple[Outcomes, int]:
     try:
         with fs.open_input_stream(info.path) as f:
-            return read_segment(f.read())
+            return read_outcomes(f.read())
     except OSError:
         return {}, 0  # vanished meanwhile (a concurrent drop): its rows are elsewhere or called again
 
 
-def _merge(found: List[Dict[str, Tuple[Optional[bytes], Optional[str]]]]) -> Dict[str, Tuple[Optional[bytes], Optional[str]]]:
-    known: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
+def _merge(found: List[Outcomes]) -> Outcomes:
+    known: Outcomes = {}
     for outcomes in found:  # as a task reads them: a result outranks a kept error
         for identity, outcome in outcomes.items():
             if outcome[0] is None and identity in known:
@@ -200,14 +201,12 @@ def _directory_drop(store: DirectoryStore, quiet: float) -> int:
     dropped = 0
     for directory, affected, errors in plan:
         results = _merge([found for _, found in affected])
-        entries = [(i, p, None) for i, (p, _) in sorted(results.items()) if p is not None]
-        if entries:  # the new segment is complete and closed before any old one goes
-            with fs.open_output_stream(f"{directory}/compact-{uuid.uuid4().hex[:8]}.arrow") as sink:
-                with pa.ipc.new_stream(sink, SCHEMA) as writer:
-                    writer.write_batch(pa.record_batch(
-                        [pa.array([e[0] for e in entries], pa.string()), pa.array([e[1] for e in entries], pa.binary()),
-                         pa.array([None] * len(entries), pa.string()),
-                         pa.array([crc(*e) for e in entries], pa.uint32())], schema=SCHEMA))
+        entries = [(i, r, None) for i, (r, _) in sorted(results.items()) if r is not None]
+        if entries:  # the new segment is complete and closed before any old one goes (the tasks' layout)
+            with fs.open_output_stream(f"{directory}/compact-{uuid.uuid4().hex[:8]}.arrow") as sink, \
+                    pa.ipc.new_stream(sink, BATCHED) as writer:
+                for start in range(0, len(entries), BATCH_ROWS):
+                    write_batch(writer, entries[start:start + BATCH_ROWS])
         for info, _ in affected:
             fs.delete_file(info.path)
         dropped += errors
