@@ -1,25 +1,37 @@
-"""A one-line progress display for the CLI: rows done, rows/s, calls in flight, errors.
+"""Progress while a job runs: rows, rows/s, in flight, errors, retries, tokens, budget left, ETA.
 
-It reads an :class:`aiospark.Metrics` (which tasks update every half second) and rewrites one
-terminal line in place. On a stream that is not a terminal it prints nothing while running and
-one summary line at the end, so logs and CI output stay clean.
+Two ways in, one line format (:func:`format_line`):
+
+* ``progress=True`` on ``ordered_wait``, ``unordered_wait``, ``async_udf`` and ``lookup_join``: the
+  entry points return lazy DataFrames, so the display attaches to the *action*: it starts when the
+  first task report of an action reaches the driver and ends after every task it saw has sent its
+  final report and nothing more arrived for ``quiet`` seconds (:mod:`aiospark.progress_live`).
+* :class:`Progress`, a context manager around the action (what the CLI uses): it starts at once
+  and says ``starting workers...`` until the first report arrives.
+
+Where it goes: a terminal gets a line per running job, rewritten in place every ``interval``
+seconds; Jupyter (IPython importable and a kernel running) a display updated in place; anything
+else (a scheduler's log) one plain line every ``log_every`` seconds (default 30) and a last one.
 
 rows/s has one definition everywhere (:func:`rate`): rows emitted so far divided by the seconds
-since the block started (the Spark job, not the session start-up before it). ``aiospark enrich``
-prints its summary from the same numbers (``summary=False`` and :meth:`Progress.finish`).
+since the display started. ``aiospark enrich`` prints its summary from the same numbers
+(``summary=False`` and :meth:`Progress.finish`).
 
 Example::
 
-    m = aiospark.Metrics("enrich")
-    with Progress(m):
-        aiospark.unordered_wait(df, fn, schema, metrics=m).write.parquet(out)
+    out = aiospark.unordered_wait(df, fetch, "id LONG, body STRING", progress=True)
+    out.write.parquet(path)     # enrich: 12,000 rows  2,410 rows/s  200 in flight ... tasks 1/4 ETA 14 s
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Dict, Optional, TextIO
+
+#: seconds between plain log lines when the output is not a terminal
+LOG_EVERY = 30.0
 
 
 def rate(rows: int, seconds: float) -> float:
@@ -42,18 +54,129 @@ def format_rate(rows_per_second: float) -> str:
     return f"{rows_per_second:,.1f}" if rows_per_second < 10 else f"{rows_per_second:,.0f}"
 
 
+class ProgressOptions:
+    """How ``progress=`` shows a job (``progress=True`` means ``ProgressOptions()``).
+
+    ``log_every``: seconds between plain lines when the output is not a terminal; ``interval``:
+    seconds between in-place updates (terminal, Jupyter); ``quiet``: seconds without a report,
+    after every task ended, before the display ends; ``stream``: where to write (default
+    ``sys.stderr``; Jupyter's display when a kernel runs); ``live``: force in-place (True) or plain
+    log lines (False) instead of asking ``stream.isatty()``.
+
+    Example::
+
+        aiospark.ordered_wait(df, fn, schema, progress=aiospark.progress.ProgressOptions(log_every=60))
+    """
+
+    def __init__(self, *, log_every: float = LOG_EVERY, interval: float = 0.5, quiet: float = 2.0,
+                 stream: Optional[TextIO] = None, live: Optional[bool] = None):
+        for name, value in (("log_every", log_every), ("interval", interval), ("quiet", quiet)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"ProgressOptions({name}=...) takes a number of seconds > 0, got {value!r}")
+        if stream is not None and not callable(getattr(stream, "write", None)):
+            raise TypeError(f"ProgressOptions(stream=...) takes a writable text stream, got {type(stream).__name__}")
+        if live is not None and not isinstance(live, bool):
+            raise TypeError(f"ProgressOptions(live=...) takes True, False or None, got {live!r}")
+        self.log_every = float(log_every)
+        self.interval = float(interval)
+        self.quiet = float(quiet)
+        self.stream = stream
+        self.live = live
+
+    def __repr__(self) -> str:
+        return (f"ProgressOptions(log_every={self.log_every:g}, interval={self.interval:g}, quiet={self.quiet:g}"
+                + (f", live={self.live}" if self.live is not None else "") + ")")
+
+
+def check_progress(progress: Any, what: str) -> Optional[ProgressOptions]:
+    """``progress=`` of an entry point, checked: None when off."""
+    if progress is None or progress is False:
+        return None
+    if progress is True:
+        return ProgressOptions()
+    if isinstance(progress, ProgressOptions):
+        return progress
+    raise TypeError(f"{what}(progress=...) takes True, False or an aiospark.progress.ProgressOptions, "
+                    f"got {progress!r}")
+
+
+def _tokens(usage: Dict[str, float]) -> Optional[float]:
+    if "total_tokens" in usage:
+        return usage["total_tokens"]
+    parts = [usage[k] for k in ("prompt_tokens", "completion_tokens") if k in usage]
+    return sum(parts) if parts else None
+
+
+def format_eta(seconds: float) -> str:
+    """``"42 s"``, ``"3 min 5 s"``, ``"2 h 10 min"``."""
+    seconds = max(int(round(seconds)), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def format_line(p: Dict[str, Any], elapsed: float, label: str = "", *, budget_left: Optional[float] = None,
+                tasks_total: Optional[int] = None, tasks_done: Optional[int] = None, final: bool = False) -> str:
+    """One progress line from ``p`` (the keys of ``Metrics.progress()``, plus optional ``retries``,
+    ``rate_limited``, ``usage`` and ``final_rows``/``final_tasks``: rows of the tasks that ended).
+
+    ETA needs the number of tasks (Spark's, from the stage) and one finished task: the rows still
+    to come are estimated as the finished tasks' average times the tasks left, at the rate so far.
+
+    Example::
+
+        format_line({"rows": 500, "inflight": 7, "errors": 0, "running": 2, "finished": 0}, 2.0)
+        # '500 rows  250 rows/s  7 in flight  0 errors  2.0 s'
+    """
+    prefix = f"{label}: " if label else ""
+    if not final and not p.get("running") and not p.get("finished") and not p.get("rows"):
+        return f"{prefix}starting workers...  {elapsed:,.1f} s"
+    rows = p["rows"]
+    speed = rate(rows, elapsed)
+    parts = [f"{rows:,} rows", f"{format_rate(speed)} rows/s", f"{p['inflight']:,} in flight",
+             f"{p['errors']:,} errors"]
+    if p.get("retries"):
+        parts.append(f"{p['retries']:,} retries")
+    if p.get("rate_limited"):
+        parts.append(f"{p['rate_limited']:,} rate-limited")
+    tokens = _tokens(p.get("usage") or {})
+    if tokens is not None:
+        parts.append(f"{tokens:,.0f} tokens")
+    if budget_left is not None:
+        parts.append(f"budget left {budget_left:,.6g}")
+    if tasks_total:
+        done = tasks_done if tasks_done is not None else p.get("finished", 0)
+        parts.append(f"tasks {done:,}/{tasks_total:,}")
+        finished_tasks, finished_rows = p.get("final_tasks", 0), p.get("final_rows", 0)
+        if finished_tasks and speed > 0 and done < tasks_total:
+            expected = finished_rows / finished_tasks * tasks_total
+            parts.append(f"ETA {format_eta(max(expected - rows, 0) / speed)}")
+    parts.append(f"{elapsed:,.1f} s")
+    return prefix + "  ".join(parts)
+
+
 class Progress:
-    """Shows ``metrics.progress()`` on one line, every ``interval`` seconds, while the block runs.
+    """Shows ``metrics.progress()`` while the block runs: in place every ``interval`` seconds on a
+    terminal, one plain line every ``log_every`` seconds otherwise, and a last line at the end.
 
     With ``summary=False`` the block's end prints nothing; call :meth:`finish` with the exact row
     count to print the last line (the caller's summary then uses :attr:`elapsed` and :func:`rate`).
+
+    Example::
+
+        m = aiospark.Metrics("enrich")
+        with Progress(m):
+            aiospark.unordered_wait(df, fn, schema, metrics=m).write.parquet(out)
     """
 
     def __init__(self, metrics: Any, stream: Optional[TextIO] = None, *, interval: float = 0.5,
-                 live: Optional[bool] = None, label: str = "", summary: bool = True):
+                 live: Optional[bool] = None, label: str = "", summary: bool = True, log_every: float = LOG_EVERY):
         self.metrics = metrics
         self.stream = stream or sys.stderr
         self.interval = interval
+        self.log_every = log_every
         self.live = self.stream.isatty() if live is None else live
         self.label = label
         self.summary = summary
@@ -62,6 +185,9 @@ class Progress:
         self._started = 0.0
         self._ended: Optional[float] = None
         self._width = 0
+        #: this block's task reports (tasks done of the stage's total, retries, tokens, ETA), when the
+        #: metrics can tell them (``Metrics.on_report``); else ``metrics.progress()`` alone
+        self._view: Any = None
 
     @property
     def elapsed(self) -> float:
@@ -69,14 +195,19 @@ class Progress:
         end = self._ended if self._ended is not None else time.monotonic()
         return max(end - self._started, 0.0)
 
-    def line(self, rows: Optional[int] = None) -> str:
+    def line(self, rows: Optional[int] = None, final: bool = False) -> str:
         """The progress line (``rows`` replaces the metrics' count, e.g. the rows actually written)."""
-        p = self.metrics.progress()
-        rows = p["rows"] if rows is None else rows
-        elapsed = self.elapsed
-        prefix = f"{self.label}: " if self.label else ""
-        return (f"{prefix}{rows:,} rows  {format_rate(rate(rows, elapsed))} rows/s  {p['inflight']:,} in flight  "
-                f"{p['errors']:,} errors  {elapsed:,.1f} s")
+        view = self._view
+        if view is not None and view.tasks:
+            return view.line(time.monotonic(), elapsed=self.elapsed, rows=rows, final=final)
+        p = dict(self.metrics.progress())
+        if rows is not None:
+            p["rows"] = rows
+        return format_line(p, self.elapsed, self.label, final=final)
+
+    def _feed(self, report: Dict[str, Any]) -> None:
+        if self._ended is None and self._view is not None:
+            self._view.add(report)
 
     def _write(self, text: str, end: str = "") -> None:
         pad = max(self._width - len(text), 0)
@@ -85,14 +216,23 @@ class Progress:
         self._width = len(text)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._write(self.line())
+        every = self.interval if self.live else self.log_every
+        while not self._stop.wait(every):
+            if self.live:
+                self._write(self.line())
+            else:
+                self.stream.write(self.line() + "\n")
+                self.stream.flush()
 
     def __enter__(self) -> "Progress":
         self._started = time.monotonic()
-        if self.live:
-            self._thread = threading.Thread(target=self._run, name="aiospark-progress", daemon=True)
-            self._thread.start()
+        if callable(getattr(self.metrics, "on_report", None)):
+            from .progress_live import JobView, tracker_of
+
+            self._view = JobView(self.label, ProgressOptions(), None, tracker_of(None), None)
+            self.metrics.on_report(self._feed)
+        self._thread = threading.Thread(target=self._run, name="aiospark-progress", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -106,7 +246,17 @@ class Progress:
     def finish(self, rows: Optional[int] = None) -> None:
         """Print the last line (in place of the live one on a terminal)."""
         if self.live:
-            self._write(self.line(rows), end="\n")
+            self._write(self.line(rows, final=True), end="\n")
         else:
-            self.stream.write(self.line(rows) + "\n")
+            self.stream.write(self.line(rows, final=True) + "\n")
             self.stream.flush()
+
+
+def watch(metrics: Any, options: Optional[ProgressOptions], *, label: str = "", budget: Any = None,
+          session: Any = None) -> None:
+    """Show the progress of every action ``metrics`` sees (``progress=`` of the entry points)."""
+    if options is None:
+        return
+    from .progress_live import attach
+
+    attach(metrics, options, label=label, budget=budget, session=session)

@@ -139,7 +139,7 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
                 cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
                 retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
                 on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None,
-                journal: Any = None) -> Any:
+                journal: Any = None, progress: Any = False) -> Any:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -151,7 +151,8 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
     ``budget`` (an :class:`aiospark.Budget`) caps the lookups started in the whole job (each row's,
     retries included), as for :func:`aiospark.ordered_wait`.
     ``journal`` (an :class:`aiospark.Journal`) records each row's joined rows: a rerun looks up
-    only rows not recorded (as for :func:`aiospark.ordered_wait`).
+    only rows not recorded (as for :func:`aiospark.ordered_wait`). ``progress=True`` shows each
+    action's progress while it runs (as for :func:`aiospark.ordered_wait`).
 
     Example::
 
@@ -185,7 +186,7 @@ def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *,
                            pad_as_tuple=source_retry is not retry)
     return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
                  OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}",
-                 budget=budget, journal=journal)
+                 budget=budget, journal=journal, progress=progress)
 
 
 def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,

@@ -35,7 +35,7 @@ import time
 import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..core.metrics import OperatorMetrics
 
@@ -59,6 +59,7 @@ class Metrics:
         self._secret = secrets.token_hex(16)  # reports must carry it (see the module doc)
         self._lock = threading.Lock()
         self._tasks: Dict[str, Dict[str, Any]] = {}
+        self._listeners: List[Callable[[Dict[str, Any]], None]] = []
         with _registry_lock:
             _registry[self.id] = self
 
@@ -86,6 +87,14 @@ class Metrics:
                 "errors": total.failures + total.error_rows,
                 "running": sum(1 for t in tasks if not t["final"]), "finished": sum(1 for t in tasks if t["final"])}
 
+    def on_report(self, listener: Callable[[Dict[str, Any]], None]) -> None:
+        """Call ``listener(report)`` after each task report is stored (on the collector's thread:
+        keep it quick; what it raises is ignored). ``report`` holds ``task`` (``stage.partition.attempt``),
+        ``final``, ``rows``, ``inflight`` and ``metrics`` (``OperatorMetrics.to_dict()``). The progress
+        display (``progress=True``) starts on the first report of an action this way."""
+        with self._lock:
+            self._listeners.append(listener)
+
     def reset(self) -> None:
         with self._lock:
             self._tasks.clear()
@@ -106,6 +115,12 @@ class Metrics:
             if previous is not None and previous["final"] and not report["final"]:
                 return  # a late progress report must not undo the final one
             self._tasks[report["task"]] = report
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(report)
+            except Exception:  # a display must never refuse a task's report
+                log.debug("aiospark: a metrics listener failed", exc_info=True)
 
     # ---------------------------------------------------------------- shipping (to workers)
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:

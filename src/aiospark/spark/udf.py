@@ -21,6 +21,7 @@ from .options import CallOptions
 from .journaled import Durable, check_journal, run_journaled
 from ..journal import Manifest, ValuesIdentity
 from .metrics import Metrics, task_reporter
+from ..progress import check_progress, watch
 from .budget import Budget, close_gate, task_gate
 from .schema import arrow_type, to_python, values_to_array
 
@@ -271,7 +272,7 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
               retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
               rate_limit: Any = None, metrics: Optional[Metrics] = None, batch_size: Optional[int] = None,
               batch_delay: float = 0.01, budget: Optional[Budget] = None,
-              journal: Any = None) -> Callable[[Callable[..., Any]], AsyncUDF]:
+              journal: Any = None, progress: Any = False) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
@@ -286,7 +287,8 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     to fill); it returns a list with one value per row, in order. A failing batch is split in
     halves until the failing row is alone (NULL under ``on_error="null"``). ``journal`` (an
     :class:`aiospark.Journal` without ``key=``: a row is identified by its argument values) records
-    each call's value; a rerun calls only the rows not recorded.
+    each call's value; a rerun calls only the rows not recorded. ``progress=True`` shows the
+    progress of every query using the function while it runs (as for :func:`aiospark.ordered_wait`).
 
     Batched example::
 
@@ -313,6 +315,7 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be 'fail' (fail the task) or 'null' (NULL for a failed call), got {on_error!r}")
     journal = check_journal(journal, "async_udf")
+    progress_options = check_progress(progress, "async_udf")
     if journal is not None and journal.key is not None:
         raise ValueError("async_udf(journal=...) identifies a row by the values of the function's arguments: "
                          "pass aiospark.Journal(location) without key=, or pass only the key columns as arguments")
@@ -328,6 +331,7 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
                                      rate_limit=rate_limit, metrics=metrics, what="async_udf function",
                                      name=name, batch_size=batch_size, batch_delay=batch_delay, budget=budget)
         made = AsyncUDF(function, return_type, options, on_error, bool(deterministic), name=name)
+        watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget)
         if journal is not None:
             shown = return_type if isinstance(return_type, str) else return_type.simpleString()
             made._durable = Durable(ValuesIdentity(True), journal.bind(

@@ -18,6 +18,7 @@ from ..runtime import run_partition, worker_loop
 from .options import CallOptions
 from .row_key import row_key
 from .metrics import Metrics, task_reporter
+from ..progress import check_progress, watch
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks, _Call as _OutputsOf
 from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
@@ -143,8 +144,9 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
           name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Optional[Budget] = None, journal: Any = None) -> Any:
+          budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
+    progress_options = check_progress(progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
     order_key = row_key(df, key, name) if key is not None else None
@@ -179,6 +181,8 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
     runner.durable = Durable.prepare(journal, df, name, function, out_schema.simpleString())
     out = df.mapInArrow(runner, out_schema)
     out.aiospark_metrics = options.metrics  # read after the action: print(out.aiospark_metrics)
+    watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget,
+          session=df.sparkSession)
     return out
 
 
@@ -187,7 +191,8 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                  rate_limit: Any = None, metrics: Optional[Metrics] = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                 batch_delay: float = 0.01, budget: Optional[Budget] = None, journal: Any = None) -> Any:
+                 batch_delay: float = 0.01, budget: Optional[Budget] = None, journal: Any = None,
+                 progress: Any = False) -> Any:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -216,6 +221,9 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     ``journal`` (an :class:`aiospark.Journal`) records each row's outcome as its call completes: a
     row already recorded (a task retry, a rerun) is not called again but emitted from the record,
     and rows with equal keys in one task are called once.
+    ``progress=True`` (or an ``aiospark.progress.ProgressOptions``) shows each action's progress while
+    it runs: rows, rows/s, in flight, errors, retries, tokens, budget left, tasks done and ETA, in
+    place on a terminal or in Jupyter, one plain line every 30 s in a log (``aiospark.progress``).
 
     Example::
 
@@ -227,7 +235,7 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                 budget=budget, journal=journal)
+                 budget=budget, journal=journal, progress=progress)
 
 
 def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
@@ -236,7 +244,7 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
                    rate_limit: Any = None, metrics: Optional[Metrics] = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
                    batch_delay: float = 0.01, key: Union[str, List[str], None] = None,
-                   budget: Optional[Budget] = None, journal: Any = None) -> Any:
+                   budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> Any:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
@@ -252,4 +260,4 @@ def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, ti
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
-                 budget=budget, journal=journal)
+                 budget=budget, journal=journal, progress=progress)
