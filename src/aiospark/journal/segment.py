@@ -11,7 +11,7 @@ never rewritten. Two layouts are read:
   A batch whose crc does not match is skipped whole (its rows are called again); the batches
   after it still count. A killed writer's torn tail ends the reading; the batches before it count.
 * **per row** (:data:`SCHEMA`: ``identity, results, error, crc``, one pickle and crc per row):
-  the first layout, still read, and what ``aiospark journal --drop-errors`` compacts into.
+  the first layout, still read (journals written before the batched one).
 
 Example::
 
@@ -27,12 +27,12 @@ import itertools
 import pickle
 import struct
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: the per-row layout (first written; still read, and written by --drop-errors' compaction)
+#: the per-row layout (the first one; still read)
 SCHEMA = pa.schema([("identity", pa.string()), ("results", pa.binary()), ("error", pa.string()),
                     ("crc", pa.uint32())])
 
@@ -80,7 +80,7 @@ def pickled(results: List[Any]) -> bytes:
                         "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
 
 
-def write_batch(writer: Any, entries: List[Tuple[str, Any, Optional[str]]]) -> None:
+def write_batch(writer: Any, entries: Sequence[Tuple[str, Any, Optional[str]]]) -> None:
     """Append ``entries`` (identity, results or None, error text or None) as batched-layout
     record batches of at most :data:`BATCH_ROWS` rows."""
     for start in range(0, len(entries), BATCH_ROWS):
