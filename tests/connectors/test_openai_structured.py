@@ -368,3 +368,12 @@ def test_retry_strategy_with_is_retryable_covers_bad_answers(srv):
     out, op = run(through_operator(fn, ['flaky-json:{"a": "x"}'],
                                    retry=RetryStrategy.fixed_delay(2, 0.01, exception_predicate=is_retryable)))
     assert out == [{"a": "x"}] and op.metrics.retries == 1
+
+
+def test_chat_takes_pace_by_headers_like_embeddings():
+    from aiospark.connectors.openai import OpenAIChat
+
+    assert OpenAIChat("m", base_url="http://127.0.0.1:9/v1").pace_by_headers is True
+    assert OpenAIChat("m", base_url="http://127.0.0.1:9/v1", pace_by_headers=False).pace_by_headers is False
+    with pytest.raises(TypeError, match="pace_by_headers must be True"):
+        OpenAIChat("m", base_url="http://127.0.0.1:9/v1", pace_by_headers="no")

@@ -44,7 +44,7 @@ class OpenAIChat(OpenAIFunction):
 
     Args:
         model, base_url, api_key, api_key_env, client, timeout, max_connections, headers,
-        requests_per_minute, tokens_per_minute: as for :class:`OpenAIEmbeddings`.
+        requests_per_minute, tokens_per_minute, pace_by_headers: as for :class:`OpenAIEmbeddings`.
         input: the prompt or messages column (``"prompt"``). output: the new column (``"answer"``).
         system: an optional system message put before every prompt.
         max_tokens, temperature: sent when given (``max_tokens`` also counts in the token estimate).
@@ -75,11 +75,11 @@ class OpenAIChat(OpenAIFunction):
                  client: str = "aiohttp", timeout: float = 120.0, max_connections: int = 100,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
-                 response_format: Any = None) -> None:
+                 response_format: Any = None, pace_by_headers: bool = True) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
                          output=output, client=client, timeout=timeout, max_connections=max_connections,
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                         headers=headers, extra_body=extra_body)
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system must be a string (the system message) or None, got {type(system).__name__}")
         if max_tokens is not None:
