@@ -101,6 +101,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[Te
                   f"{'those rows' if dropped != 1 else 'that row'} again", file=out)
         for line in describe(summarize(args.location, samples=args.errors)):
             print(line, file=out)
+    except BrokenPipeError:  # `aiospark journal ... | head`: the reader left, nothing to say
+        return 1
     except Exception as exc:  # every failure here is about the location: one line, exit 2
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if type(exc).__name__ not in ("JournalNotFound", "JournalStoreError"):

@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
@@ -43,7 +44,7 @@ class JobView:
         self.stages: Set[int] = set()
         self._totals: Dict[int, int] = {}
         self.lock = threading.Lock()
-        self.closed = False
+        self.closing = False  # set at interpreter exit: show the last line now
         self.next_log = self.started + options.log_every
 
     def add(self, report: Dict[str, Any]) -> None:
@@ -73,10 +74,12 @@ class JobView:
             else:
                 out["running"] += 1
                 out["inflight"] += t["inflight"]
-        out["errors"] = out["failures"] + out["error_rows"]
+        out["errors"] = out["failures"]  # an error row (on_error) is also counted in error_rows: once here
         return out
 
     def done(self, now: float) -> bool:
+        if self.closing:
+            return True
         with self.lock:
             ended = bool(self.tasks) and all(t["final"] for t in self.tasks.values())
             return ended and now - self.last_report >= self.options.quiet
@@ -218,6 +221,19 @@ class Board:
         stream.flush()
         self.block[key] = len(running)
 
+    def flush(self) -> None:
+        """Show the last line of every open view now (at interpreter exit: a short script's job
+        ends before the quiet period does, and its last line must not be lost)."""
+        with self.lock:
+            views = list(self.views)
+        for view in views:
+            view.closing = True
+        if views:
+            try:
+                self.render(time.monotonic())
+            except Exception:  # streams may be closed at exit
+                pass
+
 
 def _jupyter(view: JobView, text: str) -> None:
     from IPython.display import display
@@ -231,6 +247,7 @@ def _jupyter(view: JobView, text: str) -> None:
 
 
 BOARD = Board()
+atexit.register(BOARD.flush)
 
 
 def tracker_of(session: Any) -> Any:

@@ -160,12 +160,18 @@ async def slow_double(row):
     return {"id": row["id"], "double": row["id"] * 2}
 
 
+async def double_but_hundreds(row):
+    if row["id"] % 100 == 0:
+        raise ValueError("a hundred")
+    return await slow_double(row)
+
+
 def test_progress_true_on_a_spark_job_logs_lines_with_tasks_and_budget(spark):
     wait_board_idle()
     log = io.StringIO()
     budget = aiospark.Budget(10_000)
-    out = aiospark.unordered_wait(spark.range(0, 3000, 1, 3), slow_double, "id LONG, double LONG", capacity=4,
-                                  budget=budget,
+    out = aiospark.unordered_wait(spark.range(0, 3000, 1, 3), double_but_hundreds, "id LONG, double LONG",
+                                  capacity=4, budget=budget, on_error="row",
                                   progress=ProgressOptions(stream=log, log_every=0.5, quiet=0.5),
                                   metrics=aiospark.Metrics("doubles"))
     assert BOARD.thread is None  # lazy: nothing shown before the action
@@ -174,7 +180,7 @@ def test_progress_true_on_a_spark_job_logs_lines_with_tasks_and_budget(spark):
     lines = log.getvalue().splitlines()
     assert lines and all(line.startswith("doubles: ") for line in lines), lines
     assert lines[-1].startswith("doubles: 3,000 rows") and "tasks 3/3" in lines[-1], lines[-1]
-    assert "budget left 7,000" in lines[-1]
+    assert "budget left 7,000" in lines[-1] and "  30 errors" in lines[-1]  # an error row is one error
     assert "\r" not in log.getvalue() and "\x1b" not in log.getvalue()
 
 
@@ -232,3 +238,25 @@ def test_async_udf_progress(spark):
     wait_board_idle()
     last = log.getvalue().splitlines()[-1]
     assert last.startswith("triple: 500 rows") and "tasks 2/2" in last, last
+
+
+SHORT_SCRIPT = """
+import aiospark
+from tests.cli.test_progress import slow_double
+spark = aiospark.local_session("local[2]")
+out = aiospark.unordered_wait(spark.range(0, 400, 1, 2), slow_double, "id LONG, double LONG", progress=True)
+print(out.count())
+"""
+
+
+def test_a_script_that_ends_with_its_job_still_logs_the_last_line(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-c", SHORT_SCRIPT], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "400", done.stderr[-2000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("unordered_wait: ")]
+    assert ours and ours[-1].startswith("unordered_wait: 400 rows") and "tasks 2/2" in ours[-1], done.stderr[-2000:]

@@ -84,7 +84,7 @@ class Metrics:
         total = OperatorMetrics.merged(OperatorMetrics.from_dict(t["metrics"]) for t in tasks)
         return {"rows": sum(t["rows"] for t in tasks),
                 "inflight": sum(t["inflight"] for t in tasks if not t["final"]),
-                "errors": total.failures + total.error_rows,
+                "errors": total.failures,  # an error row is a failure turned into a row: counted once
                 "running": sum(1 for t in tasks if not t["final"]), "finished": sum(1 for t in tasks if t["final"])}
 
     def on_report(self, listener: Callable[[Dict[str, Any]], None]) -> None:
