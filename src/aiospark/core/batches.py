@@ -41,18 +41,18 @@ from typing import Any, List, Optional
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
 
 
-def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple:
+def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[int | None, float]:
     """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching."""
     if batch_size is None:
         return None, 0.0
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or int(batch_size) < 1:
         raise ValueError(f"batch_size must be an int >= 1 (inputs per call) or None (one input per call), "
                          f"got {batch_size!r}")
     if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) \
-            or not 0 <= batch_delay < math.inf:
+            or not 0 <= float(batch_delay) < math.inf:
         raise ValueError(f"batch_delay must be seconds >= 0 to wait for a batch to fill (e.g. 0.01), "
                          f"got {batch_delay!r}")
-    if batch_size > capacity:
+    if int(batch_size) > capacity:
         raise ValueError(f"batch_size ({batch_size}) is larger than capacity ({capacity}): a batch could "
                          f"never fill; raise capacity to at least {batch_size} (it counts inputs in flight)")
     return int(batch_size), float(batch_delay)
@@ -131,7 +131,7 @@ class BatchCaller(Caller):
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _batch_finished(self, batch: List[Call], task: asyncio.Task) -> None:
+    def _batch_finished(self, batch: List[Call], task: asyncio.Task[Any]) -> None:
         if self.stopped:
             if not task.cancelled():
                 task.exception()

@@ -82,7 +82,7 @@ class Call(ResultFuture):
         self.element = element
         self._results = self._exception = self._listener = self._segment = None
         self._done = False
-        self.task: Optional[asyncio.Task] = None
+        self.task: Optional[asyncio.Task[Any]] = None
         self.started = 0.0
         self.timed_out = False
         self.identity: Optional[str] = None
@@ -149,7 +149,7 @@ class Caller:
         self._paused_for: Optional[Callable[[], float]] = getattr(limiter, "paused_for", None)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._inflight: Callable[[], int] = lambda: 0
-        self._create_task: Callable[[Any], asyncio.Task] = None  # type: ignore[assignment]
+        self._create_task: Callable[[Any], asyncio.Task[Any]] = None  # type: ignore[assignment]  # set by bind()
         #: set when the operator failed or closes: outcomes no longer matter
         self.stopped = False
 
@@ -184,6 +184,7 @@ class Caller:
         :func:`~aiospark.core.deadlines.time_left` tells the code of the call, ``identity`` what
         :func:`~aiospark.core.durable.idempotency_key` does."""
         if deadline is not None:
+            assert self._loop is not None  # bound before any call starts
             current_deadline.set((deadline, self._loop))  # this task's own context: no reset needed
         if identity is not None:
             current_identity.set(identity)
@@ -261,7 +262,7 @@ class Caller:
         except Exception as exc:
             raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised "
                             f"{type(exc).__name__}: {exc}") from exc
-        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= cost < math.inf:
+        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
             raise CostError(f"the rate limit's cost function {_name(cost_fn)} must return a finite "
                             f"number >= 0, got {describe_input(cost, 80)}")
         return float(cost)
@@ -331,7 +332,7 @@ class Caller:
             return
         self._timeout_result(call, outcome)
 
-    def _timeout_handled(self, call: Call, task: asyncio.Task) -> None:
+    def _timeout_handled(self, call: Call, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
             self._report(call, None, asyncio.CancelledError("the timeout handler was cancelled"),
                          TIMEOUT_HANDLER)
@@ -349,7 +350,7 @@ class Caller:
                 f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
 
     # ------------------------------------------------------------------ the outcome
-    def _finished(self, call: Call, task: asyncio.Task) -> None:
+    def _finished(self, call: Call, task: asyncio.Task[Any]) -> None:
         """The call's task is over: report its results, its exception, or run the timeout handler."""
         if self.stopped:
             if not task.cancelled():

@@ -29,7 +29,8 @@ class Record(NamedTuple):
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
-    __hash__ = tuple.__hash__
+    def __hash__(self) -> int:  # defining __eq__ unsets __hash__: keep the tuple's
+        return tuple.__hash__(self)
 
 
 class Watermark(NamedTuple):
@@ -43,7 +44,8 @@ class Watermark(NamedTuple):
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
-    __hash__ = tuple.__hash__
+    def __hash__(self) -> int:  # defining __eq__ unsets __hash__: keep the tuple's
+        return tuple.__hash__(self)
 
 
 StreamElement = Union[Record, Watermark]

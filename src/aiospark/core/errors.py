@@ -30,7 +30,7 @@ BLOCKING_ADVICE = ("A blocking call inside 'async def' (time.sleep, requests, a 
 
 #: A function's blocking is reported at most this often per process.
 REPORT_BLOCKING_EVERY_SECONDS = 30.0
-_blocking_reported: dict = {}
+_blocking_reported: dict[str, float] = {}
 
 
 def warn_blocking(function_name: str, detail: str) -> bool:

@@ -80,4 +80,5 @@ def check_async_function(function: Any, what: str = "function") -> Callable[...,
     if not is_async_callable(function):
         raise TypeError(f"{what} {describe_function(function)!r} is not a coroutine function: "
                         "define it with 'async def' (blocking calls would serialise every row)")
-    return function
+    checked: Callable[..., Any] = function
+    return checked

@@ -25,7 +25,7 @@ import math
 import numbers
 from bisect import bisect_left as _bisect_left
 from bisect import bisect_right as _bisect
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, cast
 
 __all__ = ["OperatorMetrics", "record_usage"]
 
@@ -46,7 +46,7 @@ COUNTERS = ("calls", "successes", "retries", "timeouts", "failures", "error_rows
 FORMAT_VERSION = 1
 
 
-def _bucket_bounds(i: int) -> tuple:
+def _bucket_bounds(i: int) -> tuple[float, float]:
     if i == 0:
         return 0.0, HISTOGRAM_MIN
     if i == _OVERFLOW:
@@ -370,9 +370,9 @@ def record_usage(**amounts: float) -> None:
 
 
 def _check_amount(name: Any, amount: Any) -> float:
-    if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= amount < math.inf:
+    if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= float(amount) < math.inf:
         raise ValueError(f"usage {name!r} must be a finite number >= 0, got {amount!r}")
-    return amount
+    return cast(float, amount)  # kept as given (an int stays an int in the totals)
 
 
 def _fmt_amount(amount: float) -> str:

@@ -37,7 +37,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, List, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller, check_batching
@@ -117,7 +117,7 @@ class AsyncWaitOperator:
         self._identify = identify
         self._journal = journal
         #: identity -> the elements waiting for the call of the first one in flight (journal only)
-        self._sharing: Optional[dict] = {} if journal is not None else None
+        self._sharing: Optional[dict[str, list[Call]]] = {} if journal is not None else None
         self._output = output
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
@@ -133,8 +133,8 @@ class AsyncWaitOperator:
         self._closed = False
         self._emitting = False
         self._emit_due = False
-        self._space_waiter: Optional[asyncio.Future] = None
-        self._idle_waiter: Optional[asyncio.Future] = None
+        self._space_waiter: Optional[asyncio.Future[None]] = None
+        self._idle_waiter: Optional[asyncio.Future[None]] = None
         self._room_listener: Optional[Callable[[], None]] = None
         #: elements whose call is not over yet
         self.inflight = 0
@@ -157,7 +157,7 @@ class AsyncWaitOperator:
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
         if self.timeout is not None:
             expired = self._caller.time_out if self._sharing is None else self._expired
-            self._deadlines = Deadlines(loop, self.timeout, self._queue.pending, expired)
+            self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
@@ -353,14 +353,15 @@ class AsyncWaitOperator:
         """Journal mode: record the outcome of ``call``'s own call (not a timeout handler's results,
         not a budget refusal: neither is what the service answered), then hand it to the elements
         that shared the call."""
-        identity = call.identity
+        identity, journal, sharing = call.identity, self._journal, self._sharing
+        assert identity is not None and journal is not None and sharing is not None  # journal mode
         if what != TIMEOUT_RESULTS and not isinstance(error, (BudgetExhausted, asyncio.CancelledError)):
             try:
-                self._journal.record(identity, results, error)  # type: ignore[union-attr,arg-type]
+                journal.record(identity, results, error)
             except Exception as exc:
                 self.fail(call.value, exc, "journal")
                 return
-        for other in self._sharing.pop(identity, ()):  # type: ignore[union-attr]
+        for other in sharing.pop(identity, ()):
             self._call_over(other, results, error, SHARED)
 
     def fail(self, value: Any, exc: BaseException, what: str = "async call") -> None:
@@ -371,13 +372,18 @@ class AsyncWaitOperator:
         self._abandon()
         self._wake_all()
 
-    def _abandon(self) -> List[asyncio.Task]:
+    def _running_calls(self) -> Iterator[Call]:
+        """The queue's pending entries: all Calls (this operator adds only Calls; a watermark's
+        entry is born done), which the queue, holding any ResultFuture, cannot say."""
+        return cast("Iterator[Call]", self._queue.pending())
+
+    def _abandon(self) -> List[asyncio.Task[Any]]:
         """Stop every running call (failure or close); returns their tasks."""
         self._caller.stopped = True
         if self._deadlines is not None:
             self._deadlines.stop()
-        running = [call.task for call in self._queue.pending()
-                   if call.task is not None and not call.task.done()]  # type: ignore[attr-defined]
+        running = [call.task for call in self._running_calls()
+                   if call.task is not None and not call.task.done()]
         for task in running:
             task.cancel()
         return running

@@ -36,7 +36,7 @@ Example::
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Optional, Protocol, Union, cast, runtime_checkable
 
 from .token_bucket import (Clock, CostFunction, TokenBucket, check_burst, check_cost, check_per,
                            check_rate, default_burst)
@@ -68,6 +68,10 @@ class RateLimit:
     """
 
     __slots__ = ("rate", "per", "burst", "cost")
+    rate: float
+    per: float
+    burst: int
+    cost: Optional[CostFunction]
 
     def __init__(self, rate: float, *, per: float = 1.0, burst: Optional[int] = None,
                  cost: Optional[CostFunction] = None):
@@ -83,7 +87,7 @@ class RateLimit:
         return self.rate / self.per
 
     @classmethod
-    def coerce(cls, value: Any) -> Any:
+    def coerce(cls, value: Any) -> Union[RateLimit, AnyLimiter, None]:
         """What the entry points do with ``rate_limit=``.
 
         A number -> ``RateLimit(number)``; a :class:`RateLimit` -> itself; ``None`` -> ``None``;
@@ -94,10 +98,10 @@ class RateLimit:
         if value is None or isinstance(value, cls):
             return value
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return cls(value)
+            return cls(float(value))
         if not isinstance(value, type) and (callable(getattr(value, "reserve", None))
                                             or callable(getattr(value, "acquire", None))):
-            return value
+            return cast("AnyLimiter", value)  # duck-typed: it has reserve() or acquire()
         raise TypeError(
             "rate_limit must be a number of calls per second (e.g. rate_limit=50), "
             "aiospark.RateLimit(rate, per=..., burst=..., cost=...), a shared limiter such as "

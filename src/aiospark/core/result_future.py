@@ -68,11 +68,12 @@ class ResultFuture:
         element = self.element
         if type(element) is Watermark:
             return [element]
-        results = self._results
-        if len(results) == 1:  # type: ignore[arg-type]
-            return [_new(Record, (results[0], element[1]))]  # type: ignore[index]
+        results: List[Any] = self._results  # type: ignore[assignment]  # a list once done without an exception
+        if len(results) == 1:
+            # element[1]: a Record's timestamp (not a Watermark: returned above), faster than .timestamp
+            return [_new(Record, (results[0], element[1]))]  # type: ignore[misc]
         ts = element.timestamp
-        return [_new(Record, (r, ts)) for r in results]  # type: ignore[union-attr]
+        return [_new(Record, (r, ts)) for r in results]
 
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"

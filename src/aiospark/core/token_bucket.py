@@ -32,22 +32,22 @@ def check_rate(rate: Any, what: str = "rate") -> float:
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
         raise TypeError(f"{what} must be a number of calls per second, or of cost units per `per` "
                         f"seconds (e.g. 50, 0.5, or 90_000 with per=60), got {rate!r}")
-    rate = float(rate)
-    if not (rate > 0) or math.isinf(rate):
+    value = float(rate)
+    if not (value > 0) or math.isinf(value):
         raise ValueError(f"{what} must be a finite number of calls per second (or of cost units per "
-                         f"`per` seconds) > 0, got {rate!r}")
-    return rate
+                         f"`per` seconds) > 0, got {value!r}")
+    return value
 
 
 def check_per(per: Any) -> float:
     """``per`` (the window ``rate`` is counted over) as a float of seconds > 0."""
     if isinstance(per, bool) or not isinstance(per, numbers.Real):
         raise TypeError(f"per must be a number of seconds (e.g. per=60 for a limit per minute), got {per!r}")
-    per = float(per)
-    if not (per > 0) or math.isinf(per):
+    seconds = float(per)
+    if not (seconds > 0) or math.isinf(seconds):
         raise ValueError(f"per must be a finite number of seconds > 0 (e.g. per=60 for a limit per "
-                         f"minute), got {per!r}")
-    return per
+                         f"minute), got {seconds!r}")
+    return seconds
 
 
 def default_burst(rate: float) -> int:
@@ -171,12 +171,12 @@ class TokenBucket:
             if not self.paused_for():
                 return total
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         clock = self._clock
         return {"rate": self.rate, "burst": self.burst, "cost": self.cost,
                 "clock": None if clock is time.monotonic else clock}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["rate"], state["burst"], clock=state["clock"],  # type: ignore[misc]
                       cost=state.get("cost"))
 
