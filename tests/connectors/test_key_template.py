@@ -1,7 +1,7 @@
 """KeyTemplate: the templates of keys (Redis keys, HTTP URLs) render as ``str.format`` would."""
 import pytest
 
-from aiospark.connectors._common import KeyTemplate
+from aiospark.connectors.keys import KeyTemplate
 
 
 @pytest.mark.parametrize("template, key", [

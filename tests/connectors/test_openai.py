@@ -20,7 +20,7 @@ from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
 from aiospark.connectors import openai_base
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
-from aiospark.connectors.shared import SHARED
+from aiospark.connectors.clients import SHARED
 from aiospark.lookup import LookupCache
 from tests.support.openai_server import OpenAIServer, answer, tokens, vector
 

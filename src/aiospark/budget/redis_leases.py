@@ -70,7 +70,7 @@ class RedisLeases:
     def __init__(self, url: str, password: Optional[Any], username: Optional[str], *, key: str, limit: float,
                  where: str = ""):
         self._url = url                  # without credentials
-        self._password = password        # a connectors._common.Secret, or None
+        self._password = password        # a connectors.secrets.Secret, or None
         self._username = username
         self.key = key
         self.limit = limit

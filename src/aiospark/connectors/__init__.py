@@ -24,7 +24,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ._common import ConnectorError, ConnectorTimeout, Secret, is_retryable
+from .errors import ConnectorError, ConnectorTimeout, is_retryable
+from .secrets import Secret
 
 __all__ = ["ConnectorError", "ConnectorTimeout", "HttpClient", "HttpLookup", "HttpStatusError",
            "PostgresLookup", "RedisLookup", "Secret", "is_retryable"]

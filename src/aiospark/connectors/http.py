@@ -40,7 +40,7 @@ carry (bytes that are not UTF-8, NaN) is a miss. Every secret (token, basic-auth
 values, URL userinfo) is scrubbed from messages, response bodies included
 (:mod:`aiospark.connectors.redaction`). The transport (a bounded connection pool) is
 shared by every ``HttpLookup`` of one configuration in the process
-(:mod:`aiospark.connectors.shared`).
+(:mod:`aiospark.connectors.clients`).
 
 Transport (``transport=``): ``"auto"`` (default) sends with pyreqwest, a Rust client about twice
 as fast as aiohttp, when it is installed, else with aiohttp (logged once); ``"pyreqwest"`` or
@@ -61,14 +61,16 @@ from urllib.parse import urlsplit
 from ..lookup import keys as keyconv
 from ..lookup.schema import parse_schema
 from ..lookup.source import LookupSource
-from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, Secret, check_key,
-                      check_positive, has_null, resolve_secret)
+from .checks import check_positive
+from .errors import ConnectorError, ConnectorTimeout
+from .keys import KeyTemplate, check_key, has_null
+from .secrets import Secret, resolve_secret
 from .http_request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
 from .http_response import HttpStatusError, JsonRows, parse_retry_after, status_error
 from .http_transport import (Answer, TransportFailure, check_transport, dumps, loads, new_transport,
                              resolve_transport)
 from .redaction import Redactor, scrubbed
-from .shared import SHARED, config_key
+from .clients import SHARED, config_key
 
 __all__ = ["HttpLookup", "HttpStatusError", "parse_retry_after"]
 

@@ -34,7 +34,9 @@ import threading
 import weakref
 from typing import Any, Mapping
 
-from ._common import ConnectorError, ConnectorTimeout, Secret, check_positive
+from .checks import check_positive
+from .errors import ConnectorError, ConnectorTimeout
+from .secrets import Secret
 from .http_request import PLAIN_HEADERS
 from .http_response import status_error
 from .http_transport import Transport, TransportFailure, check_transport, dumps, loads, new_transport

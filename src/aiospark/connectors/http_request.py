@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..lookup import keys as keyconv
-from ._common import Secret
+from .secrets import Secret
 
 #: Query parameter names whose values ``repr`` masks (they usually hold credentials)
 _SECRETISH = ("key", "token", "secret", "pass", "auth", "sig", "credential")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from ..lookup.schema import RowMapper
-from ._common import ConnectorError
+from .errors import ConnectorError
 from .http_request import composite_key_text, key_text
 from .redaction import Redactor
 

@@ -33,7 +33,7 @@ Example::
 Details (also in docs/design.md, "OpenAI-compatible connector"):
 
 * Transport: aiohttp by default; ``client="openai"`` uses the official SDK (``pip install openai``).
-  One client per worker process and configuration (:mod:`aiospark.connectors.shared`).
+  One client per worker process and configuration (:mod:`aiospark.connectors.clients`).
 * Embeddings batching: rows are grouped into one request with ``input=[...]`` of up to
   ``batch_size`` texts, sent when full or ``batch_delay`` seconds after its first text (an
   :class:`aiospark.lookup.Lookuper` over the endpoint). Equal texts in flight share one slot;

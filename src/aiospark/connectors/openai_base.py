@@ -21,11 +21,13 @@ from ..core.function import AsyncFunction
 from ..core.metrics import record_usage
 from ..core.ratelimit import RateLimit
 from ..core.retry import RetryStrategy
-from ._common import ConnectorError, Secret, check_positive, is_retryable, resolve_secret, short
+from .checks import check_positive
+from .errors import ConnectorError, is_retryable
+from .redaction import Redactor, scrubbed, short
+from .secrets import Secret, resolve_secret
 from .http_response import HttpStatusError
 from .openai_pacing import Pacer
 from .openai_transport import CLIENTS, Transport, open_transport
-from .redaction import Redactor, scrubbed
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
 

@@ -14,7 +14,9 @@ import json
 import numbers
 from typing import Any, Mapping
 
-from ._common import ConnectorError, Secret, check_positive
+from .checks import check_positive
+from .errors import ConnectorError
+from .secrets import Secret
 from .openai_base import OpenAIFunction, estimate_tokens
 
 #: how much of a bad structured answer its error shows

@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 from ..lookup.cache import LookupCache
 from ..lookup.lookuper import Lookuper
 from ..lookup.source import LookupSource
-from ._common import Secret, check_positive
+from .checks import check_positive
+from .secrets import Secret
 from .http_response import HttpStatusError
 from .openai_base import OpenAIFunction, estimate_tokens
 

@@ -10,7 +10,7 @@ both raise the same errors, already scrubbed of the API key:
 * cannot connect / connection dropped -> retryable :class:`~aiospark.connectors.ConnectorError`;
 * a 2xx answer that is not a JSON object -> non-retryable :class:`ConnectorError`.
 
-One client per process, event loop and configuration (:mod:`aiospark.connectors.shared`): every
+One client per process, event loop and configuration (:mod:`aiospark.connectors.clients`): every
 task of a Spark worker shares it. Retries are never made here (the SDK's ``max_retries`` is 0):
 they are the entry points' ``retry=`` job, which honours ``retry_after``.
 
@@ -34,10 +34,11 @@ import asyncio
 import json
 from typing import Any, Callable, Mapping
 
-from ._common import ConnectorError, ConnectorTimeout, Secret, short
+from .errors import ConnectorError, ConnectorTimeout
+from .redaction import Redactor, short
+from .secrets import Secret
 from .http_response import HttpStatusError, parse_retry_after, status_error
-from .redaction import Redactor
-from .shared import SHARED, config_key
+from .clients import SHARED, config_key
 
 __all__ = ["Transport", "open_transport", "retry_after_of"]
 

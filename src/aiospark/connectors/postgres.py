@@ -33,7 +33,7 @@ rows, each failing key its own error. Other errors (connection, timeout, authent
 table, a permission) fail the whole batch at once: looking each key up again would fail alike.
 
 The pool is shared by every ``PostgresLookup`` of one configuration in the process (and event
-loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospark.connectors.shared`.
+loop), bounded by ``pool_size``, and closed with its last user: see :mod:`aiospark.connectors.clients`.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from ..lookup import keys as keyconv
 from ..lookup.schema import parse_schema
 from ..lookup.source import LookupSource
-from ._common import (ConnectorError, ConnectorTimeout, Secret, check_key, check_positive,
-                      has_null, resolve_secret, short)
+from .checks import check_positive
+from .errors import ConnectorError, ConnectorTimeout
+from .keys import check_key, has_null
+from .redaction import Redactor, scrubbed, short
+from .secrets import Secret, resolve_secret
 from .postgres_keys import key_converter
-from .redaction import Redactor, scrubbed
-from .shared import SHARED, config_key
+from .clients import SHARED, config_key
 
 __all__ = ["PostgresLookup", "quote_ident"]
 

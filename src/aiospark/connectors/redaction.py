@@ -22,9 +22,10 @@ import json
 from typing import Any, Awaitable, Callable, TypeVar
 from urllib.parse import quote, quote_plus
 
-from ._common import ConnectorError, Secret
+from .errors import ConnectorError
+from .secrets import Secret
 
-__all__ = ["Redactor", "scrubbed"]
+__all__ = ["Redactor", "redact", "scrubbed", "short"]
 
 MASK = "***"
 #: Bodies and messages are scrubbed whole, up to this many characters, and only then cut short
@@ -148,3 +149,20 @@ def scrubbed(method: F) -> F:
 
     return wrapper  # type: ignore[return-value]
 
+
+def redact(text: str, *secrets: Secret | None) -> str:
+    """Replace every secret value (and its URL-encoded form) in ``text`` by ``***``."""
+    for s in secrets:
+        if s:
+            raw = s.reveal()
+            for form in {raw, quote(raw, safe=""), quote(raw)}:
+                if form:
+                    text = text.replace(form, "***")
+    return text
+
+
+def short(exc: BaseException, *secrets: Secret | None, limit: int = 300) -> str:
+    """``"TypeName: message"`` of an exception, redacted and truncated."""
+    msg = redact(str(exc), *secrets).strip()
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

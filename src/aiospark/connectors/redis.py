@@ -32,7 +32,7 @@ convert to the schema's type is that key's error.
 Batches are per key: a key whose command fails (``WRONGTYPE``) or whose stored value does not fit
 the schema gets its own error; the other keys of the batch are unaffected. The client (a bounded
 connection pool) is shared by every ``RedisLookup`` of one configuration in the process:
-see :mod:`aiospark.connectors.shared`.
+see :mod:`aiospark.connectors.clients`.
 The password comes from ``password=``, the URL, or ``$REDIS_PASSWORD``
 (``password_env``), and is never shown in ``repr`` or errors.
 Note: ``MGET`` needs all keys in one slot on Redis Cluster (not supported here).
@@ -47,11 +47,13 @@ from typing import Any, Sequence
 from ..lookup import keys as keyconv
 from ..lookup.schema import RowMapper, parse_schema
 from ..lookup.source import LookupSource
-from ._common import (ConnectorError, ConnectorTimeout, KeyTemplate, check_key,
-                      check_positive, has_null, resolve_secret, short)
-from .redaction import Redactor, scrubbed
+from .checks import check_positive
+from .errors import ConnectorError, ConnectorTimeout
+from .keys import KeyTemplate, check_key, has_null
+from .redaction import Redactor, scrubbed, short
+from .secrets import resolve_secret
 from .redis_url import parse_url
-from .shared import SHARED, config_key
+from .clients import SHARED, config_key
 
 __all__ = ["RedisLookup"]
 

@@ -62,7 +62,9 @@ from collections import deque
 from typing import Any, Callable, Deque, Optional, Sequence, Tuple
 
 from ..core.ratelimit import check_burst, check_cost, check_per, check_rate
-from ._common import ConnectorError, check_positive, resolve_secret
+from .checks import check_positive
+from .errors import ConnectorError
+from .secrets import resolve_secret
 from .redis_ratelimit_local import LocalCallers
 from .redis_ratelimit_script import GCRA_SCRIPT, Reservation, ScheduleConnection
 from .redis_url import parse_url

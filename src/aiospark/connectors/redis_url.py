@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from ._common import Secret
+from .secrets import Secret
 
 __all__ = ["parse_url"]
 

@@ -65,7 +65,7 @@ class Budget:
         self._redis: Optional[Tuple[str, Any, Optional[str], str, str]] = None
         self._ledger: Optional[Ledger] = None
         if redis is not None:
-            from ..connectors._common import resolve_secret
+            from ..connectors.secrets import resolve_secret
             from ..connectors.redis_url import parse_url
 
             if name is None:
