@@ -89,7 +89,7 @@ async def bare(client: str, base: str, rows: int, concurrency: int) -> float:
                 await (await s.get(f"{base}/item/{i}").build().send()).json()
             await _window(send, min(rows, 1000), concurrency)
             return await _window(send, rows, concurrency)
-    from aiospark.connectors.http_client import HttpClient
+    from aiospark.connectors.http import HttpClient
     async with HttpClient(max_connections=concurrency) as c:
         async def send(i: int) -> None:
             (await c.get(f"{base}/item/{i}")).json()
@@ -127,7 +127,7 @@ def child_spark(args: argparse.Namespace) -> None:
     """In a fresh process (the worker loop is chosen when the Python workers start)."""
     import aiospark
     from aiospark.connectors import HttpLookup
-    from aiospark.connectors.http_client import http_client
+    from aiospark.connectors.http import http_client
 
     spark = aiospark.local_session("local[2]", conf={"spark.executorEnv.AIOSPARK_LOOP": args.loop})
     base, c = args.base, args.concurrency

@@ -14,8 +14,8 @@ import tempfile
 import pytest
 
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpLookup, HttpStatusError
-from aiospark.connectors.http_client import HttpClient, http_client
-from aiospark.connectors.http_transport import resolve_transport
+from aiospark.connectors.http import HttpClient, http_client
+from aiospark.connectors.http.transports import resolve_transport
 
 from . import test_http_lookup as lookup_suite
 
@@ -109,7 +109,7 @@ def test_keep_alive_and_connection_bound(transport):
 def test_pyreqwest_hands_the_gil_over_once_per_loop_iteration_with_responses(monkeypatch):
     """The loop thread sleeps (letting pyreqwest's thread take the GIL) once per loop iteration in
     which responses arrived, never once per response, and not at all while none arrive."""
-    hp = pytest.importorskip("aiospark.connectors.http_pyreqwest")
+    hp = pytest.importorskip("aiospark.connectors.http._pyreqwest")
     slept = []
     monkeypatch.setattr(hp, "time", type("Clock", (), {"sleep": staticmethod(slept.append)}))
 
@@ -142,7 +142,7 @@ def test_pyreqwest_hands_the_gil_over_once_per_loop_iteration_with_responses(mon
 
 def test_no_hand_over_where_sleeps_are_coarse(monkeypatch):
     """HAND_OVER_SECONDS is 0 on Windows (a sleep lasts a millisecond or more there): no sleeps."""
-    hp = pytest.importorskip("aiospark.connectors.http_pyreqwest")
+    hp = pytest.importorskip("aiospark.connectors.http._pyreqwest")
     slept = []
     monkeypatch.setattr(hp, "time", type("Clock", (), {"sleep": staticmethod(slept.append)}))
     monkeypatch.setattr(hp, "HAND_OVER_SECONDS", 0.0)
@@ -326,7 +326,7 @@ import asyncio, logging, sys
 sys.modules["pyreqwest"] = None
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from aiospark.connectors import HttpLookup
-from aiospark.connectors.http_transport import resolve_transport
+from aiospark.connectors.http.transports import resolve_transport
 async def main():
     src = HttpLookup({http_server.base!r} + "/item/{{id}}", "name STRING")
     await src.open()

@@ -2,7 +2,7 @@
 
 * :class:`HttpLookup` -- JSON over HTTP (``GET /item/{id}``, optional batch POST), sent with
   pyreqwest when installed (Python 3.11+), else aiohttp;
-  :func:`aiospark.connectors.http_client.http_client` gives your own ``async def`` the same
+  :func:`aiospark.connectors.http.http_client` gives your own ``async def`` the same
   transport.
 * :class:`RedisLookup` -- redis.asyncio, hashes / strings / JSON strings (MGET, pipelines).
 * :class:`PostgresLookup` -- asyncpg pool, parameterised ``SELECT`` (``= ANY`` / ``unnest``).
@@ -31,7 +31,7 @@ __all__ = ["ConnectorError", "ConnectorTimeout", "HttpClient", "HttpLookup", "Ht
            "PostgresLookup", "RedisLookup", "Secret", "is_retryable"]
 
 _LAZY = {"HttpLookup": "http", "HttpStatusError": "http", "RedisLookup": "redis",
-         "PostgresLookup": "postgres", "HttpClient": "http_client"}
+         "PostgresLookup": "postgres", "HttpClient": "http"}
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,7 @@ from .checks import check_positive
 from .errors import ConnectorError, is_retryable
 from .redaction import Redactor, scrubbed, short
 from .secrets import Secret, resolve_secret
-from .http_response import HttpStatusError
+from .http.response import HttpStatusError
 from .openai_pacing import Pacer
 from .openai_transport import CLIENTS, Transport, open_transport
 

@@ -18,7 +18,7 @@ from ..lookup.lookuper import Lookuper
 from ..lookup.source import LookupSource
 from .checks import check_positive
 from .secrets import Secret
-from .http_response import HttpStatusError
+from .http.response import HttpStatusError
 from .openai_base import OpenAIFunction, estimate_tokens
 
 __all__ = ["OpenAIEmbeddings"]

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from .errors import ConnectorError, ConnectorTimeout
 from .redaction import Redactor, short
 from .secrets import Secret
-from .http_response import HttpStatusError, parse_retry_after, status_error
+from .http.response import HttpStatusError, parse_retry_after, status_error
 from .clients import SHARED, config_key
 
 __all__ = ["Transport", "open_transport", "retry_after_of"]

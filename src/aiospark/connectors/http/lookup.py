@@ -44,10 +44,10 @@ shared by every ``HttpLookup`` of one configuration in the process
 
 Transport (``transport=``): ``"auto"`` (default) sends with pyreqwest, a Rust client about twice
 as fast as aiohttp, when it is installed, else with aiohttp (logged once); ``"pyreqwest"`` or
-``"aiohttp"`` pick one (:mod:`.http_transport`). JSON is decoded with orjson.
+``"aiohttp"`` pick one (:mod:`.transports`). JSON is decoded with orjson.
 
 This module holds the lookup itself (configuration, the shared session, sending, batch splitting);
-:mod:`.http_request` builds what is sent (URLs, keys, auth headers) and :mod:`.http_response`
+:mod:`.request` builds what is sent (URLs, keys, auth headers) and :mod:`.response`
 reads what comes back (status errors, JSON rows).
 """
 
@@ -58,21 +58,22 @@ import re
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from ..lookup import keys as keyconv
-from ..lookup.schema import parse_schema
-from ..lookup.source import LookupSource
-from .checks import check_positive
-from .errors import ConnectorError, ConnectorTimeout
-from .keys import KeyTemplate, check_key, has_null
-from .secrets import Secret, resolve_secret
-from .http_request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
-from .http_response import HttpStatusError, JsonRows, parse_retry_after, status_error
-from .http_transport import (Answer, TransportFailure, check_transport, dumps, loads, new_transport,
-                             resolve_transport)
-from .redaction import Redactor, scrubbed
-from .clients import SHARED, config_key
+from ...lookup import keys as keyconv
+from ...lookup.schema import parse_schema
+from ...lookup.source import LookupSource
+from ..checks import check_positive
+from ..errors import ConnectorError, ConnectorTimeout
+from ..keys import KeyTemplate, check_key, has_null
+from ..secrets import Secret, resolve_secret
+from .request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
+from .response import HttpStatusError, JsonRows, parse_retry_after, status_error
+from .codec import dumps, loads
+from .transport import Answer, TransportFailure
+from .transports import check_transport, new_transport, resolve_transport
+from ..redaction import Redactor, scrubbed
+from ..clients import SHARED, config_key
 
-__all__ = ["HttpLookup", "HttpStatusError", "parse_retry_after"]
+__all__ = ["HttpLookup"]
 
 #: The header of a request with a JSON body
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -100,10 +101,12 @@ class HttpLookup(LookupSource):
             holding it (read at construction, else at ``open()``).
         max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
         transport: ``"auto"`` (pyreqwest when installed, else aiohttp), ``"pyreqwest"`` or
-            ``"aiohttp"`` (see :mod:`aiospark.connectors.http_transport`).
+            ``"aiohttp"`` (see :mod:`aiospark.connectors.http.transports`).
         not_found: which 404 answers are misses: ``"json"`` (default: an empty or JSON body),
             ``"any"``, or ``"error"`` (the service says "no row" with 200 ``null``/``[]`` or 204).
     """
+
+    __module__ = "aiospark.connectors.http"  # its public home (reprs, pickles)
 
     #: the class default serves instances pickled before ``transport`` existed
     transport: str = "auto"
