@@ -4,6 +4,8 @@ Many calls in flight per Spark task, a bounded number of them, per-call timeouts
 ordered or unordered output. The core engine (``aiospark.core``) is pure asyncio; the Spark entry
 points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
+from typing import TYPE_CHECKING, Any
+
 from .core.adaptive import AdaptiveConcurrency
 from .core.deadlines import time_left
 from .core.durable import BudgetExhausted, idempotency_key
@@ -14,6 +16,16 @@ from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWa
                    Record, ResultFuture, RetryStrategy, UnorderedQueue, Watermark, retry_if_empty, retry_on)
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (nothing runs here)
+    from .journal import Journal
+    from .spark.budget import Budget
+    from .spark.lookup_join import lookup_join, lookup_udf
+    from .spark.metrics import Metrics
+    from .spark.schema import OutputSchemaError
+    from .spark.session import local_session
+    from .spark.udf import AsyncUDF, async_udf
+    from .spark.wait import ordered_wait, unordered_wait
 
 _SPARK_EXPORTS = {
     "ordered_wait": ("aiospark.spark.wait", "ordered_wait"),
@@ -30,7 +42,7 @@ _SPARK_EXPORTS = {
 }
 
 
-def __getattr__(name: str):  # Spark entry points load pyspark only when first used
+def __getattr__(name: str) -> Any:  # Spark entry points load pyspark only when first used
     target = _SPARK_EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'aiospark' has no attribute {name!r}")

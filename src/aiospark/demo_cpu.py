@@ -55,11 +55,11 @@ def cpu_snapshot(driver_pid: int, service_pid: int) -> Optional[Dict[str, float]
     if machine is None:
         return None
     procs = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            stat = _read_stat(pid)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _read_stat(name)
             if stat is not None:
-                procs[int(pid)] = stat
+                procs[int(name)] = stat
     children: Dict[int, list] = {}
     for pid, (ppid, _comm, _cpu) in procs.items():
         children.setdefault(ppid, []).append(pid)

@@ -18,8 +18,11 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # imported when a plan is made: the CLI's --help must not load the connectors
+    from .connectors import HttpLookup
 
 FORMATS = ("parquet", "csv", "json")
 EXTENSIONS = (("parquet", (".parquet", ".pq")), ("csv", (".csv",)), ("json", (".json", ".jsonl")))
@@ -42,7 +45,7 @@ class EnrichPlan:
     in_format: str
     out_format: str
     columns: Optional[List[str]]  # None: not knowable before Spark (remote input)
-    source: object  # the HttpLookup
+    source: HttpLookup
     added: List[str]  # schema columns the output gains (a schema column named like a key is the key)
 
 

@@ -23,7 +23,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Coroutine, Dict, Optional
+from typing import Any, Coroutine, Dict, NoReturn, Optional
 
 from ..core.errors import warn_blocking
 from .gc_policy import GcPolicy, threshold_from_env
@@ -254,11 +254,11 @@ def _close_before_os_exit() -> None:
     _patched_pid = os.getpid()
     real_exit = os._exit
 
-    def _exit(code: int) -> None:
+    def _exit(status: int) -> NoReturn:  # os._exit's own signature
         try:
             shutdown()
         finally:
-            real_exit(code)
+            real_exit(status)
 
     os._exit = _exit
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from typing import Any, Callable, List, Optional
+from typing import Any, Awaitable, Callable, List, Optional
 
 from ..core import AsyncFunction
 from .schema import OutputSchemaError
@@ -91,15 +91,16 @@ class OutputChecks:
         if isinstance(function, AsyncFunction):
             return _TaggedFunction(function, batch)
 
-        if batch:
-            async def call(values: List[Any]) -> Any:
-                results = await function(values)
-                if not isinstance(results, (list, tuple)) or len(results) != len(values):
-                    return results  # the operator reports the broken contract
-                return [_tag_one(v, r) for v, r in zip(values, results)]
-        else:
-            async def call(value: Any) -> Any:
-                return _tag_one(value, await function(value))
+        async def call_batch(values: List[Any]) -> Any:
+            results = await function(values)
+            if not isinstance(results, (list, tuple)) or len(results) != len(values):
+                return results  # the operator reports the broken contract
+            return [_tag_one(v, r) for v, r in zip(values, results)]
+
+        async def call_one(value: Any) -> Any:
+            return _tag_one(value, await function(value))
+
+        call: Callable[[Any], Awaitable[Any]] = call_batch if batch else call_one
 
         call.__qualname__ = getattr(function, "__qualname__", "function")  # errors name the user's function
         return call

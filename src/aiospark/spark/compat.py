@@ -11,12 +11,25 @@ Example::
 from __future__ import annotations
 
 import inspect
-from typing import Any, Tuple
+from typing import TYPE_CHECKING, Any, Tuple, TypeAlias, TypeVar, Union
 
 import pyspark
 from pyspark.sql.pandas.types import to_arrow_schema as _to_arrow_schema
 from pyspark.sql.pandas.types import to_arrow_type as _to_arrow_type
 from pyspark.sql.types import DataType, StructType
+
+if TYPE_CHECKING:
+    # For type checkers only: importing Spark Connect's module at run time loads grpc and checks its
+    # dependencies, which a classic session never needs.
+    from pyspark.sql import DataFrame as _DataFrame
+    from pyspark.sql.connect.dataframe import DataFrame as _ConnectDataFrame
+
+#: A DataFrame of a classic or a Spark Connect session, in the entry points' signatures. PySpark 4:
+#: ``pyspark.sql.DataFrame`` is the base class of both, so this is that one class; PySpark 3.5:
+#: Connect's DataFrame is a class of its own, not a ``pyspark.sql.DataFrame``.
+DataFrameLike: TypeAlias = Union["_DataFrame", "_ConnectDataFrame"]
+#: What ``ordered_wait(df, ...)`` and its kin return: the same kind of DataFrame they were given.
+DataFrameT = TypeVar("DataFrameT", "_DataFrame", "_ConnectDataFrame")
 
 def version_tuple(text: str) -> Tuple[int, int]:
     """``"4.1.0.dev1"`` -> ``(4, 1)``.

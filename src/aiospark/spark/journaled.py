@@ -153,7 +153,7 @@ def close_view(view: Optional[TaskView], failed: bool) -> None:
         pass
 
 
-def run_journaled(durable: Durable, view: Optional[TaskView], results: Iterator[Any]) -> Iterator[Any]:
+def run_journaled(durable: Optional[Durable], view: Optional[TaskView], results: Iterator[Any]) -> Iterator[Any]:
     """``results`` (a task's output generator), closing ``view`` when it ends, however it ends."""
     failed = True
     try:

@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from ..core import AsyncFunction, RetryStrategy
 from ..lookup import LookupCache, Lookuper, LookupSource
 from ..lookup.keys import UNSUPPORTED_KEY_TYPES
+from .compat import DataFrameLike, DataFrameT
 from .schema import parse_schema
 from .wait import OUTPUT_BATCH_ROWS, _wait
 
@@ -32,7 +33,7 @@ class _LookupJoin(AsyncFunction):
     """Looks each row up and joins what it finds; opened once per worker (shared cache)."""
 
     def __init__(self, source: LookupSource, on: List[str], columns: List[str], how: str,
-                 cache: Optional[LookupCache], batch: bool, names: Optional[List[str]] = None,
+                 cache: Optional[LookupCache], batch: bool, names: Sequence[str] = (),
                  pad_as_tuple: bool = False):
         self.lookuper = Lookuper(source, cache=cache, batch=batch)
         self.on = on
@@ -52,7 +53,7 @@ class _LookupJoin(AsyncFunction):
     async def close(self) -> None:
         await self.lookuper.close()
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: Dict[str, Any]) -> List[Any]:  # the joined dicts, or a padded tuple
         on = self.on
         key = (row[on[0]],) if len(on) == 1 else tuple([row[name] for name in on])
         found = await self.lookuper.lookup(key)  # [] for a NULL in the key, without a source call
@@ -118,7 +119,7 @@ def _source_retry(retry: Optional[RetryStrategy], columns: List[str], udf: bool 
                          _SourceRows(retry.result_predicate, columns, udf), retry.exception_predicate)
 
 
-def _check_key_types(df: Any, keys: List[str]) -> None:
+def _check_key_types(df: DataFrameLike, keys: List[str]) -> None:
     for name in keys:
         typ = df.schema[name].dataType.typeName()
         advice = UNSUPPORTED_KEY_TYPES.get(typ)
@@ -135,11 +136,11 @@ def _source_schema(session: Any, source: Any) -> StructType:
     return parse_schema(session, getattr(source, "schema", ""), what=f"{type(source).__name__}.schema")
 
 
-def lookup_join(df: Any, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
+def lookup_join(df: DataFrameT, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
                 cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
                 retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
                 on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None,
-                journal: Any = None, progress: Any = False) -> Any:
+                journal: Any = None, progress: Any = False) -> DataFrameT:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.

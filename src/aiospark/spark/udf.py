@@ -30,7 +30,7 @@ ON_ERROR = ("fail", "null")
 try:
     from pyspark.util import PythonEvalType
 except ImportError:  # PySpark 3.5 keeps it in pyspark.rdd
-    from pyspark.rdd import PythonEvalType  # type: ignore[no-redef]
+    from pyspark.rdd import PythonEvalType  # type: ignore[no-redef,import-not-found,unused-ignore]  # per version
 
 #: Arrow iterator UDFs (PySpark >= 4.1) hand Arrow arrays over as they are; older versions get a
 #: pandas iterator UDF (spark/udf_pandas.py), which also keeps calls in flight across batches.
@@ -114,7 +114,7 @@ class AsyncUDF:
     ``asNondeterministic``) so ``spark.udf.register(name, f)`` accepts it on classic and Connect.
     """
 
-    def __init__(self, function: Callable[..., Any], return_type: Union[str, DataType], options: CallOptions,
+    def __init__(self, function: Union[Callable[..., Any], AsyncFunction], return_type: Union[str, DataType], options: CallOptions,
                  on_error: str, deterministic: bool = True, name: Optional[str] = None):
         self._function = function
         self._return_type = return_type
@@ -244,7 +244,7 @@ def _pandas_runner() -> type:
     return PandasUdfRunner
 
 
-def _arity(function: Callable[..., Any]) -> Optional[int]:
+def _arity(function: Union[Callable[..., Any], AsyncFunction]) -> Optional[int]:
     if isinstance(function, AsyncFunction):
         return None
     try:
@@ -339,7 +339,8 @@ def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 6
                             ["<arguments>"], [])))
         if isinstance(function, OneValue):
             return made
-        return functools.update_wrapper(made, function, updated=())
+        functools.update_wrapper(made, function, updated=())  # the UDF takes the function's name and doc
+        return made
 
     # validate the shared options now, before any function is seen
     CallOptions.create(_probe, ordered=True, timeout=timeout, capacity=capacity, retry=retry,

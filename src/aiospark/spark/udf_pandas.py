@@ -70,7 +70,7 @@ def series_values(data: Any) -> List[Any]:
 class PandasUdfRunner(_UdfRunner):
     """The picklable function each task runs: iterator of pandas Series in, iterator of Series out."""
 
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:  # type: ignore[override]
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         pa_type = arrow_type(self.return_type)
         wrap_single = self.arity != 1 and not isinstance(self.options.function, AsyncFunction)
 

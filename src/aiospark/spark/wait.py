@@ -21,7 +21,9 @@ from .metrics import Metrics, task_reporter
 from ..progress import check_progress, watch
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks, _Call as _OutputsOf
+from .compat import DataFrameLike, DataFrameT
 from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
+from ..journal import TaskView
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -82,7 +84,8 @@ class _PartitionRunner:
 
         gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
         durable = self.durable
-        identify, view = (durable.identify(), None) if durable is not None else (None, None)
+        view: Optional[TaskView] = None
+        identify = durable.identify() if durable is not None else None
         if durable is not None and durable.bound is not None:
             if checks is not None:  # outputs are tagged with their input: stored untagged, tagged again
                 identify = Stash(durable.of)
@@ -140,7 +143,7 @@ def _retagger(stash: Stash) -> Callable[[Any], Any]:
     return retag
 
 
-def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
+def _wait(df: DataFrameLike, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
           retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
           name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
@@ -180,19 +183,20 @@ def _wait(df: Any, function: Any, schema: Union[str, StructType], ordered: bool,
     runner.check_schema = declared
     runner.durable = Durable.prepare(journal, df, name, function, out_schema.simpleString())
     out = df.mapInArrow(runner, out_schema)
-    out.aiospark_metrics = options.metrics  # read after the action: print(out.aiospark_metrics)
+    # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
+    out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]
     watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget,
           session=df.sparkSession)
     return out
 
 
-def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
+def ordered_wait(df: DataFrameT, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
                  capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                  rate_limit: Any = None, metrics: Optional[Metrics] = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
                  batch_delay: float = 0.01, budget: Optional[Budget] = None, journal: Any = None,
-                 progress: Any = False) -> Any:
+                 progress: Any = False) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -238,13 +242,13 @@ def ordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, time
                  budget=budget, journal=journal, progress=progress)
 
 
-def unordered_wait(df: Any, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
+def unordered_wait(df: DataFrameT, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
                    capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
                    rate_limit: Any = None, metrics: Optional[Metrics] = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
                    batch_delay: float = 0.01, key: Union[str, List[str], None] = None,
-                   budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> Any:
+                   budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
