@@ -12,7 +12,7 @@ import cloudpickle
 import pytest
 
 from aiospark.connectors import ConnectorError
-from aiospark.connectors.redis_ratelimit import GCRA_SCRIPT, RedisRateLimit, Reservation
+from aiospark.connectors.redis.ratelimit import GCRA_SCRIPT, RedisRateLimit, Reservation
 from aiospark.core.ratelimit import AsyncLimiter, Limiter, RateLimit, make_limiter
 from tests.support.servers import RedisServer, free_port
 

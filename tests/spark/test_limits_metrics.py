@@ -11,7 +11,7 @@ import pytest
 import aiospark
 from aiospark import Metrics, RateLimit, RetryStrategy, retry_on
 from aiospark.connectors import is_retryable
-from aiospark.connectors.redis_ratelimit import RedisRateLimit
+from aiospark.connectors.redis import RedisRateLimit
 from tests.support.servers import RedisServer
 from tests.support.service import FaultService, ServiceConfig
 from tests.support.fetch import Fetch

@@ -1,41 +1,5 @@
-"""The URL of a Redis server, parsed once for every Redis connector: credentials taken out.
+"""Deprecated: moved to :mod:`aiospark.connectors.redis.url`."""
 
-Example::
+from ._moved import alias
 
-    clean, where, user, password = parse_url("redis://:s3cret@127.0.0.1:6379/0")
-    # clean == "redis://127.0.0.1:6379/0", where == "127.0.0.1:6379/0", password.reveal() == "s3cret"
-"""
-from __future__ import annotations
-
-from typing import Any, Optional, Tuple
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
-
-from .secrets import Secret
-
-__all__ = ["parse_url"]
-
-
-def parse_url(url: Any) -> Tuple[str, str, Optional[Secret], Optional[Secret]]:
-    """``(url without credentials, "host:port/db" for messages, username, password)``."""
-    if not isinstance(url, str):
-        raise ValueError(f"url must be a string like 'redis://127.0.0.1:6379/0', got {url!r}")
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"url must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
-    user = Secret(unquote(parts.username)) if parts.username else None
-    pw = Secret(unquote(parts.password)) if parts.password else None
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    for k, v in query:
-        if k == "password":
-            pw = Secret(v)
-    query = [(k, v) for k, v in query if k != "password"]
-    clean = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1], query=urlencode(query)))
-    if parts.scheme == "unix":
-        where = parts.path or "?"
-    else:
-        try:
-            port = parts.port or 6379
-        except ValueError:
-            raise ValueError("url has an invalid port") from None
-        where = f"{parts.hostname or '127.0.0.1'}:{port}/{parts.path.strip('/') or '0'}"
-    return clean, where, user, pw
+__getattr__, __dir__ = alias(__name__, "aiospark.connectors.redis.url")

@@ -13,7 +13,7 @@ Flink's Async I/O has no rate limit (FLINK-28487); aiospark adds one. The pieces
   ``per/rate`` apart.
 * :class:`Limiter` / :class:`AsyncLimiter` -- the two shapes a limiter can have. A synchronous
   limiter has ``reserve(cost) -> float``; an asynchronous or shared one (e.g.
-  :class:`aiospark.connectors.redis_ratelimit.RedisRateLimit`, one limit for a whole cluster)
+  :class:`aiospark.connectors.redis.RedisRateLimit`, one limit for a whole cluster)
   has ``async acquire(cost)``. Both have ``cost`` (the cost function or ``None``) and
   ``pause(seconds)`` (a ``Retry-After``: start nothing for that long). :func:`make_limiter`
   turns whatever the user passed into one of them. The caller computes each call's cost with

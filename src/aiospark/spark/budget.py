@@ -66,7 +66,7 @@ class Budget:
         self._ledger: Optional[Ledger] = None
         if redis is not None:
             from ..connectors.secrets import resolve_secret
-            from ..connectors.redis_url import parse_url
+            from ..connectors.redis.url import parse_url
 
             if name is None:
                 raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "

@@ -44,16 +44,16 @@ import asyncio
 import json
 from typing import Any, Sequence
 
-from ..lookup import keys as keyconv
-from ..lookup.schema import RowMapper, parse_schema
-from ..lookup.source import LookupSource
-from .checks import check_positive
-from .errors import ConnectorError, ConnectorTimeout
-from .keys import KeyTemplate, check_key, has_null
-from .redaction import Redactor, scrubbed, short
-from .secrets import resolve_secret
-from .redis_url import parse_url
-from .clients import SHARED, config_key
+from ...lookup import keys as keyconv
+from ...lookup.schema import RowMapper, parse_schema
+from ...lookup.source import LookupSource
+from ..checks import check_positive
+from ..errors import ConnectorError, ConnectorTimeout
+from ..keys import KeyTemplate, check_key, has_null
+from ..redaction import Redactor, scrubbed, short
+from ..secrets import resolve_secret
+from .url import parse_url
+from ..clients import SHARED, config_key
 
 __all__ = ["RedisLookup"]
 
@@ -99,6 +99,8 @@ class RedisLookup(LookupSource):
         timeout: connect/read timeout in seconds.
         max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
     """
+
+    __module__ = "aiospark.connectors.redis"  # its public home (reprs, pickles)
 
     supports_batch = True
 
