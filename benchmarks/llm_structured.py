@@ -43,8 +43,8 @@ def gather_side(df, base_url: str, capacity: int, retries: int):
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from aiospark.connectors.openai_schema import json_schema as to_json_schema
-    from aiospark.connectors.openai_schema import response_struct  # the same strict schema as aiospark's
+    from aiospark.connectors.openai.schema import json_schema as to_json_schema
+    from aiospark.connectors.openai.schema import response_struct  # the same strict schema as aiospark's
 
     struct, _ = response_struct(DDL)
     out_schema = StructType(df.schema.fields + [StructType.fromDDL(f"answer STRUCT<{DDL}>").fields[0]])

@@ -18,7 +18,7 @@ import pytest
 
 from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
-from aiospark.connectors import openai_base
+from aiospark.connectors.openai import function as openai_base
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
 from aiospark.connectors.clients import SHARED
 from aiospark.lookup import LookupCache
@@ -391,7 +391,7 @@ def test_tiktoken_that_cannot_load_its_encoding_falls_back_and_says_so_once(tmp_
     # empty cache it cannot: the estimates stay characters / 4 and one warning says why
     pytest.importorskip("tiktoken")
     code = ("import asyncio, logging; logging.basicConfig(level=logging.WARNING)\n"
-            "from aiospark.connectors import openai_base as b\n"
+            "from aiospark.connectors.openai import function as b\n"
             "print('LOADED', asyncio.run(b.load_tokenizer(20)), asyncio.run(b.load_tokenizer(20)))\n"
             "print('ESTIMATE', b.estimate_tokens('x' * 40))\n")
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "TIKTOKEN_CACHE_DIR": str(tmp_path),
@@ -403,7 +403,7 @@ def test_tiktoken_that_cannot_load_its_encoding_falls_back_and_says_so_once(tmp_
 
 
 def test_retry_after_ms_wins_and_a_malformed_one_falls_back_to_retry_after():
-    from aiospark.connectors.openai_transport import retry_after_of
+    from aiospark.connectors.openai.transport import retry_after_of
 
     assert retry_after_of({"retry-after-ms": "250", "Retry-After": "2"}) == 0.25
     assert retry_after_of({"retry-after-ms": "soon", "Retry-After": "2"}) == 2.0

@@ -1,4 +1,4 @@
-"""Pacing by the endpoint's ``x-ratelimit-*`` headers (aiospark.connectors.openai_pacing).
+"""Pacing by the endpoint's ``x-ratelimit-*`` headers (aiospark.connectors.openai.pacing).
 
 The parsing and the pacing arithmetic run on a controllable clock; the functions run against the
 real test server (tests/support/openai_server.py), which enforces a token bucket and advertises it
@@ -16,7 +16,7 @@ from multidict import CIMultiDict
 from aiospark import AsyncWaitOperator
 from aiospark.connectors import HttpStatusError
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry
-from aiospark.connectors.openai_pacing import Pacer, parse_duration, read_limits
+from aiospark.connectors.openai.pacing import Pacer, parse_duration, read_limits
 from tests.support.openai_server import OpenAIServer, answer
 
 CLIENTS = ["aiohttp", "openai"]

@@ -23,7 +23,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, Dat
 from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, is_retryable
 from aiospark.connectors.openai import OpenAIChat, default_retry
-from aiospark.connectors.openai_schema import json_schema, read_answer
+from aiospark.connectors.openai.schema import json_schema, read_answer
 from tests.support.openai_server import OpenAIServer
 from tests.support.openai_structured import sample, strict_problem, structured_answer
 

@@ -51,16 +51,24 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
 * Errors: 429/5xx are retryable :class:`~aiospark.connectors.HttpStatusError` with ``retry_after``
   from ``Retry-After`` (or ``retry-after-ms``); the entry points' ``retry=`` waits at least that
   long. Use :func:`default_retry`. Other statuses, timeouts, connection errors and answers that do
-  not fit the API: see :mod:`aiospark.connectors.openai_transport`.
+  not fit the API: see :mod:`aiospark.connectors.openai.transport`.
 * Usage: after each answer, ``aiospark.core.metrics.record_usage(prompt_tokens=...,
   completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once);
   the job's total is ``out.aiospark_metrics.total.usage``.
 * Secrets: ``api_key`` (else the ``api_key_env`` environment variable, ``OPENAI_API_KEY`` by
   default; ``api_key_env=None`` never reads it) never shows in a repr, message or error text
   (:class:`~aiospark.connectors.redaction.Redactor`); no key -> no ``Authorization`` header.
+
+The package: ``function.py`` (what both functions share: limits, retries, usage, the transport's
+life), ``embeddings.py``, ``chat.py`` with ``schema.py`` (structured outputs), ``pacing.py`` (the
+endpoint's ``x-ratelimit-*`` headers) and ``transport.py`` (aiohttp or the ``openai`` SDK). Every
+import inside it is relative or absolute, so ``import openai`` there is always the SDK.
 """
-from .openai_base import OpenAIFunction, default_retry, estimate_tokens
-from .openai_chat import OpenAIChat
-from .openai_embeddings import OpenAIEmbeddings
+
+from __future__ import annotations
+
+from .function import OpenAIFunction, default_retry, estimate_tokens
+from .chat import OpenAIChat
+from .embeddings import OpenAIEmbeddings
 
 __all__ = ["OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "default_retry", "estimate_tokens"]

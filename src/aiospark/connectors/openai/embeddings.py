@@ -1,0 +1,167 @@
+"""``OpenAIEmbeddings``: a text column -> ``ARRAY<FLOAT>`` through batched ``POST {base_url}/embeddings``.
+
+Public name in :mod:`aiospark.connectors.openai` (see its doc for the whole picture).
+
+Example::
+
+    embed = OpenAIEmbeddings("nomic-embed-text", base_url="http://127.0.0.1:11434/v1", batch_size=64)
+    out = aiospark.unordered_wait(df, embed, embed.output_schema(df), capacity=256)
+"""
+from __future__ import annotations
+
+import asyncio
+import numbers
+from typing import Any, Mapping, Sequence
+
+from ...lookup.cache import LookupCache
+from ...lookup.lookuper import Lookuper
+from ...lookup.source import LookupSource
+from ..checks import check_positive
+from ..secrets import Secret
+from ..http.response import HttpStatusError
+from .function import OpenAIFunction, estimate_tokens
+
+__all__ = ["OpenAIEmbeddings"]
+
+
+class _EmbeddingsEndpoint(LookupSource):
+    """``/embeddings`` as a lookup source: key ``(text,)`` -> ``[vector]``; batches in one request."""
+
+    supports_batch = True
+    schema = "embedding ARRAY<FLOAT>"
+
+    def __init__(self, function: "OpenAIEmbeddings") -> None:
+        self.function = function
+        self.max_batch_size = function.batch_size
+        self.max_batch_delay = function.batch_delay
+
+    async def lookup(self, key: tuple) -> list:
+        found = (await self.lookup_batch([key]))[key]
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        try:
+            return await self._request(keys)
+        except HttpStatusError as exc:
+            # a refusal (4xx but 429) may be one text's fault (too long, bad content): halve the
+            # batch until that text stands alone and gets the error as its own; 429 and 5xx stay
+            # the whole request's (retryable: the retried rows form new batches)
+            if exc.retryable or not 400 <= exc.status < 500:
+                raise
+            if len(keys) == 1:
+                return {keys[0]: exc}
+            half = len(keys) // 2
+            first, second = await asyncio.gather(self.lookup_batch(keys[:half]), self.lookup_batch(keys[half:]))
+            return {**first, **second}
+
+    async def _request(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
+        fn = self.function
+        texts = [k[0] for k in keys]
+        body: dict[str, Any] = {"model": fn.model, "input": texts, "encoding_format": "float"}
+        if fn.dimensions is not None:
+            body["dimensions"] = fn.dimensions
+        answer = await fn._post(body, sum(estimate_tokens(t) for t in texts))
+        data = answer.get("data")
+        if not isinstance(data, list) or len(data) != len(texts):
+            got = len(data) if isinstance(data, list) else type(data).__name__
+            raise fn._bad_answer(f"expected 'data' with {len(texts)} embedding(s), got {got}")
+        # answers carry their input's index; some servers do not keep the order
+        ordered: list[Any] = [None] * len(texts)
+        for pos, item in enumerate(data):
+            index = item.get("index", pos) if isinstance(item, Mapping) else None
+            vec = item.get("embedding") if isinstance(item, Mapping) else None
+            if not isinstance(index, int) or not 0 <= index < len(texts) or not isinstance(vec, list):
+                raise fn._bad_answer(f"item {pos} of 'data' is not {{'index': int, 'embedding': [floats]}}")
+            if fn.dimensions is not None and len(vec) != fn.dimensions:
+                raise fn._bad_answer(f"embedding has {len(vec)} values, dimensions={fn.dimensions} asked")
+            ordered[index] = vec
+        return {k: [v] for k, v in zip(keys, ordered)}
+
+
+class OpenAIEmbeddings(OpenAIFunction):
+    """Embeddings of a text column through ``POST {base_url}/embeddings``, batched.
+
+    Args:
+        model: the endpoint's model name, e.g. ``"text-embedding-3-small"`` or ``"nomic-embed-text"``.
+        base_url: up to the API version, e.g. ``"http://127.0.0.1:8000/v1"``.
+        api_key: the key (sent as ``Authorization: Bearer``); None: ``api_key_env``'s value, if set.
+        api_key_env: the environment variable read when ``api_key`` is None (``"OPENAI_API_KEY"``),
+            on the driver, else on the worker; ``None``: never read.
+        input: the column holding the text (``"text"``). output: the new column (``"embedding"``,
+            ``ARRAY<FLOAT>``).
+        batch_size: texts per request (64); batch_delay: seconds a text waits for others (0.01).
+        dimensions: ask for vectors of this size (models that support it); checked in answers.
+        cache: a :class:`aiospark.lookup.LookupCache` of text -> vector per worker (None: no cache).
+        client: ``"aiohttp"`` (default) or ``"openai"`` (the official SDK).
+        timeout: seconds per request. max_connections: per worker process.
+        requests_per_minute / tokens_per_minute: per-worker limits (None: none); see the module doc.
+        headers: extra request headers (values are treated as secrets).
+        extra_body: extra request fields, e.g. ``{"truncate_prompt_tokens": 512}`` for vLLM.
+        pace_by_headers: pace by the endpoint's ``x-ratelimit-*`` answer headers (True, the
+            default; see :mod:`aiospark.connectors.openai.pacing`); False: never.
+
+    Example::
+
+        embed = OpenAIEmbeddings("nomic-embed-text", base_url="http://127.0.0.1:11434/v1")
+        out = aiospark.unordered_wait(df, embed, embed.output_schema(df), capacity=256)
+        vec = aiospark.async_udf("array<float>")(embed)       # df.select(vec("text"))
+    """
+
+    __module__ = "aiospark.connectors.openai"  # its public home (pickles, reprs)
+    _path = "/embeddings"
+    _output_type = "ARRAY<FLOAT>"
+
+    def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None = None,
+                 api_key_env: str | None = "OPENAI_API_KEY", input: str = "text", output: str = "embedding",
+                 batch_size: int = 64, batch_delay: float = 0.01, dimensions: int | None = None,
+                 cache: LookupCache | None = None, client: str = "aiohttp", timeout: float = 60.0,
+                 max_connections: int = 100, requests_per_minute: float | None = None,
+                 tokens_per_minute: float | None = None, headers: Mapping[str, str] | None = None,
+                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True) -> None:
+        super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
+                         output=output, client=client, timeout=timeout, max_connections=max_connections,
+                         requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
+        check_positive("batch_size", batch_size, integer=True)
+        if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= batch_delay < 60:
+            raise ValueError(f"batch_delay must be seconds in [0, 60), got {batch_delay!r}")
+        if dimensions is not None:
+            check_positive("dimensions", dimensions, integer=True)
+        if cache is not None and not isinstance(cache, LookupCache):
+            raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")
+        self.batch_size, self.batch_delay = batch_size, float(batch_delay)
+        self.dimensions, self.cache = dimensions, cache
+        self._lookuper: Lookuper | None = None
+
+    async def open(self) -> None:
+        """Open the shared client and this worker's batcher."""
+        await super().open()
+        if self._lookuper is None:
+            self._lookuper = Lookuper(_EmbeddingsEndpoint(self), cache=self.cache, batch=True)
+            await self._lookuper.open()
+
+    async def close(self) -> None:
+        """Cancel pending batches, then give the client back. Safe to call twice."""
+        lookuper, self._lookuper = self._lookuper, None
+        if lookuper is not None:
+            await lookuper.close()
+        await super().close()
+
+    def stats(self) -> dict[str, int]:
+        """This worker's batching counters (``batches``, ``batched_keys``, ``coalesced``, cache ...)."""
+        return self._lookuper.stats() if self._lookuper is not None else {}
+
+    async def _one(self, text: Any) -> Any:
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
+        if self._lookuper is None:
+            raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
+                               "(the entry points do it for you)")
+        rows = await self._lookuper.lookup((text,))
+        return rows[0]
+
+

@@ -1,0 +1,337 @@
+"""What :class:`OpenAIEmbeddings` and :class:`OpenAIChat` share: configuration checks, the transport,
+the per-minute limits, usage recording, secrets and the two input shapes (a row or a column value).
+
+Public names live in :mod:`aiospark.connectors.openai`; this module holds the common base.
+
+Example::
+
+    estimate_tokens("four score and seven")   # 5: ceil(20 / 4), or tiktoken's count once loaded
+    retry = default_retry()                    # for the entry points' retry=
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import numbers
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from ...core.function import AsyncFunction
+from ...core.metrics import record_usage
+from ...core.ratelimit import RateLimit
+from ...core.retry import RetryStrategy
+from ..checks import check_positive
+from ..errors import ConnectorError, is_retryable
+from ..redaction import Redactor, scrubbed, short
+from ..secrets import Secret, resolve_secret
+from ..http.response import HttpStatusError
+from .pacing import Pacer
+from .transport import CLIENTS, Transport, open_transport
+
+__all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
+
+log = logging.getLogger(__name__)
+
+_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
+
+
+#: tiktoken's encoding of OpenAI's current models, used for every model name it does not know
+ENCODING = "o200k_base"
+#: seconds the first open() waits for tiktoken to load its encoding (it may try to download it)
+TOKENIZER_LOAD_SECONDS = 10.0
+_encoder: Any = None        # tiktoken's Encoding once loaded in this process
+_tokenizer_tried = False    # loaded or failed once: never tried again in this process
+
+
+def estimate_tokens(text: str) -> int:
+    """The tokens charged to ``tokens_per_minute`` (and to the endpoint's advertised token budget)
+    for ``text`` before the request: tiktoken's count in its ``o200k_base`` encoding when the
+    ``tiktoken`` package is installed and its encoding loaded (:func:`load_tokenizer`, which
+    ``open()`` calls), else ``ceil(len(text) / 4)`` (OpenAI's rule of thumb for English); at least 1."""
+    if _encoder is not None:
+        return max(1, len(_encoder.encode(text, disallowed_special=())))
+    return max(1, math.ceil(len(text) / 4))
+
+
+async def load_tokenizer(seconds: float | None = None) -> bool:
+    """Load tiktoken's encoding once per process, off the event loop; True if token estimates
+    use it. Without ``tiktoken`` installed: False, silently. If it cannot load (tiktoken
+    downloads its encoding files at first use, and caches them in ``TIKTOKEN_CACHE_DIR``: a
+    machine without internet access needs that cache filled beforehand), or takes longer than
+    ``seconds``: one warning in the log, and estimates stay ``characters / 4``.
+
+    Example: ``await load_tokenizer()`` then ``estimate_tokens("hello world")  # 2``
+    """
+    global _encoder, _tokenizer_tried
+    if _tokenizer_tried:
+        return _encoder is not None
+    _tokenizer_tried = True
+    try:
+        import tiktoken
+    except ImportError:
+        return False
+
+    try:
+        # a thread: the download is a blocking HTTP request with no timeout of its own
+        found = await asyncio.wait_for(asyncio.to_thread(tiktoken.get_encoding, ENCODING),
+                                       TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
+    except asyncio.TimeoutError:
+        log.warning("tiktoken did not load its %s encoding within %ss; token estimates use "
+                    "characters / 4 in this process", ENCODING, TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
+        return False
+    except Exception as exc:  # noqa: BLE001 - any failure to load means: the fallback estimate
+        # an estimate only: the request is sent either way, and this says once why it is rougher
+        log.warning("tiktoken could not load its %s encoding (%s); token estimates use characters / 4 "
+                    "in this process (fill TIKTOKEN_CACHE_DIR on a machine without internet access)",
+                    ENCODING, short(exc, limit=200))
+        return False
+    _encoder = found
+    return True
+
+
+def default_retry(max_retries: int = 6) -> RetryStrategy:
+    """The retry strategy we recommend for these functions: exponential back-off from 0.5 s to
+    30 s with jitter, retrying only what may succeed later (429, 5xx, timeouts, dropped
+    connections); a 429's ``Retry-After`` is honoured (never retried sooner).
+
+    Example: ``aiospark.unordered_wait(df, embed, schema, retry=default_retry())``
+    """
+    return RetryStrategy.exponential_backoff(max_retries, 0.5, 30.0, jitter=0.2, exception_predicate=is_retryable)
+
+
+def _check_column(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty column name, got {value!r}")
+    return value
+
+
+def _check_base_url(base_url: Any) -> tuple[str, str]:
+    """``(base_url without a trailing '/', host:port)``; ValueError saying what to change."""
+    if not isinstance(base_url, str) or not base_url:
+        raise ValueError("base_url must be the endpoint's URL up to the API version, "
+                         f"e.g. 'http://127.0.0.1:8000/v1', got {base_url!r}")
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got "
+                         f"{parts.scheme + '://' if parts.scheme else ''}{parts.hostname or '...'}")
+    if parts.username or parts.password:
+        raise ValueError("base_url must not hold credentials: pass the key as api_key= (or set OPENAI_API_KEY)")
+    if parts.query or parts.fragment:
+        raise ValueError("base_url must not have a query string or fragment: give the URL up to the "
+                         "API version, e.g. 'http://127.0.0.1:8000/v1'")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"base_url has a bad port: {parts.netloc!r}") from None
+    hostport = f"{parts.hostname}:{port or (443 if parts.scheme == 'https' else 80)}"
+    return base_url.rstrip("/"), hostport
+
+
+def _check_limit(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0 (or None for no limit), got {value!r}")
+    return float(value)
+
+
+def _prompt_estimate(body: Mapping[str, Any]) -> int | None:
+    """The estimate of the prompt alone (the texts, or the messages' contents), to compare with
+    the endpoint's ``prompt_tokens``; None for a body of another shape."""
+    texts = body.get("input")
+    if isinstance(texts, str):
+        return estimate_tokens(texts)
+    if isinstance(texts, list):
+        return sum(estimate_tokens(str(t)) for t in texts)
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return sum(estimate_tokens(str(m.get("content") or "")) for m in messages if isinstance(m, Mapping))
+    return None
+
+
+class OpenAIFunction(AsyncFunction):
+    """What embeddings and chat share: configuration, transport, limits, secrets, input shapes."""
+
+    _kind = "openai"
+    _path = ""
+    _output_type = "STRING"
+    #: it groups rows into requests itself: the entry points' batch_size= is refused with it
+    batches_itself = True
+
+    def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None, api_key_env: str | None,
+                 input: str, output: str, client: str, timeout: float, max_connections: int,
+                 requests_per_minute: float | None, tokens_per_minute: float | None,
+                 headers: Mapping[str, str] | None, extra_body: Mapping[str, Any] | None,
+                 pace_by_headers: bool = True) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
+        self.model = model
+        self.base_url, self._hostport = _check_base_url(base_url)
+        self.input = _check_column("input", input)
+        self.output = _check_column("output", output)
+        if client not in CLIENTS:
+            raise ValueError(f"client must be 'aiohttp' (default) or 'openai' (the official SDK), got {client!r}")
+        self.client = client
+        check_positive("timeout", timeout)
+        check_positive("max_connections", max_connections, integer=True)
+        self.timeout, self.max_connections = float(timeout), max_connections
+        self.requests_per_minute = _check_limit("requests_per_minute", requests_per_minute)
+        self.tokens_per_minute = _check_limit("tokens_per_minute", tokens_per_minute)
+        if not isinstance(pace_by_headers, bool):
+            raise TypeError(f"pace_by_headers must be True (pace by the endpoint's x-ratelimit-* headers) "
+                            f"or False, got {pace_by_headers!r}")
+        self.pace_by_headers = pace_by_headers
+        if headers is not None and not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a mapping of header names to values, got {type(headers).__name__}")
+        self._headers = {str(k): (v.reveal() if isinstance(v, Secret) else str(v)) for k, v in (headers or {}).items()}
+        if any(k.lower() == "authorization" for k in self._headers):
+            raise ValueError("pass the key as api_key=, not as an 'Authorization' header")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise TypeError(f"extra_body must be a dict of request fields, got {type(extra_body).__name__}")
+        self.extra_body = dict(extra_body or {})
+        if api_key_env is not None and (not isinstance(api_key_env, str) or not api_key_env):
+            raise ValueError(f"api_key_env must be an environment variable name or None, got {api_key_env!r}")
+        self._key_env = api_key_env
+        self._key = resolve_secret(api_key, api_key_env)  # explicit key, else the env var on the driver
+        self._name = f"{type(self).__name__}({self._hostport}, model={model!r})"
+        self._redactor = self._make_redactor()
+        self._transport: Transport | None = None
+        self._rpm: Any = None
+        self._tpm: Any = None
+        self._pacer: Pacer | None = None
+
+    def _make_redactor(self) -> Redactor:
+        # every header value may be a credential (e.g. 'api-key' for Azure-style endpoints)
+        return Redactor(self._key, *(Secret(v) for v in self._headers.values() if len(v) >= 4))
+
+    def __getstate__(self) -> dict:
+        return {k: (None if k in _RUNTIME else v) for k, v in self.__dict__.items()}
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r}, "
+                f"api_key={'***' if self._key else None}, input={self.input!r}, output={self.output!r}, "
+                f"client={self.client!r})")
+
+    __str__ = __repr__
+
+    def output_schema(self, df_or_schema: Any) -> Any:
+        """The ``ordered_wait``/``unordered_wait`` schema: the input's columns plus the output
+        column (a ``StructType``). Takes a DataFrame or its ``StructType``."""
+        from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+        schema = getattr(df_or_schema, "schema", df_or_schema)
+        if not isinstance(schema, StructType):
+            raise TypeError(f"output_schema takes a DataFrame or a StructType, got {type(df_or_schema).__name__}")
+        if self.output in schema.fieldNames():
+            raise ValueError(f"the input already has a column {self.output!r}: pass output= with another name")
+        return StructType(list(schema.fields) + [
+            StructField(self.output, _parse_datatype_string(self._output_type), True)])
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @scrubbed
+    async def open(self) -> None:
+        """Take the configuration's shared client; make this worker's token buckets."""
+        if self._transport is not None:
+            return
+        if self._key is None and self._key_env:
+            self._key = resolve_secret(None, self._key_env)  # set on the worker only
+            self._redactor = self._make_redactor()
+        await load_tokenizer()
+        self._transport = await open_transport(self.client, self.base_url, self._key, self.timeout,
+                                               self.max_connections, self._headers, self._redactor, self._name)
+        self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
+        self._tpm = RateLimit(self.tokens_per_minute, per=60.0).bucket() if self.tokens_per_minute else None
+        self._pacer = Pacer() if self.pace_by_headers else None
+
+    async def close(self) -> None:
+        """Give the shared client back. Safe to call twice."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.close()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def _admit(self, estimate: int) -> None:
+        """Wait for this request's turn under the per-minute limits (one request, ``estimate`` tokens)."""
+        delay = 0.0
+        if self._rpm is not None:
+            delay = self._rpm.reserve()
+        if self._tpm is not None:
+            delay = max(delay, self._tpm.reserve(float(estimate)))
+        if delay > 0:
+            await asyncio.sleep(delay)
+        # a 429 seen meanwhile paused the limits (the service spoke to every caller): wait it out
+        for bucket in (self._rpm, self._tpm):
+            left = bucket.paused_for() if bucket is not None else 0.0
+            if left > 0:
+                await asyncio.sleep(left)
+
+    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None) -> None:
+        """Charge the tokens used beyond the estimate (later requests wait for them); record usage,
+        and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
+        (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
+        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
+        amounts = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                   if isinstance(v := usage.get(k), numbers.Real) and not isinstance(v, bool) and 0 <= v < math.inf}
+        if self._tpm is not None:
+            used = amounts.get("total_tokens", amounts.get("prompt_tokens", 0) + amounts.get("completion_tokens", 0))
+            if used > estimate:
+                self._tpm.reserve(float(used - estimate))  # the delay lands on the next reservations
+        if prompt_estimate is not None and "prompt_tokens" in amounts:
+            amounts["estimated_prompt_tokens"] = prompt_estimate
+            amounts["prompt_estimate_error_tokens"] = abs(prompt_estimate - amounts["prompt_tokens"])
+        if amounts:
+            record_usage(**amounts)
+
+    async def _post(self, body: dict, estimate: int) -> dict:
+        if self._transport is None:
+            raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
+                               "(the entry points do it for you)")
+        await self._admit(estimate)
+        pacer = self._pacer
+        # the explicit per-minute limits are ceilings; the endpoint's headers pace below them
+        ticket = await pacer.admit(estimate) if pacer is not None else None
+        try:
+            answer = await self._transport.post(
+                self._path, {**self.extra_body, **body},
+                None if ticket is None else (lambda headers: pacer.update(ticket, headers)))  # type: ignore[union-attr]
+        except HttpStatusError as exc:
+            if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
+                for bucket in (self._rpm, self._tpm):
+                    if bucket is not None:
+                        bucket.pause(exc.retry_after)
+                if pacer is not None:
+                    pacer.pause(exc.retry_after)
+            raise
+        finally:
+            if ticket is not None:
+                pacer.finished(ticket)  # type: ignore[union-attr]
+        usage = answer.get("usage")
+        self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+        return answer
+
+    def _bad_answer(self, what: str) -> ConnectorError:
+        return ConnectorError(f"POST {self._path}: {what}", source=self._name)
+
+    # --- entry points ------------------------------------------------------------------------
+
+    @scrubbed
+    async def async_invoke(self, value: Any) -> list:
+        """A row (dict) -> ``[row + {output: value}]``; a column value -> ``[value]``."""
+        if isinstance(value, Mapping):
+            if self.input not in value:
+                raise KeyError(f"{self._name}: the row has no column {self.input!r} (input=); its columns: "
+                               f"{sorted(map(str, value))[:20]}")
+            row = dict(value)
+            row[self.output] = await self._one(value[self.input])
+            return [row]
+        if type(value) is tuple and len(value) == 1:  # async_udf hands a 1-tuple for one column
+            value = value[0]
+        return [await self._one(value)]
+
+    async def _one(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
