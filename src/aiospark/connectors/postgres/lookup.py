@@ -44,16 +44,16 @@ import re
 from typing import Any, Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from ..lookup import keys as keyconv
-from ..lookup.schema import parse_schema
-from ..lookup.source import LookupSource
-from .checks import check_positive
-from .errors import ConnectorError, ConnectorTimeout
-from .keys import check_key, has_null
-from .redaction import Redactor, scrubbed, short
-from .secrets import Secret, resolve_secret
-from .postgres_keys import key_converter
-from .clients import SHARED, config_key
+from ...lookup import keys as keyconv
+from ...lookup.schema import parse_schema
+from ...lookup.source import LookupSource
+from ..checks import check_positive
+from ..errors import ConnectorError, ConnectorTimeout
+from ..keys import check_key, has_null
+from ..redaction import Redactor, scrubbed, short
+from ..secrets import Secret, resolve_secret
+from .key_convert import key_converter
+from ..clients import SHARED, config_key
 
 __all__ = ["PostgresLookup", "quote_ident"]
 
@@ -87,6 +87,8 @@ class PostgresLookup(LookupSource):
             connect and per query.
         max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
     """
+
+    __module__ = "aiospark.connectors.postgres"  # its public home (reprs, pickles)
 
     supports_batch = True
 
