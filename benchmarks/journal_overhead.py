@@ -74,10 +74,14 @@ def main() -> None:
     try:
         run(spark, 2000, service)  # warm-up: workers started, modules imported
         run(spark, 2000, service, aiospark.Journal(f"{tmp}/warm", key="id"))
-        plain, journaled = [], []
+        plain, journaled, plain_cpu, journaled_cpu = [], [], [], []
         for i in range(args.rounds):
+            cpu = worker_cpu()
             plain.append(args.rows / run(spark, args.rows, service))
+            plain_cpu.append(worker_cpu() - cpu)
+            cpu = worker_cpu()
             journaled.append(args.rows / run(spark, args.rows, service, aiospark.Journal(f"{tmp}/w{i}", key="id")))
+            journaled_cpu.append(worker_cpu() - cpu)
         read_journal = aiospark.Journal(f"{tmp}/read", key="id")
         write_s = run(spark, args.read_rows, instant, read_journal, capacity=1000)
         read_s, read_cpu = [], []
@@ -101,6 +105,9 @@ def main() -> None:
     print(f"{'with journal (directory)':<28}{', '.join(f'{r:,.0f}' for r in journaled):<40}{best_journal:>10,.0f}")
     print(f"ratio with/without (best): {best_journal / best_plain:.3f}   (median of rounds: "
           f"{sorted(journaled)[len(journaled) // 2] / sorted(plain)[len(plain) // 2]:.3f})")
+    us = [sum(c) / len(c) / args.rows * 1e6 for c in (plain_cpu, journaled_cpu)]
+    print(f"Python workers' CPU per row (mean of rounds): {us[0]:.1f} us without, {us[1]:.1f} us with the journal "
+          f"(+{us[1] - us[0]:.1f} us a row: what the journal costs where CPU, not the service, is the limit)")
     per_task = [args.read_rows / 2 / s for s in read_s]
     print(f"reading a finished journal of {args.read_rows:,} rows (no call), rows/s per task: "
           f"{', '.join(f'{r:,.0f}' for r in per_task)} (best {max(per_task):,.0f}, median "
