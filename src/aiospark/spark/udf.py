@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
-import pyarrow as pa
 from pyspark.sql.types import DataType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
-from ..runtime import run_partition, worker_loop
 from .options import CallOptions
-from .journaled import Durable, check_journal, run_journaled
+from .journaled import Durable, check_journal
 from ..journal import Manifest, ValuesIdentity
-from .metrics import Metrics, task_reporter
+from .metrics import Metrics
 from ..progress import check_progress, watch
-from .budget import Budget, close_gate, task_gate
-from .schema import arrow_type, to_python, values_to_array
+from .budget import Budget
+from .udf_runner import UdfRunner
 
 ON_ERROR = ("fail", "null")
 
@@ -36,75 +34,6 @@ except ImportError:  # PySpark 3.5 keeps it in pyspark.rdd
 #: pandas iterator UDF (spark/udf_pandas.py), which also keeps calls in flight across batches.
 ARROW_ITER = getattr(PythonEvalType, "SQL_SCALAR_ARROW_ITER_UDF", None)
 _EVAL_TYPE = ARROW_ITER if ARROW_ITER is not None else PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF
-
-
-def _null_on_error(value: Any, exc: BaseException) -> list:
-    return [None]
-
-
-class _UdfRunner:
-    """The picklable function each task runs: iterator of Arrow arrays in, iterator out."""
-
-    def __init__(self, options: CallOptions, on_error: str, return_type: DataType, arity: int, what: str):
-        self.options = options
-        self.on_error = on_error
-        self.return_type = return_type
-        self.arity = arity
-        self.what = what
-        #: row identities (the arguments' values) and the journal (aiospark.spark.journaled)
-        self.durable: Optional[Durable] = None
-
-    def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
-        pa_type = arrow_type(self.return_type)
-        wrap_single = self.arity != 1 and not isinstance(self.options.function, AsyncFunction)
-
-        def to_values(batch: Any) -> list:
-            # Spark hands one pa.Array for a single column and a tuple of arrays for several
-            if isinstance(batch, tuple):
-                return list(zip(*[to_python(a) for a in batch]))
-            values = to_python(batch)
-            return [(v,) for v in values] if wrap_single else values
-
-        for values in self.results(to_values(batch) for batch in arrays):
-            yield values_to_array(values, self.return_type, pa_type, self.what)
-
-    def results(self, chunks: Iterator[list]) -> Iterator[list]:
-        """Run chunks of argument values (a tuple per row when the function spreads several) through
-        this task's operator; yields lists of results in input order."""
-        wl = worker_loop()
-        options = self.options
-        on_error = _null_on_error if self.on_error == "null" else None
-        spread = self.arity != 1
-
-        def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
-            if options.batch_size is not None and not isinstance(function, AsyncFunction):
-                return _batch_call(function, spread)
-            if not spread or isinstance(function, AsyncFunction):
-                return function  # an AsyncFunction (internal: lookups) takes the tuple of values
-
-            async def call(args: tuple) -> Any:
-                return await function(*args)
-
-            call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
-            return call
-
-        gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
-        durable = self.durable
-        identify = view = None
-        if durable is not None:
-            identify, view = durable.identify(), durable.open_task()
-            chunks = durable.feed(chunks, view)
-
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view)
-
-        try:
-            yield from run_journaled(durable, view, run_partition(
-                chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                report=task_reporter(options.metrics)))
-        finally:
-            close_gate(wl, gate)  # unused units go back to the budget
 
 
 class AsyncUDF:
@@ -146,9 +75,9 @@ class AsyncUDF:
         return self._return_type
 
     @property
-    def func(self) -> _UdfRunner:
+    def func(self) -> UdfRunner:
         """The function Spark runs in every task."""
-        runner = _UdfRunner if ARROW_ITER is not None else _pandas_runner()
+        runner = UdfRunner if ARROW_ITER is not None else _pandas_runner()
         made = runner(self._options, self.on_error, self.returnType, _arity(self._function),
                       f"async_udf {self.__name__!r}")
         made.durable = self._durable
@@ -223,19 +152,6 @@ class OneValue(AsyncFunction):
 
     def __repr__(self) -> str:
         return repr(self.function)
-
-
-def _batch_call(function: Callable[..., Any], spread: bool) -> Callable[..., Any]:
-    """A batch of rows in, one list per argument column out to ``function``."""
-    if spread:
-        async def call(rows: list) -> Any:
-            return await function(*[list(column) for column in zip(*rows)])
-    else:
-        async def call(rows: list) -> Any:
-            return await function(rows)
-
-    call.__qualname__ = describe_function(function)
-    return call
 
 
 def _pandas_runner() -> type:

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from ..core import AsyncFunction
 from .schema import arrow_type, values_to_array
-from .udf import _UdfRunner
+from .udf_runner import UdfRunner
 
 
 def plain(value: Any) -> Any:
@@ -67,7 +67,7 @@ def series_values(data: Any) -> List[Any]:
     return plain_list(data.tolist())
 
 
-class PandasUdfRunner(_UdfRunner):
+class PandasUdfRunner(UdfRunner):
     """The picklable function each task runs: iterator of pandas Series in, iterator of Series out."""
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:

@@ -1,0 +1,117 @@
+"""The function each task of an ``async_udf`` runs, shared by the Arrow and pandas flavours.
+
+:mod:`aiospark.spark.udf` (the decorator, the UDF object) and :mod:`aiospark.spark.udf_pandas`
+(PySpark < 4.1) both import it, so neither imports the other at module level.
+
+Example::
+
+    runner = UdfRunner(options, "fail", LongType(), 1, "async_udf 'f'")
+    for out in runner(iter([pa.array([1, 2])])):   # what Spark does in every task
+        ...                                         # pa.array([f(1), f(2)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import DataType
+
+from ..core import AsyncFunction
+from ..core.function import describe_function
+from ..runtime import run_partition, worker_loop
+from .budget import close_gate, task_gate
+from .journaled import Durable, run_journaled
+from .metrics import task_reporter
+from .options import CallOptions
+from .schema import arrow_type, to_python, values_to_array
+
+__all__ = ["UdfRunner", "batch_call"]
+
+
+def _null_on_error(value: Any, exc: BaseException) -> list:
+    return [None]
+
+
+class UdfRunner:
+    """The picklable function each task runs: iterator of Arrow arrays in, iterator out.
+
+    ``results`` (the operator over a task's chunks of argument values) is what both flavours share:
+    this class takes Arrow arrays (PySpark >= 4.1), :class:`~aiospark.spark.udf_pandas.PandasUdfRunner`
+    pandas Series (3.5, 4.0).
+    """
+
+    def __init__(self, options: CallOptions, on_error: str, return_type: DataType, arity: int, what: str):
+        self.options = options
+        self.on_error = on_error
+        self.return_type = return_type
+        self.arity = arity
+        self.what = what
+        #: row identities (the arguments' values) and the journal (aiospark.spark.journaled)
+        self.durable: Durable | None = None
+
+    def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
+        pa_type = arrow_type(self.return_type)
+        wrap_single = self.arity != 1 and not isinstance(self.options.function, AsyncFunction)
+
+        def to_values(batch: Any) -> list:
+            # Spark hands one pa.Array for a single column and a tuple of arrays for several
+            if isinstance(batch, tuple):
+                return list(zip(*[to_python(a) for a in batch]))
+            values = to_python(batch)
+            return [(v,) for v in values] if wrap_single else values
+
+        for values in self.results(to_values(batch) for batch in arrays):
+            yield values_to_array(values, self.return_type, pa_type, self.what)
+
+    def results(self, chunks: Iterator[list]) -> Iterator[list]:
+        """Run chunks of argument values (a tuple per row when the function spreads several) through
+        this task's operator; yields lists of results in input order."""
+        wl = worker_loop()
+        options = self.options
+        on_error = _null_on_error if self.on_error == "null" else None
+        spread = self.arity != 1
+
+        def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
+            if options.batch_size is not None and not isinstance(function, AsyncFunction):
+                return batch_call(function, spread)
+            if not spread or isinstance(function, AsyncFunction):
+                return function  # an AsyncFunction (internal: lookups) takes the tuple of values
+
+            async def call(args: tuple) -> Any:
+                return await function(*args)
+
+            call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
+            return call
+
+        gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
+        durable = self.durable
+        identify = view = None
+        if durable is not None:
+            identify, view = durable.identify(), durable.open_task()
+            chunks = durable.feed(chunks, view)
+
+        async def make_operator(output: Callable[[Any], None]):
+            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
+                                               identify=identify, journal=view)
+
+        try:
+            yield from run_journaled(durable, view, run_partition(
+                chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
+                report=task_reporter(options.metrics)))
+        finally:
+            close_gate(wl, gate)  # unused units go back to the budget
+
+
+def batch_call(function: Callable[..., Any], spread: bool) -> Callable[..., Any]:
+    """A batch of rows in, one list per argument column out to ``function``."""
+    if spread:
+        async def call(rows: list) -> Any:
+            return await function(*[list(column) for column in zip(*rows)])
+    else:
+        async def call(rows: list) -> Any:
+            return await function(rows)
+
+    call.__qualname__ = describe_function(function)
+    return call
