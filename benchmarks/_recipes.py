@@ -25,9 +25,10 @@ import os
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List
+from typing import Any
 
 import aiospark
 
@@ -53,10 +54,10 @@ class Transport:
 
 
 _TABLE_SIZE = 1 << 16
-_tables: Dict[Transport, List[float]] = {}
+_tables: dict[Transport, list[float]] = {}
 
 
-def _latency_table(t: Transport) -> List[float]:
+def _latency_table(t: Transport) -> list[float]:
     """65,536 latencies drawn once per transport (seeded, numpy: ~1 ms): row ``id`` sleeps ``table[mix(id)]``."""
     table = _tables.get(t)
     if table is None:
@@ -201,7 +202,7 @@ class GatherRecipe:
         self.t = t
         self.capacity = capacity
 
-    async def _batch(self, ids: List[int]) -> List[str]:
+    async def _batch(self, ids: list[int]) -> list[str]:
         t = self.t
         sem = asyncio.Semaphore(self.capacity)
         session = new_session(t, self.capacity)
@@ -236,7 +237,7 @@ class AioLookup(aiospark.AsyncFunction):
     async def open(self) -> None:
         self.session = new_session(self.t, self.capacity)
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         key = row["id"]
         return [{"id": key, "name": await async_lookup(self.t, self.session, key)}]
 
@@ -245,7 +246,7 @@ class AioLookup(aiospark.AsyncFunction):
             await self.session.close()
 
 
-_udf_sessions: Dict[Any, Any] = {}
+_udf_sessions: dict[Any, Any] = {}
 
 
 def _worker_session(t: Transport, capacity: int) -> Any:

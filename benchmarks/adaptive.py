@@ -30,6 +30,7 @@ import time
 import aiospark
 from aiospark import AdaptiveConcurrency, AsyncFunction, Metrics, RetryStrategy
 from aiospark.connectors import is_retryable
+
 # Run as a file (`python benchmarks/x.py`), the repository root is not on sys.path; the test
 # servers live in tests/support, so put the root there (`python -m benchmarks.x` needs nothing).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -51,8 +51,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import psutil
 
@@ -75,7 +76,7 @@ ALL_VARIANTS = ["bare", "naive", "threads", "gather", "arrow_threads", "unordere
 LOOPS = ("asyncio", "uvloop")
 
 
-def split_variant(variant: str) -> Tuple[str, Optional[str]]:
+def split_variant(variant: str) -> tuple[str, str | None]:
     """``"unordered@uvloop"`` -> ``("unordered", "uvloop")``: an aiospark variant on a chosen worker loop."""
     base, _, loop = variant.partition("@")
     return base, (loop or None)
@@ -97,10 +98,10 @@ class Scenario:
     sigma: float = 1.0
     slow_fraction: float = 0.0
     slow_latency: float = 2.0
-    batch: Optional[int] = None          # spark.sql.execution.arrow.maxRecordsPerBatch (None = Spark's 10,000)
+    batch: int | None = None          # spark.sql.execution.arrow.maxRecordsPerBatch (None = Spark's 10,000)
     noop: bool = False
-    variants: List[str] = field(default_factory=lambda: list(ALL_VARIANTS))
-    rows: Dict[str, int] = field(default_factory=dict)   # transport -> rows
+    variants: list[str] = field(default_factory=lambda: list(ALL_VARIANTS))
+    rows: dict[str, int] = field(default_factory=dict)   # transport -> rows
     naive_rows: int = 400
 
     @property
@@ -108,11 +109,11 @@ class Scenario:
         base = self.latency * math.exp(self.sigma ** 2 / 2) if self.dist == "lognormal" else self.latency
         return (1 - self.slow_fraction) * base + self.slow_fraction * self.slow_latency
 
-    def bound(self, tasks: int) -> Optional[float]:
+    def bound(self, tasks: int) -> float | None:
         return None if self.noop else tasks * self.capacity / self.mean_latency
 
 
-def scenarios() -> Dict[str, Scenario]:
+def scenarios() -> dict[str, Scenario]:
     return {
         "c100": Scenario("c100", "20 ms fixed latency, capacity 100", 0.02, 100,
                          rows={"http": 30_000, "sleep": 60_000}),
@@ -141,11 +142,11 @@ class Result:
     variant: str
     rows: int = 0
     seconds: float = 0.0
-    worker_rss: Optional[int] = None     # bytes, peak of one Python worker
-    worker_cpu: Optional[float] = None   # seconds, all Python workers of the variant
-    jvm_cpu: Optional[float] = None      # seconds
-    service_cpu: Optional[float] = None  # seconds
-    error: Optional[str] = None
+    worker_rss: int | None = None     # bytes, peak of one Python worker
+    worker_cpu: float | None = None   # seconds, all Python workers of the variant
+    jvm_cpu: float | None = None      # seconds
+    service_cpu: float | None = None  # seconds
+    error: str | None = None
 
     @property
     def rate(self) -> float:
@@ -155,7 +156,7 @@ class Result:
 class Summary:
     """The runs of one variant: median rows/s, min-max, peak RSS over all runs, median CPU per row."""
 
-    def __init__(self, variant: str, runs: List[Result]):
+    def __init__(self, variant: str, runs: list[Result]):
         self.variant = variant
         self.runs = runs
         self.ok = [r for r in runs if r.error is None and r.seconds > 0]
@@ -166,7 +167,7 @@ class Summary:
         self.rows = self.ok[0].rows if self.ok else 0
         self.rss = max((r.worker_rss or 0 for r in self.ok), default=0) or None
 
-    def per_row(self, attr: str) -> Optional[float]:
+    def per_row(self, attr: str) -> float | None:
         """Median over runs of ``attr`` seconds per row, in µs."""
         values = [getattr(r, attr) / r.rows * 1e6 for r in self.ok if getattr(r, attr) is not None and r.rows]
         return statistics.median(values) if values else None
@@ -187,14 +188,14 @@ class WorkerSampler:
         self.pool = pool
         self.interval = interval
         self.me = psutil.Process()
-        self._known: Dict[int, Tuple[bool, bool, psutil.Process]] = {}  # pid -> (ours, is_worker, proc)
+        self._known: dict[int, tuple[bool, bool, psutil.Process]] = {}  # pid -> (ours, is_worker, proc)
         self.peak_rss = 0
-        self.cpu_base: Dict[int, float] = {}
-        self.cpu_last: Dict[int, float] = {}
+        self.cpu_base: dict[int, float] = {}
+        self.cpu_last: dict[int, float] = {}
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
-    def _ours(self) -> List[Tuple[psutil.Process, bool]]:
+    def _ours(self) -> list[tuple[psutil.Process, bool]]:
         found = []
         try:
             children = self.me.children(recursive=True)
@@ -215,7 +216,7 @@ class WorkerSampler:
                 found.append((info[2], info[1]))
         return found
 
-    def daemons(self) -> List[psutil.Process]:
+    def daemons(self) -> list[psutil.Process]:
         return [p for p, is_worker in self._ours() if not is_worker]
 
     def sample(self) -> None:
@@ -254,7 +255,7 @@ class WorkerSampler:
         return sum(last - self.cpu_base.get(pid, 0.0) for pid, last in self.cpu_last.items())
 
 
-def _jvm() -> Optional[psutil.Process]:
+def _jvm() -> psutil.Process | None:
     for proc in psutil.Process().children():
         try:
             if "java" in proc.name():
@@ -264,7 +265,7 @@ def _jvm() -> Optional[psutil.Process]:
     return None
 
 
-def _cpu(proc: Optional[psutil.Process]) -> Optional[float]:
+def _cpu(proc: psutil.Process | None) -> float | None:
     if proc is None:
         return None
     try:
@@ -292,7 +293,7 @@ class Bench:
         self.tasks = args.tasks
         self.spark = None
         self.service = None
-        self.service_key: Optional[Tuple] = None
+        self.service_key: tuple | None = None
         self._pool_seq = 0
 
     # -- Spark ----------------------------------------------------------------------------------
@@ -351,7 +352,7 @@ class Bench:
             self.service.stop()
             self.service = None
 
-    def _service_cpu(self) -> Optional[float]:
+    def _service_cpu(self) -> float | None:
         if self.service is None:
             return None
         try:
@@ -360,11 +361,11 @@ class Bench:
             return None
 
     # -- variants -------------------------------------------------------------------------------
-    def _job(self, variant: str, t: Any, capacity: int, rows: int) -> Callable[[], Tuple[int, int]]:
+    def _job(self, variant: str, t: Any, capacity: int, rows: int) -> Callable[[], tuple[int, int]]:
         """Build the variant's DataFrame over ``range(rows)``; return the action (-> count, name chars)."""
-        import aiospark
         from pyspark.sql import functions as F
 
+        import aiospark
         from benchmarks import _recipes as R
 
         spark = self.spark
@@ -372,8 +373,8 @@ class Bench:
         schema = "id long, name string"
         variant = split_variant(variant)[0]
 
-        def agg(out) -> Callable[[], Tuple[int, int]]:
-            def action() -> Tuple[int, int]:
+        def agg(out) -> Callable[[], tuple[int, int]]:
+            def action() -> tuple[int, int]:
                 row = out.agg(F.count("name").alias("n"), F.sum(F.length("name")).alias("chars")).collect()[0]
                 return int(row["n"]), int(row["chars"] or 0)
             return action
@@ -382,7 +383,7 @@ class Bench:
             lookup = F.udf(R.NaiveLookup(t), "string")
             out = df.select(lookup("id").alias("name"))
 
-            def collect() -> Tuple[int, int]:
+            def collect() -> tuple[int, int]:
                 names = [r["name"] for r in out.collect()]  # collect the values: the UDF must really run
                 return sum(1 for n in names if n is not None), sum(len(n) for n in names if n)
             return collect
@@ -402,7 +403,7 @@ class Bench:
             return agg(df.select(lookup("id").alias("name")))
         raise ValueError(f"unknown variant {variant!r}")
 
-    def prepare(self, variant: str, t: Any, capacity: int, rows: int, label: str) -> Optional[str]:
+    def prepare(self, variant: str, t: Any, capacity: int, rows: int, label: str) -> str | None:
         """A fresh worker pool for ``variant``, warmed up by a small run of the same job; returns its tag."""
         if variant == "bare":
             return None
@@ -425,7 +426,7 @@ class Bench:
         finally:
             self.spark.conf.unset(ARROW_CONCURRENCY_CONF)
 
-    def end_pool(self, pool: Optional[str]) -> None:
+    def end_pool(self, pool: str | None) -> None:
         """SIGTERM the pool's daemon (its own process group; it takes its idle workers with it)."""
         if pool is None:
             return
@@ -435,7 +436,7 @@ class Bench:
             except psutil.Error:
                 pass
 
-    def run_once(self, variant: str, pool: Optional[str], t: Any, capacity: int, rows: int) -> Result:
+    def run_once(self, variant: str, pool: str | None, t: Any, capacity: int, rows: int) -> Result:
         if variant == "bare":
             return self.run_bare(t, capacity, rows)
         self._use_pool(pool)
@@ -493,11 +494,11 @@ class Bench:
             result.error = f"wrong output: name chars {chars}, expected {name_chars(0, rows)}"
         return result
 
-    def run_variants(self, variants: List[str], t: Any, capacity: int, rows_of: Callable[[str], int], label: str,
-                     repeat: int = 1) -> Dict[str, List[Result]]:
+    def run_variants(self, variants: list[str], t: Any, capacity: int, rows_of: Callable[[str], int], label: str,
+                     repeat: int = 1) -> dict[str, list[Result]]:
         """Warm up every variant's own worker pool, then time them round-robin ``repeat`` times."""
-        pools: Dict[str, Optional[str]] = {}
-        results: Dict[str, List[Result]] = {v: [] for v in variants}
+        pools: dict[str, str | None] = {}
+        results: dict[str, list[Result]] = {v: [] for v in variants}
         try:
             for variant in variants:
                 try:
@@ -520,7 +521,7 @@ class Bench:
         return results
 
     # -- scenarios ------------------------------------------------------------------------------
-    def scenario_rows(self, sc: Scenario) -> Tuple[int, int]:
+    def scenario_rows(self, sc: Scenario) -> tuple[int, int]:
         args = self.args
         rows = args.rows or (QUICK_ROWS[sc.name] if args.quick else sc.rows[args.transport])
         naive = min(rows, args.naive_rows or (sc.naive_rows if not args.quick else min(sc.naive_rows, 100_000)))
@@ -528,7 +529,7 @@ class Bench:
             naive = min(naive, 80)
         return rows, naive
 
-    def run_scenario(self, sc: Scenario) -> Dict[str, "Summary"]:
+    def run_scenario(self, sc: Scenario) -> dict[str, Summary]:
         spark = self.session()
         if sc.batch:
             spark.conf.set(BATCH_CONF, str(sc.batch))
@@ -547,8 +548,8 @@ class Bench:
         sys.stdout.flush()
         return summaries
 
-    def table(self, sc: Scenario, t: Any, rows: int, summaries: Dict[str, "Summary"],
-              load: Tuple[float, ...]) -> str:
+    def table(self, sc: Scenario, t: Any, rows: int, summaries: dict[str, Summary],
+              load: tuple[float, ...]) -> str:
         tasks = self.tasks
         bound = sc.bound(tasks)
         unordered = summaries.get("unordered")
@@ -610,7 +611,7 @@ class Bench:
         t = Transport("sleep", "", latency)
         self.session().conf.unset(BATCH_CONF)
         load = os.getloadavg()
-        data: Dict[str, List[float]] = {"bare": [], "unordered": [], "threads": []}
+        data: dict[str, list[float]] = {"bare": [], "unordered": [], "threads": []}
         rows_used = []
         for cap in capacities:
             bound = self.tasks * cap / latency
@@ -721,7 +722,7 @@ def header(args: argparse.Namespace) -> str:
     ])
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="c100",
                         help="c100, c1000, tail, noop, hol, all, or a comma list (default c100)")
@@ -759,7 +760,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.aiospark_loop != "default":
         os.environ["AIOSPARK_LOOP"] = args.aiospark_loop  # inherited by the JVM, its daemons and workers

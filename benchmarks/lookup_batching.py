@@ -25,6 +25,7 @@ import time
 
 from aiospark.connectors import HttpLookup, RedisLookup
 from aiospark.lookup import LookupCache, Lookuper
+
 # Run as a file (`python benchmarks/x.py`), the repository root is not on sys.path; the test
 # servers live in tests/support, so put the root there (`python -m benchmarks.x` needs nothing).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

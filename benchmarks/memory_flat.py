@@ -47,8 +47,9 @@ async def probe(row):
 
 
 def measure(rows: int, capacity: int) -> dict:
-    import aiospark
     from pyspark.sql import functions as F
+
+    import aiospark
 
     spark = aiospark.local_session("local[2]", app_name="aiospark-memory-flat",
                                    conf={"spark.sql.execution.arrow.maxRecordsPerBatch": 1000})

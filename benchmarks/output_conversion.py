@@ -19,8 +19,7 @@ import sys
 import time
 
 import pyarrow as pa
-from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from aiospark.spark.checked import Output, OutputChecks, _Call
 from aiospark.spark.schema import RowConverter, arrow_schema

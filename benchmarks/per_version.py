@@ -22,13 +22,12 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 
-def table_rows(text: str) -> Dict[str, List[str]]:
+def table_rows(text: str) -> dict[str, list[str]]:
     """The rows of the markdown tables in ``text``, keyed by their first cell."""
     rows = {}
     for line in text.splitlines():
@@ -42,7 +41,7 @@ def number(cell: str) -> float:
     return float(re.sub(r"[^0-9.]", "", cell) or "nan")
 
 
-def run(python: str, args: List[str], timeout: float) -> str:
+def run(python: str, args: list[str], timeout: float) -> str:
     env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python,
                PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run([python, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -51,10 +50,10 @@ def run(python: str, args: List[str], timeout: float) -> str:
     return done.stdout
 
 
-def measure(python: str, pyflink: Optional[str], quick: bool) -> Dict[str, Tuple[float, ...]]:
+def measure(python: str, pyflink: str | None, quick: bool) -> dict[str, tuple[float, ...]]:
     noop_rows, c1000_rows = ("300000", "100000") if quick else ("1000000", "200000")
     warmup = ["--warmup", "2"] if quick else []
-    out: Dict[str, Tuple[float, ...]] = {}
+    out: dict[str, tuple[float, ...]] = {}
     noop = table_rows(run(python, ["benchmarks/spark_throughput.py", "--latency", "0", "--rows", noop_rows,
                                    "--tasks", "1", *warmup], 1800))
     for mode in ("unordered", "ordered", "udf"):
@@ -74,7 +73,7 @@ def measure(python: str, pyflink: Optional[str], quick: bool) -> Dict[str, Tuple
     return out
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", action="append", required=True, metavar="VERSION=PATH",
                         help="a version label and its venv's python (repeatable)")

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PYFLINK_PYTHON = "/tmp/pyflink-venv/bin/python"
@@ -92,7 +92,7 @@ def pyflink_version(python: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def run_pyflink(python: str, rows: int, latency: float, capacity: int, timeout: float) -> Dict[str, Any]:
+def run_pyflink(python: str, rows: int, latency: float, capacity: int, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pyflink-compare-") as tmp:
         script = os.path.join(tmp, "job.py")
         with open(script, "w") as f:
@@ -137,9 +137,10 @@ def _aiospark_function(rows: int, latency: float, out_path: str):
     return Sleepy()
 
 
-def run_aiospark(rows: int, latency: float, capacity: int, timeout: float, warmup: int = 3) -> Dict[str, Any]:
-    import aiospark
+def run_aiospark(rows: int, latency: float, capacity: int, timeout: float, warmup: int = 3) -> dict[str, Any]:
     from pyspark.sql import functions as F
+
+    import aiospark
 
     spark = aiospark.local_session("local[1]", app_name="aiospark-vs-pyflink")
     spark.sparkContext.setLogLevel("ERROR")
@@ -171,7 +172,7 @@ def run_aiospark(rows: int, latency: float, capacity: int, timeout: float, warmu
     return {"wall": wall, "active": active["last"] - active["first"], "count": active["count"]}
 
 
-def main(argv: List[str] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pyflink_compare", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--latency", type=float, default=0.01, help="asyncio.sleep per element (s)")
@@ -230,7 +231,7 @@ def main(argv: List[str] = None) -> int:
         "|---|---:|---:|---:|---:|---:|",
     ]
 
-    def row(name: str, r: Dict[str, Any]) -> str:
+    def row(name: str, r: dict[str, Any]) -> str:
         a = rate(r, "active")
         return (f"| {name} | {a:,.0f} | {a / bound:.3f} | {rate(r, 'wall'):,.0f} | {r['wall']:.1f} | "
                 f"{ref / a:.1f}x |")

@@ -100,8 +100,9 @@ def main(argv=None) -> None:
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
 
-    import aiospark
     from pyspark.sql import functions as F
+
+    import aiospark
 
     spark = aiospark.local_session(f"local[{args.tasks}]", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": 10000})
     latency, capacity = args.latency, args.capacity

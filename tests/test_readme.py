@@ -14,9 +14,9 @@ import select
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
 
 import pyarrow.parquet as pq
 import pytest
@@ -28,7 +28,7 @@ from tests.support.servers import RedisServer
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TEXT = README.read_text()
-PY_BLOCKS: List[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
+PY_BLOCKS: list[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
 LLM_COMMAND = re.search(r"`(python -m aiospark\.demo_service --openai[^`]*)`", TEXT)
 
 
@@ -59,7 +59,7 @@ def servers():
         yield {"http": http, "redis": redis_server, "llm": llm}
 
 
-def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
+def substitutions(servers, tmp: Path) -> list[tuple[str, str]]:
     """README text -> what the test runs instead (each must occur in the README)."""
     return [
         ("http://127.0.0.1:8080/", servers["http"].url + "/"),
@@ -73,7 +73,7 @@ def substitutions(servers, tmp: Path) -> List[Tuple[str, str]]:
     ]
 
 
-def parquet_rows(path: Path) -> List[Dict]:
+def parquet_rows(path: Path) -> list[dict]:
     return pq.read_table(str(path)).to_pylist()
 
 
@@ -102,7 +102,7 @@ def check_lookup(out: str, tmp: Path) -> None:
 
 
 def check_metrics(out: str, tmp: Path) -> None:
-    line = next(l for l in out.splitlines() if l.startswith("geo: "))
+    line = next(text for text in out.splitlines() if text.startswith("geo: "))
     assert re.match(r"geo: \d+ tasks, calls=2000 ok=2000 retries=0 timeouts=0 failed=0 ", line), line
     assert len(parquet_rows(tmp / "geo")) == 2_000
 
@@ -116,7 +116,7 @@ def check_beyond_flink(out: str, tmp: Path) -> None:
 
 def check_llm(out: str, tmp: Path) -> None:
     prompt = sum(count_tokens(f"review number {i}") for i in range(500))
-    line = next((l for l in out.splitlines() if l.startswith("500 {")), None)
+    line = next((text for text in out.splitlines() if text.startswith("500 {")), None)
     assert line, out
     usage = ast.literal_eval(line[len("500 "):])  # the endpoint's counts (other keys may come along)
     assert (usage["prompt_tokens"], usage["total_tokens"]) == (prompt, prompt), line
@@ -141,7 +141,7 @@ def check_durable(out: str, tmp: Path) -> None:
     assert "budget 2000: 1500 calls, 2000 rows done" in out, out
 
 
-CHECKS: Dict[str, Callable[[str, Path], None]] = {
+CHECKS: dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
     "async def country(ip)": check_udf,

@@ -6,26 +6,41 @@ points are imported lazily so ``import aiospark`` stays cheap on the workers.
 """
 from typing import TYPE_CHECKING, Any
 
+from .core import (
+    AsyncFunction,
+    AsyncFunctionError,
+    AsyncTimeoutError,
+    AsyncWaitOperator,
+    BlockedLoopWarning,
+    OrderedQueue,
+    Record,
+    ResultFuture,
+    RetryStrategy,
+    UnorderedQueue,
+    Watermark,
+    retry_if_empty,
+    retry_on,
+)
 from .core.adaptive import AdaptiveConcurrency
 from .core.deadlines import time_left
 from .core.durable import BudgetExhausted, idempotency_key
 from .core.metrics import OperatorMetrics, record_usage
 from .core.ratelimit import RateLimit
-from .core import (AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, BlockedLoopWarning,
-                   OrderedQueue,
-                   Record, ResultFuture, RetryStrategy, UnorderedQueue, Watermark, retry_if_empty, retry_on)
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (nothing runs here)
-    from .journal import Journal
-    from .spark.budget import Budget
-    from .spark.lookup_join import lookup_join, lookup_udf
-    from .spark.metrics import Metrics
-    from .spark.schema import OutputSchemaError
-    from .spark.session import local_session
-    from .spark.udf import AsyncUDF, async_udf
-    from .spark.wait import ordered_wait, unordered_wait
+    from .journal import Journal as Journal
+    from .spark.budget import Budget as Budget
+    from .spark.lookup_join import lookup_join as lookup_join
+    from .spark.lookup_join import lookup_udf as lookup_udf
+    from .spark.metrics import Metrics as Metrics
+    from .spark.schema import OutputSchemaError as OutputSchemaError
+    from .spark.session import local_session as local_session
+    from .spark.udf import AsyncUDF as AsyncUDF
+    from .spark.udf import async_udf as async_udf
+    from .spark.wait import ordered_wait as ordered_wait
+    from .spark.wait import unordered_wait as unordered_wait
 
 _SPARK_EXPORTS = {
     "ordered_wait": ("aiospark.spark.wait", "ordered_wait"),

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import List, Optional, TextIO
+from typing import TextIO
 
 from . import __version__
 from .cli_errors import short_error
@@ -105,10 +105,10 @@ class _SparkConsole:
     def __init__(self) -> None:
         handle, self.path = tempfile.mkstemp(prefix="aiospark-enrich-", suffix=".log")
         os.close(handle)
-        self._saved: List[int] = []
-        self._streams: List[TextIO] = []
+        self._saved: list[int] = []
+        self._streams: list[TextIO] = []
 
-    def __enter__(self) -> "_SparkConsole":
+    def __enter__(self) -> _SparkConsole:
         sys.stdout.flush()
         sys.stderr.flush()
         log = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -172,7 +172,7 @@ def _run_enrich(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the ``aiospark`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.command == "journal":  # no Spark needed

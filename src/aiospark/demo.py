@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from .core import AsyncFunction
 
@@ -38,7 +38,7 @@ class HttpEnrich(AsyncFunction):
             connector=aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=30))
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.session.get(f"{self.url}/item/{row['id']}") as response:
             response.raise_for_status()
             item = await response.json()
@@ -62,7 +62,7 @@ def _blocking_lookup(url: str):
 
 def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitter: float = 0.01,
              capacity: int = 200, tasks: int = 2, show: int = 5, out: Any = print,
-             live: Optional[bool] = None) -> Dict[str, Any]:
+             live: bool | None = None) -> dict[str, Any]:
     """Run the demo; returns the measured figures (also printed through ``out``).
 
     Example::
@@ -129,7 +129,7 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
     out(f"\nspeed-up: {async_rate / blocking_rate:,.0f}x  (the service answered {served['requests']:,} calls "
         f"for {count:,} rows)")
     client_p50 = metrics.total.quantile(0.5)
-    figures: Dict[str, Any] = {
+    figures: dict[str, Any] = {
         "rows": count, "seconds": async_seconds, "rows_per_s": async_rate, "baseline_rows_per_s": blocking_rate,
         "speedup": async_rate / blocking_rate, "littles_law_bound": bound, "service_requests": served["requests"],
         "service_cpu_seconds": served["cpu_seconds"], "service_p50_ms": served["latency_p50_ms"],
@@ -138,7 +138,7 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
     return figures
 
 
-def explain(f: Dict[str, Any], *, tasks: int, capacity: int, latency: float, out: Any = print) -> Dict[str, Any]:
+def explain(f: dict[str, Any], *, tasks: int, capacity: int, latency: float, out: Any = print) -> dict[str, Any]:
     """Print where the time of the ``unordered_wait`` run went, from the figures :func:`run_demo` measured.
 
     ``f`` needs ``rows``, ``seconds``, ``rows_per_s``, ``littles_law_bound``, ``service_p50_ms``,

@@ -14,12 +14,11 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
 
 GROUPS = ("service", "python workers", "spark jvm", "driver", "rest of the machine", "idle")
 
 
-def _read_stat(pid: str) -> Optional[tuple]:
+def _read_stat(pid: str) -> tuple | None:
     """(ppid, comm, cpu seconds) of one process, or None if it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -32,7 +31,7 @@ def _read_stat(pid: str) -> Optional[tuple]:
     return int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / ticks
 
 
-def _machine() -> Optional[tuple]:
+def _machine() -> tuple | None:
     """(busy, idle) CPU seconds of the whole machine since boot, from /proc/stat."""
     try:
         with open("/proc/stat") as f:
@@ -45,7 +44,7 @@ def _machine() -> Optional[tuple]:
     return busy / ticks, idle / ticks
 
 
-def cpu_snapshot(driver_pid: int, service_pid: int) -> Optional[Dict[str, float]]:
+def cpu_snapshot(driver_pid: int, service_pid: int) -> dict[str, float] | None:
     """CPU seconds used so far by each group of :data:`GROUPS`; ``None`` without ``/proc``.
 
     Spark's JVM and its Python workers are the driver's descendants; "rest of the machine" is every
@@ -60,7 +59,7 @@ def cpu_snapshot(driver_pid: int, service_pid: int) -> Optional[Dict[str, float]
             stat = _read_stat(name)
             if stat is not None:
                 procs[int(name)] = stat
-    children: Dict[int, list] = {}
+    children: dict[int, list] = {}
     for pid, (ppid, _comm, _cpu) in procs.items():
         children.setdefault(ppid, []).append(pid)
     groups = dict.fromkeys(GROUPS, 0.0)
@@ -85,7 +84,7 @@ def cpu_snapshot(driver_pid: int, service_pid: int) -> Optional[Dict[str, float]
     return groups
 
 
-def cpu_delta(before: Optional[Dict[str, float]], after: Optional[Dict[str, float]]) -> Optional[Dict[str, float]]:
+def cpu_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
     """``after - before`` per group (never below zero: a worker that exited takes its seconds along)."""
     if before is None or after is None:
         return None

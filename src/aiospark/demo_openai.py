@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .demo_openai_schema import SchemaError, digest, schema_instance
 
@@ -51,7 +53,7 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
-def embedding(text: str, dimensions: int = DEFAULT_DIMENSIONS) -> List[float]:
+def embedding(text: str, dimensions: int = DEFAULT_DIMENSIONS) -> list[float]:
     """The unit vector answered for ``text``: a function of the text alone (cosine similarity works)."""
     raw = digest(text, 2 * dimensions, "embedding")
     vec = [int.from_bytes(raw[2 * i:2 * i + 2], "big") / 32768.0 - 1.0 for i in range(dimensions)]
@@ -59,7 +61,7 @@ def embedding(text: str, dimensions: int = DEFAULT_DIMENSIONS) -> List[float]:
     return [v / norm for v in vec]
 
 
-def chat_answer(prompt: str, max_tokens: Optional[int] = None) -> str:
+def chat_answer(prompt: str, max_tokens: int | None = None) -> str:
     """The plain chat answer to the last user message ``prompt`` (cut at a word to ``max_tokens``)."""
     word = _WORDS[digest(prompt, 1, "answer")[0] % len(_WORDS)]
     text = f"{word}. (The demo endpoint's fixed answer to: {prompt})"
@@ -95,7 +97,7 @@ class Bucket:
         """Seconds until ``cost`` units are there (0: they are)."""
         return max(0.0, (cost - self.level) / self.rate)
 
-    def headers(self, kind: str) -> Dict[str, str]:
+    def headers(self, kind: str) -> dict[str, str]:
         return {f"x-ratelimit-limit-{kind}": str(int(self.capacity)),
                 f"x-ratelimit-remaining-{kind}": str(max(0, int(self.level))),
                 f"x-ratelimit-reset-{kind}": format_reset((self.capacity - self.level) / self.rate)}
@@ -103,7 +105,7 @@ class Bucket:
 
 class _Error(Exception):
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 code: Optional[str] = None, param: Optional[str] = None) -> None:
+                 code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.body = status, {"error": {"message": message, "type": type_, "param": param,
                                                     "code": code}}
@@ -112,8 +114,8 @@ class _Error(Exception):
 class Endpoint:
     """The state of one endpoint: its buckets and counters (touched only on its event loop)."""
 
-    def __init__(self, latency_ms: float = 0.0, rpm: Optional[float] = None, rps: Optional[float] = None,
-                 tpm: Optional[float] = None) -> None:
+    def __init__(self, latency_ms: float = 0.0, rpm: float | None = None, rps: float | None = None,
+                 tpm: float | None = None) -> None:
         if rpm is not None and rps is not None:
             raise ValueError("give --rpm or --rps, not both (both limit requests)")
         for name, value in (("latency_ms", latency_ms), ("rpm", rpm), ("rps", rps), ("tpm", tpm)):
@@ -124,12 +126,12 @@ class Endpoint:
         self.tokens = Bucket(tpm, tpm / 60.0) if tpm else None
         self.counts = {"answered": 0, "rate_limited": 0, "errors": 0}
 
-    def admit(self, cost: int) -> Dict[str, str]:
+    def admit(self, cost: int) -> dict[str, str]:
         """Take one request and ``cost`` tokens, or raise a 429; the rate-limit headers either way."""
         now = time.monotonic()
         buckets = [(b, kind, c) for b, kind, c in ((self.requests, "requests", 1), (self.tokens, "tokens", cost))
                    if b is not None]
-        for bucket, kind, c in buckets:
+        for bucket, _kind, c in buckets:
             bucket.refill(now)
             if c > bucket.capacity:
                 raise _Error(400, f"this request needs {c} tokens, more than the endpoint's limit of "
@@ -139,7 +141,7 @@ class Endpoint:
         if wait == 0:
             for bucket, _, c in buckets:
                 bucket.level -= c
-        headers: Dict[str, str] = {}
+        headers: dict[str, str] = {}
         for bucket, kind, _ in buckets:
             headers.update(bucket.headers(kind))
         if wait > 0:
@@ -153,7 +155,7 @@ class Endpoint:
         return headers
 
     # -- the two POST routes: body (a dict) -> (answer, tokens charged) ------------------------------
-    def embeddings(self, body: Dict[str, Any]) -> Dict[str, Any]:
+    def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
@@ -170,7 +172,7 @@ class Endpoint:
                          for i, t in enumerate(texts)],
                 "usage": {"prompt_tokens": used, "total_tokens": used}}
 
-    def chat(self, body: Dict[str, Any]) -> Dict[str, Any]:
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
@@ -197,7 +199,7 @@ class Endpoint:
             except SchemaError as exc:
                 raise _Error(400, f"response_format: {exc}", param="response_format") from None
         elif kind == "json_object":
-            content = '{"answer": "%s"}' % chat_answer(prompt).split(".")[0]
+            content = json.dumps({"answer": chat_answer(prompt).split(".")[0]})
         elif kind == "text":
             content = chat_answer(prompt, max_tokens)
             finish = "length" if content != chat_answer(prompt) else "stop"
@@ -229,7 +231,7 @@ def make_app(endpoint: Endpoint) -> Any:
 
     from aiohttp import web
 
-    def reply(status: int, body: Dict[str, Any], headers: Optional[Dict[str, str]] = None) -> Any:
+    def reply(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
         return web.Response(status=status, text=json.dumps(body), content_type="application/json",
                             headers=headers)
 
@@ -291,7 +293,7 @@ async def serve_openai(endpoint: Endpoint, port: int = 0, host: str = HOST, read
         await runner.cleanup()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m aiospark.demo_service --openai [--port N --latency-ms MS --rpm N|--rps N --tpm N]``."""
     from .demo_process import run_until_stopped
 
@@ -321,8 +323,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 class DemoOpenAI:
     """The endpoint in a child process; a context manager whose ``base_url`` ends in ``/v1``."""
 
-    def __init__(self, *, latency_ms: float = 0.0, rpm: Optional[float] = None, rps: Optional[float] = None,
-                 tpm: Optional[float] = None, port: int = 0) -> None:
+    def __init__(self, *, latency_ms: float = 0.0, rpm: float | None = None, rps: float | None = None,
+                 tpm: float | None = None, port: int = 0) -> None:
         Endpoint(latency_ms, rpm, rps, tpm)  # the arguments' errors here, not in the child
         self.args = ["--openai", "--port", str(port), "--latency-ms", repr(latency_ms)]
         for flag, value in (("--rpm", rpm), ("--rps", rps), ("--tpm", tpm)):
@@ -331,7 +333,7 @@ class DemoOpenAI:
         self.base_url = ""
         self._child: Any = None
 
-    def __enter__(self) -> "DemoOpenAI":
+    def __enter__(self) -> DemoOpenAI:
         from .demo_process import Child
 
         self._child = Child(self.args).__enter__()
@@ -343,7 +345,7 @@ class DemoOpenAI:
         if child is not None:
             child.__exit__()
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> dict[str, int]:
         """``{"answered", "rate_limited", "errors"}`` so far."""
         import json
         import urllib.request

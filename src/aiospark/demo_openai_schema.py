@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List
+from typing import Any
 
 __all__ = ["SchemaError", "digest", "schema_instance"]
 
@@ -82,7 +82,7 @@ class _Maker:
                 raise SchemaError(f"'enum' must be a non-empty list at {path or '/'}")
             return options[self.pick(path + "#enum", len(options))]
         if "allOf" in schema:
-            merged: Dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+            merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
             for part in schema["allOf"]:
                 part = self.resolve(part["$ref"]) if isinstance(part, dict) and "$ref" in part else part
                 for key, value in (part or {}).items():
@@ -112,7 +112,7 @@ class _Maker:
             raise SchemaError(f"unknown type {kind!r} at {path or '/'}")
         return maker(schema, path, depth)
 
-    def branch(self, branches: List[Any], path: str, depth: int) -> int:
+    def branch(self, branches: list[Any], path: str, depth: int) -> int:
         """Which branch: a null one for about a quarter of prompts (always, deep down), else any other."""
         nulls = [i for i, b in enumerate(branches) if isinstance(b, dict) and b.get("type") == "null"]
         others = [i for i in range(len(branches)) if i not in nulls]
@@ -120,25 +120,25 @@ class _Maker:
             return nulls[0]
         return others[self.pick(path + "#branch", len(others))]
 
-    def make_null(self, schema: Dict[str, Any], path: str, depth: int) -> None:
+    def make_null(self, schema: dict[str, Any], path: str, depth: int) -> None:
         return None
 
-    def make_boolean(self, schema: Dict[str, Any], path: str, depth: int) -> bool:
+    def make_boolean(self, schema: dict[str, Any], path: str, depth: int) -> bool:
         return self.pick(path, 2) == 1
 
-    def make_integer(self, schema: Dict[str, Any], path: str, depth: int) -> int:
+    def make_integer(self, schema: dict[str, Any], path: str, depth: int) -> int:
         low, high = _bounds(schema, 0, 100, integer=True)
         if low > high:
             raise SchemaError(f"no integer fits minimum/maximum at {path or '/'}")
         return low + self.pick(path, min(high - low + 1, 1 << 62))
 
-    def make_number(self, schema: Dict[str, Any], path: str, depth: int) -> float:
+    def make_number(self, schema: dict[str, Any], path: str, depth: int) -> float:
         low, high = _bounds(schema, 0.0, 100.0, integer=False)
         if low > high:
             raise SchemaError(f"no number fits minimum/maximum at {path or '/'}")
         return low + (high - low) * self.pick(path, 1001) / 1000  # exclusive bounds were nudged inside
 
-    def make_string(self, schema: Dict[str, Any], path: str, depth: int) -> str:
+    def make_string(self, schema: dict[str, Any], path: str, depth: int) -> str:
         n = self.pick(path, 1 << 24)
         fmt = schema.get("format")
         if fmt == "date-time":
@@ -160,7 +160,7 @@ class _Maker:
             text += "x" * (low - len(text))
         return text[:int(high)] if high is not None else text
 
-    def make_array(self, schema: Dict[str, Any], path: str, depth: int) -> List[Any]:
+    def make_array(self, schema: dict[str, Any], path: str, depth: int) -> list[Any]:
         prefix = schema.get("prefixItems") or []
         items = schema.get("items", True)
         deep = depth > MAX_DEPTH // 2  # deep down, as few items as allowed: recursion ends
@@ -176,7 +176,7 @@ class _Maker:
             count = min(count, len(prefix))
         return [self.make(prefix[i] if i < len(prefix) else items, f"{path}/{i}", depth + 1) for i in range(count)]
 
-    def make_object(self, schema: Dict[str, Any], path: str, depth: int) -> Dict[str, Any]:
+    def make_object(self, schema: dict[str, Any], path: str, depth: int) -> dict[str, Any]:
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
             raise SchemaError(f"'properties' must be an object at {path or '/'}")
@@ -198,7 +198,7 @@ def _name(path: str) -> str:
     return names[-1][:40] if names else "value"
 
 
-def _bounds(schema: Dict[str, Any], low: Any, high: Any, integer: bool) -> Any:
+def _bounds(schema: dict[str, Any], low: Any, high: Any, integer: bool) -> Any:
     step = 1 if integer else 1e-6
     if "minimum" in schema:
         low = schema["minimum"]

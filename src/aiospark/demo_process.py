@@ -17,7 +17,8 @@ import select
 import subprocess
 import sys
 import threading
-from typing import Any, Coroutine, List, Optional, Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 __all__ = ["Child", "run_until_stopped"]
 
@@ -28,11 +29,11 @@ class Child:
     """``python -m aiospark.demo_service *args`` in a child process; a context manager with ``url``."""
 
     def __init__(self, args: Sequence[str]) -> None:
-        self.args: List[str] = list(args)
+        self.args: list[str] = list(args)
         self.url = ""
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Child":
+    def __enter__(self) -> Child:
         cmd = [sys.executable, "-m", "aiospark.demo_service", *self.args, "--exit-on-stdin-eof"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None

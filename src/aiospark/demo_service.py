@@ -33,7 +33,8 @@ import time
 import urllib.request
 import zlib
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import unquote
 
 from .demo_process import Child, run_until_stopped
@@ -43,7 +44,7 @@ _MAX_HEADER = 16 * 1024
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def item(key: str) -> Dict[str, Any]:
+def item(key: str) -> dict[str, Any]:
     """The JSON object the service returns for ``key`` (also what a test expects)."""
     return {"id": key, "name": f"item-{key}", "value": zlib.crc32(key.encode())}
 
@@ -51,24 +52,24 @@ def item(key: str) -> Dict[str, Any]:
 class _State:
     """Counters of one server process; only touched on its event loop."""
 
-    def __init__(self, latency: float, jitter: float, seed: Optional[int]):
+    def __init__(self, latency: float, jitter: float, seed: int | None):
         self.latency, self.jitter = latency, jitter
         self.random = random.Random(seed)
         self.reset()
 
     def reset(self) -> None:
         self.requests = 0
-        self.durations: List[float] = []
+        self.durations: list[float] = []
         self.cpu0 = time.process_time()
         self.t0 = time.monotonic()
 
     def delay(self) -> float:
         return max(0.0, self.latency + self.random.uniform(-self.jitter, self.jitter))
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         d = sorted(self.durations)
 
-        def q(p: float) -> Optional[float]:
+        def q(p: float) -> float | None:
             return round(d[min(len(d) - 1, int(p * len(d)))] * 1000, 2) if d else None
 
         return {"requests": self.requests, "cpu_seconds": round(time.process_time() - self.cpu0, 3),
@@ -82,7 +83,7 @@ class _Http(asyncio.Protocol):
     def __init__(self, state: _State):
         self.state = state
         self.buffer = b""
-        self.pending: Deque[Tuple[str, bool]] = deque()
+        self.pending: deque[tuple[str, bool]] = deque()
         self.busy = False
         self.transport: Any = None
 
@@ -137,7 +138,7 @@ class _Http(asyncio.Protocol):
         state.durations.append(time.monotonic() - start)
         self._next()
 
-    def _write(self, status: int, body: Dict[str, Any], close: bool) -> None:
+    def _write(self, status: int, body: dict[str, Any], close: bool) -> None:
         if self.transport is None or self.transport.is_closing():
             return
         payload = json.dumps(body).encode()
@@ -149,12 +150,12 @@ class _Http(asyncio.Protocol):
             self.pending.clear()
             self.transport.close()
 
-    def connection_lost(self, exc: Optional[BaseException]) -> None:
+    def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
         self.pending.clear()
 
 
-async def serve(latency: float, jitter: float, port: int = 0, seed: Optional[int] = None,
+async def serve(latency: float, jitter: float, port: int = 0, seed: int | None = None,
                 ready: Any = print) -> None:
     """Serve on ``127.0.0.1:port`` until cancelled; ``ready(url)`` is called once listening."""
     state = _State(latency, jitter, seed)
@@ -168,14 +169,14 @@ async def serve(latency: float, jitter: float, port: int = 0, seed: Optional[int
 class DemoService:
     """The demo service in a child process; a context manager (see the module docstring)."""
 
-    def __init__(self, latency: float = 0.03, jitter: float = 0.01, seed: Optional[int] = 1, port: int = 0):
+    def __init__(self, latency: float = 0.03, jitter: float = 0.01, seed: int | None = 1, port: int = 0):
         if latency < 0 or jitter < 0 or jitter > latency:
             raise ValueError(f"need 0 <= jitter <= latency, got latency={latency}, jitter={jitter}")
         self.latency, self.jitter, self.seed, self.port = latency, jitter, seed, port
         self.url = ""
-        self._child: Optional[Child] = None
+        self._child: Child | None = None
 
-    def __enter__(self) -> "DemoService":
+    def __enter__(self) -> DemoService:
         args = ["--latency", repr(self.latency), "--jitter", repr(self.jitter), "--port", str(self.port)]
         self._child = Child(args + ([] if self.seed is None else ["--seed", str(self.seed)])).__enter__()
         self.url = self._child.url
@@ -192,7 +193,7 @@ class DemoService:
         assert self._child is not None, "not running"
         return self._child.pid
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """Item requests answered, CPU seconds of the service process, server-side latency p50/p99."""
         with _NO_PROXY.open(self.url + "/stats", timeout=30) as response:
             return json.loads(response.read())
@@ -203,7 +204,7 @@ class DemoService:
             response.read()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m aiospark.demo_service [--latency S --jitter S --port N --seed N]``;
     ``--openai ...``: the OpenAI-compatible endpoint of :mod:`aiospark.demo_openai` instead."""
     argv = list(sys.argv[1:] if argv is None else argv)

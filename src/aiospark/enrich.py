@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .enrich_checks import ERROR_COLUMN, EnrichError, EnrichPlan, check_enrich, guess_format  # noqa: F401
 from .enrich_input import MALFORMED, read_marked, refuse_malformed
@@ -56,7 +57,7 @@ class _MarkedHttp(LookupSource):
     async def close(self) -> None:
         await self.inner.close()
 
-    async def lookup(self, key: tuple) -> List[Dict[str, Any]]:
+    async def lookup(self, key: tuple) -> list[dict[str, Any]]:
         return [{**row, FOUND: True} for row in await self.inner.lookup(key)]
 
     def __repr__(self) -> str:
@@ -71,7 +72,7 @@ def write(df: Any, path: str, fmt: str) -> None:
     writer.save(path)
 
 
-def spark_session(master: Optional[str]) -> Any:
+def spark_session(master: str | None) -> Any:
     """Under spark-submit: its session; otherwise a local one on ``master``."""
     from pyspark.sql import SparkSession
 
@@ -113,7 +114,7 @@ def _sibling(path: str, tag: str) -> str:
     return os.path.join(head, f".{name}.aiospark-{tag}-{uuid.uuid4().hex[:8]}")
 
 
-def _prepare(df: Any, columns: List[str], plan: EnrichPlan, on_error: str) -> Any:
+def _prepare(df: Any, columns: list[str], plan: EnrichPlan, on_error: str) -> Any:
     """The output columns: input ``columns``, schema columns, and ``_error`` under ``on_error="row"``
     (plus the marks ``FOUND`` and ``BAD_LINE``, counted and then dropped)."""
     from pyspark.sql import functions as F
@@ -127,7 +128,7 @@ def _prepare(df: Any, columns: List[str], plan: EnrichPlan, on_error: str) -> An
     return df.select(*back, *[F.col(f"`{c}`") for c in plan.added], F.col(ERROR_COLUMN), FOUND, good)
 
 
-def _malformed_rows(marked: Any, columns: List[str], like: Any) -> Any:
+def _malformed_rows(marked: Any, columns: list[str], like: Any) -> Any:
     """``--on-error row``: each malformed input line as an error row shaped like ``like`` -- its input
     columns as Spark parsed them (perhaps partly), NULL schema columns, the reason in ``_error``."""
     from pyspark.sql import functions as F
@@ -139,17 +140,17 @@ def _malformed_rows(marked: Any, columns: List[str], like: Any) -> Any:
         F.col(MALFORMED).alias(ERROR_COLUMN), F.lit(None).cast("boolean").alias(FOUND), F.lit(True).alias(BAD_LINE))
 
 
-def _empty_columns(counts: Dict[str, int], plan: EnrichPlan) -> List[str]:
+def _empty_columns(counts: dict[str, int], plan: EnrichPlan) -> list[str]:
     """Schema columns NULL in every row a response carried (none when no response carried a row)."""
     return [c for c in plan.added if counts["found"] and counts[c] == 0]
 
 
 def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, concurrency: int = 100,
                timeout: float = 30.0, retries: int = 3, ordered: bool = False, how: str = "left",
-               input_format: Optional[str] = None, output_format: Optional[str] = None, overwrite: bool = False,
+               input_format: str | None = None, output_format: str | None = None, overwrite: bool = False,
                on_error: str = "fail", allow_empty_columns: bool = False, cache_rows: int = 0,
-               master: Optional[str] = None, out: Callable[[str], Any] = print,
-               warn: Callable[[str], Any] = print, live: Optional[bool] = None) -> Dict[str, Any]:
+               master: str | None = None, out: Callable[[str], Any] = print,
+               warn: Callable[[str], Any] = print, live: bool | None = None) -> dict[str, Any]:
     """Enrich ``input_path`` into ``output_path``; returns rows, seconds, rows/s, error rows and metrics.
 
     Raises :class:`EnrichError` (before Spark starts) for bad arguments and :class:`EnrichFailed`

@@ -18,7 +18,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # imported when a plan is made: the CLI's --help must not load the connectors
@@ -44,9 +44,9 @@ class EnrichPlan:
     output_path: str
     in_format: str
     out_format: str
-    columns: Optional[List[str]]  # None: not knowable before Spark (remote input)
+    columns: list[str] | None  # None: not knowable before Spark (remote input)
     source: HttpLookup
-    added: List[str]  # schema columns the output gains (a schema column named like a key is the key)
+    added: list[str]  # schema columns the output gains (a schema column named like a key is the key)
 
 
 def is_local(path: str) -> bool:
@@ -59,7 +59,7 @@ def local_path(path: str) -> str:
     return urlsplit(path).path if path.startswith("file:") else path
 
 
-def guess_format(path: str, explicit: Optional[str], what: str) -> str:
+def guess_format(path: str, explicit: str | None, what: str) -> str:
     """The format named by ``explicit`` or by the path's extension (``.parquet``, ``.csv``, ``.json``).
 
     Example::
@@ -84,7 +84,7 @@ def guess_format(path: str, explicit: Optional[str], what: str) -> str:
                       f"({'/'.join(FORMATS)})")
 
 
-def _data_files(root: str) -> List[str]:
+def _data_files(root: str) -> list[str]:
     """Files Spark would read under ``root`` (it skips names starting with ``_`` or ``.``)."""
     if os.path.isfile(root):
         return [root]
@@ -95,8 +95,8 @@ def _data_files(root: str) -> List[str]:
     return found
 
 
-def _partition_columns(root: str, files: List[str]) -> List[str]:
-    names: List[str] = []
+def _partition_columns(root: str, files: list[str]) -> list[str]:
+    names: list[str] = []
     for f in files:
         for part in os.path.relpath(os.path.dirname(f), root).split(os.sep):
             if "=" in part and part.split("=", 1)[0] not in names:
@@ -104,7 +104,7 @@ def _partition_columns(root: str, files: List[str]) -> List[str]:
     return names
 
 
-def input_columns(path: str, fmt: str) -> Tuple[List[str], bool]:
+def input_columns(path: str, fmt: str) -> tuple[list[str], bool]:
     """The input's column names, and whether they are complete (a JSON sample may not be).
 
     Example::
@@ -136,7 +136,7 @@ def input_columns(path: str, fmt: str) -> Tuple[List[str], bool]:
     return columns, complete
 
 
-def _json_keys(files: List[str]) -> Tuple[List[str], bool]:
+def _json_keys(files: list[str]) -> tuple[list[str], bool]:
     keys: dict = {}
     budget = JSON_SAMPLE_BYTES
     for name in files:
@@ -155,7 +155,7 @@ def _json_keys(files: List[str]) -> Tuple[List[str], bool]:
 
 
 def check_enrich(input_path: str, output_path: str, *, url: str, schema: str, on_error: str, overwrite: bool,
-                 input_format: Optional[str] = None, output_format: Optional[str] = None,
+                 input_format: str | None = None, output_format: str | None = None,
                  concurrency: int = 100) -> EnrichPlan:
     """Check every argument that can be checked without Spark; raise :class:`EnrichError` if one is wrong.
 
@@ -180,7 +180,7 @@ def check_enrich(input_path: str, output_path: str, *, url: str, schema: str, on
     except ValueError as exc:  # SchemaError (a bad --schema) or a bad URL template
         raise EnrichError(str(exc).replace("url_template", "--url")) from None
     keys = list(source.key_columns)
-    columns: Optional[List[str]] = None
+    columns: list[str] | None = None
     if is_local(input_path):
         columns, complete = input_columns(input_path, in_format)
         missing = [k for k in keys if k not in columns]

@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from .enrich_checks import EnrichError, _data_files, is_local, local_path
 
@@ -45,11 +45,11 @@ def _shown(column: Any) -> Any:
     return F.concat(F.lit("'"), F.when(F.length(column) > _SHOWN, cut).otherwise(column), F.lit("'"))
 
 
-def _ddl(fields: List[Any]) -> str:
+def _ddl(fields: list[Any]) -> str:
     return ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
 
 
-def _read_csv(spark: Any, path: str) -> Tuple[Any, List[str]]:
+def _read_csv(spark: Any, path: str) -> tuple[Any, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField
 
@@ -78,7 +78,7 @@ def _read_csv(spark: Any, path: str) -> Tuple[Any, List[str]]:
     return df, columns
 
 
-def _read_json(spark: Any, path: str) -> Tuple[Any, List[str]]:
+def _read_json(spark: Any, path: str) -> tuple[Any, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -92,7 +92,7 @@ def _read_json(spark: Any, path: str) -> Tuple[Any, List[str]]:
     return df.select(*[F.col(f"`{c}`") for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
 
 
-def read_marked(spark: Any, path: str, fmt: str) -> Tuple[Any, List[str]]:
+def read_marked(spark: Any, path: str, fmt: str) -> tuple[Any, list[str]]:
     """The input with ``MALFORMED`` and ``RAW`` columns, and the input's own column names.
 
     Example::
@@ -110,7 +110,7 @@ def read_marked(spark: Any, path: str, fmt: str) -> Tuple[Any, List[str]]:
     return df.select(*[F.col(f"`{c}`") for c in df.columns], none.alias(MALFORMED), none.alias(RAW)), df.columns
 
 
-def refuse_malformed(df: Any, columns: List[str], path: str, shown: int = 5) -> None:
+def refuse_malformed(df: Any, columns: list[str], path: str, shown: int = 5) -> None:
     """Raise :class:`EnrichError` naming the first malformed lines (with their line numbers when the
     input is local), if there are any. One pass over the input, before any call is made."""
     from pyspark.sql import functions as F
@@ -131,10 +131,10 @@ def refuse_malformed(df: Any, columns: List[str], path: str, shown: int = 5) -> 
                       + "\n  fix them, or pass --on-error row to write them as error rows (column _error)")
 
 
-def line_numbers(path: str, raws: List[str]) -> Dict[str, str]:
+def line_numbers(path: str, raws: list[str]) -> dict[str, str]:
     """``'line N of FILE'`` for each raw line, found by reading the local input's files in order."""
     wanted = {r for r in raws if r is not None}
-    found: Dict[str, str] = {}
+    found: dict[str, str] = {}
     root = local_path(path)
     for name in _data_files(root):
         with open(name, encoding="utf-8", errors="replace", newline="") as handle:

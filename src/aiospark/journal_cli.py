@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional, TextIO
+from typing import TextIO
 
 from .journal.summary import QUIET_SECONDS, SAMPLES, JournalSummary
 
 
-def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]",
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                formatter: type) -> argparse.ArgumentParser:
     """The ``journal`` sub-command of ``aiospark``."""
     parser = commands.add_parser(
@@ -61,7 +61,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def describe(summary: JournalSummary) -> List[str]:
+def describe(summary: JournalSummary) -> list[str]:
     """The lines ``aiospark journal`` prints for ``summary``.
 
     Example::
@@ -88,7 +88,7 @@ def describe(summary: JournalSummary) -> List[str]:
     return lines
 
 
-def run(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``aiospark journal``; returns the exit code (2: no journal there, or it cannot be read)."""
     from .journal.summary import drop_errors, summarize
 

@@ -28,7 +28,7 @@ import math
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, TextIO
 
 #: seconds between plain log lines when the output is not a terminal
 LOG_EVERY = 30.0
@@ -69,7 +69,7 @@ class ProgressOptions:
     """
 
     def __init__(self, *, log_every: float = LOG_EVERY, interval: float = 0.5, quiet: float = 2.0,
-                 stream: Optional[TextIO] = None, live: Optional[bool] = None):
+                 stream: TextIO | None = None, live: bool | None = None):
         for name, value in (("log_every", log_every), ("interval", interval), ("quiet", quiet)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"ProgressOptions({name}=...) takes a number of seconds > 0, got {value!r}")
@@ -88,7 +88,7 @@ class ProgressOptions:
                 + (f", live={self.live}" if self.live is not None else "") + ")")
 
 
-def check_progress(progress: Any, what: str) -> Optional[ProgressOptions]:
+def check_progress(progress: Any, what: str) -> ProgressOptions | None:
     """``progress=`` of an entry point, checked: None when off."""
     if progress is None or progress is False:
         return None
@@ -100,7 +100,7 @@ def check_progress(progress: Any, what: str) -> Optional[ProgressOptions]:
                     f"got {progress!r}")
 
 
-def _tokens(usage: Dict[str, float]) -> Optional[float]:
+def _tokens(usage: dict[str, float]) -> float | None:
     if "total_tokens" in usage:
         return usage["total_tokens"]
     parts = [usage[k] for k in ("prompt_tokens", "completion_tokens") if k in usage]
@@ -117,8 +117,8 @@ def format_eta(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def format_line(p: Dict[str, Any], elapsed: float, label: str = "", *, budget_left: Optional[float] = None,
-                tasks_total: Optional[int] = None, tasks_done: Optional[int] = None, final: bool = False) -> str:
+def format_line(p: dict[str, Any], elapsed: float, label: str = "", *, budget_left: float | None = None,
+                tasks_total: int | None = None, tasks_done: int | None = None, final: bool = False) -> str:
     """One progress line from ``p`` (the keys of ``Metrics.progress()``, plus optional ``retries``,
     ``rate_limited``, ``usage`` and ``final_rows``/``final_tasks``: rows of the tasks that ended).
 
@@ -171,8 +171,8 @@ class Progress:
             aiospark.unordered_wait(df, fn, schema, metrics=m).write.parquet(out)
     """
 
-    def __init__(self, metrics: Any, stream: Optional[TextIO] = None, *, interval: float = 0.5,
-                 live: Optional[bool] = None, label: str = "", summary: bool = True, log_every: float = LOG_EVERY):
+    def __init__(self, metrics: Any, stream: TextIO | None = None, *, interval: float = 0.5,
+                 live: bool | None = None, label: str = "", summary: bool = True, log_every: float = LOG_EVERY):
         self.metrics = metrics
         self.stream = stream or sys.stderr
         self.interval = interval
@@ -181,9 +181,9 @@ class Progress:
         self.label = label
         self.summary = summary
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._started = 0.0
-        self._ended: Optional[float] = None
+        self._ended: float | None = None
         self._width = 0
         #: this block's task reports (tasks done of the stage's total, retries, tokens, ETA), when the
         #: metrics can tell them (``Metrics.on_report``); else ``metrics.progress()`` alone
@@ -195,7 +195,7 @@ class Progress:
         end = self._ended if self._ended is not None else time.monotonic()
         return max(end - self._started, 0.0)
 
-    def line(self, rows: Optional[int] = None, final: bool = False) -> str:
+    def line(self, rows: int | None = None, final: bool = False) -> str:
         """The progress line (``rows`` replaces the metrics' count, e.g. the rows actually written)."""
         view = self._view
         if view is not None and view.tasks:
@@ -205,7 +205,7 @@ class Progress:
             p["rows"] = rows
         return format_line(p, self.elapsed, self.label, final=final)
 
-    def _feed(self, report: Dict[str, Any]) -> None:
+    def _feed(self, report: dict[str, Any]) -> None:
         if self._ended is None and self._view is not None:
             self._view.add(report)
 
@@ -224,7 +224,7 @@ class Progress:
                 self.stream.write(self.line() + "\n")
                 self.stream.flush()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self._started = time.monotonic()
         if callable(getattr(self.metrics, "on_report", None)):
             from .progress_live import JobView, tracker_of
@@ -243,7 +243,7 @@ class Progress:
         if self.summary:
             self.finish()
 
-    def finish(self, rows: Optional[int] = None) -> None:
+    def finish(self, rows: int | None = None) -> None:
         """Print the last line (in place of the live one on a terminal)."""
         if self.live:
             self._write(self.line(rows, final=True), end="\n")
@@ -252,7 +252,7 @@ class Progress:
             self.stream.flush()
 
 
-def watch(metrics: Any, options: Optional[ProgressOptions], *, label: str = "", budget: Any = None,
+def watch(metrics: Any, options: ProgressOptions | None, *, label: str = "", budget: Any = None,
           session: Any = None) -> None:
     """Show the progress of every action ``metrics`` sees (``progress=`` of the entry points)."""
     if options is None:

@@ -22,7 +22,7 @@ import atexit
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 from .progress import ProgressOptions, format_line
 
@@ -32,7 +32,7 @@ _COUNTERS = ("retries", "rate_limited", "failures", "error_rows")
 class JobView:
     """One action's task reports, summed into the fields :func:`format_line` shows."""
 
-    def __init__(self, label: str, options: ProgressOptions, budget: Any, tracker: Any, sink: Optional["Sink"]):
+    def __init__(self, label: str, options: ProgressOptions, budget: Any, tracker: Any, sink: Sink | None):
         self.label = label
         self.options = options
         self.budget = budget
@@ -40,14 +40,14 @@ class JobView:
         self.sink = sink
         self.started = time.monotonic()
         self.last_report = self.started
-        self.tasks: Dict[str, Dict[str, Any]] = {}
-        self.stages: Set[int] = set()
-        self._totals: Dict[int, int] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.stages: set[int] = set()
+        self._totals: dict[int, int] = {}
         self.lock = threading.Lock()
         self.closing = False  # set at interpreter exit: show the last line now
         self.next_log = self.started + options.log_every
 
-    def add(self, report: Dict[str, Any]) -> None:
+    def add(self, report: dict[str, Any]) -> None:
         with self.lock:
             self.tasks[report["task"]] = report
             self.last_report = time.monotonic()
@@ -55,10 +55,10 @@ class JobView:
             if stage.isdigit():
                 self.stages.add(int(stage))
 
-    def fields(self) -> Dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
         with self.lock:
             tasks = list(self.tasks.values())
-        out: Dict[str, Any] = {"rows": 0, "inflight": 0, "running": 0, "finished": 0, "final_rows": 0,
+        out: dict[str, Any] = {"rows": 0, "inflight": 0, "running": 0, "finished": 0, "final_rows": 0,
                                "final_tasks": 0, "usage": {}, **{c: 0 for c in _COUNTERS}}
         for t in tasks:
             m = t["metrics"]
@@ -84,7 +84,7 @@ class JobView:
             ended = bool(self.tasks) and all(t["final"] for t in self.tasks.values())
             return ended and now - self.last_report >= self.options.quiet
 
-    def budget_left(self) -> Optional[float]:
+    def budget_left(self) -> float | None:
         if self.budget is None:
             return None
         try:
@@ -92,7 +92,7 @@ class JobView:
         except Exception:  # a Redis budget that cannot be read: shown without it
             return None
 
-    def task_counts(self) -> Tuple[Optional[int], Optional[int]]:
+    def task_counts(self) -> tuple[int | None, int | None]:
         """``(tasks, completed)`` of the stages seen, from Spark's status tracker (None, None unknown)."""
         with self.lock:
             stages = sorted(self.stages)
@@ -112,7 +112,7 @@ class JobView:
             return None, None
         return total or None, done
 
-    def line(self, now: float, elapsed: Optional[float] = None, rows: Optional[int] = None,
+    def line(self, now: float, elapsed: float | None = None, rows: int | None = None,
              final: bool = False) -> str:
         fields = self.fields()
         if rows is not None:
@@ -126,10 +126,10 @@ class Sink:
     """Where views are shown: ``"live"`` (a terminal: in place), ``"log"`` (plain lines) or
     ``"jupyter"`` (a display per view, updated in place)."""
 
-    def __init__(self, kind: str, stream: Optional[Any]):
+    def __init__(self, kind: str, stream: Any | None):
         self.kind = kind
         self.stream = stream
-        self.handles: Dict[int, Any] = {}
+        self.handles: dict[int, Any] = {}
 
 
 def choose_sink(options: ProgressOptions) -> Sink:
@@ -157,9 +157,9 @@ class Board:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.views: List[JobView] = []
-        self.thread: Optional[threading.Thread] = None
-        self.block: Dict[int, int] = {}  # id(stream) -> live lines currently shown there
+        self.views: list[JobView] = []
+        self.thread: threading.Thread | None = None
+        self.block: dict[int, int] = {}  # id(stream) -> live lines currently shown there
         #: CPU seconds the rendering thread used, over its runs (for the cost measurement)
         self.cpu_seconds = 0.0
         self.wall_seconds = 0.0
@@ -191,7 +191,7 @@ class Board:
         with self.lock:
             views = list(self.views)
         ending = [v for v in views if v.done(now)]
-        groups: Dict[int, List[JobView]] = {}
+        groups: dict[int, list[JobView]] = {}
         for view in views:
             if view.sink.kind == "live":
                 groups.setdefault(id(view.sink.stream), []).append(view)
@@ -208,7 +208,7 @@ class Board:
             with self.lock:
                 self.views = [v for v in self.views if v not in ending]
 
-    def _live(self, key: int, group: List[JobView], ending: List[JobView], now: float) -> None:
+    def _live(self, key: int, group: list[JobView], ending: list[JobView], now: float) -> None:
         """Rewrite this terminal's block: views that end are printed first and stay; the running
         ones follow, one line each, rewritten in place next time."""
         stream = group[0].sink.stream
@@ -268,10 +268,10 @@ def attach(metrics: Any, options: ProgressOptions, *, label: str = "", budget: A
            session: Any = None) -> None:
     """Show every action of ``metrics`` from its first report to its last (see the module doc)."""
     tracker = tracker_of(session)
-    state: Dict[str, Optional[JobView]] = {"view": None}
+    state: dict[str, JobView | None] = {"view": None}
     lock = threading.Lock()
 
-    def on_report(report: Dict[str, Any]) -> None:
+    def on_report(report: dict[str, Any]) -> None:
         with lock:
             view = state["view"]
             if view is None or view not in BOARD.views:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
 
 PATH: str = os.path.abspath(__file__)
 """This file's path: the application argument of ``spark-submit``."""
 
 
-def run(argv: Optional[List[str]] = None) -> int:
+def run(argv: list[str] | None = None) -> int:
     """Run the ``aiospark`` command with ``argv`` (default: this process's arguments).
 
     Example::

@@ -12,9 +12,10 @@ import threading
 
 import pytest
 
-from tests.core._util import run, run_operator as operator_run
 from aiospark.budget import BudgetCostError, BudgetUnavailable, LeaseGate, Ledger
 from aiospark.budget.http_leases import HttpLeases
+from tests.core._util import run
+from tests.core._util import run_operator as operator_run
 
 
 class LedgerSource:
@@ -174,7 +175,7 @@ def test_an_unreachable_driver_fails_rows_and_never_calls():
 
 
 def test_leases_over_the_drivers_http_collector():
-    from aiospark.spark.budget import Budget   # the driver side: the ledger behind the collector
+    from aiospark.spark.budget import Budget  # the driver side: the ledger behind the collector
 
     budget = Budget(30)
     ticket = pickle.loads(pickle.dumps(budget))  # what a task receives

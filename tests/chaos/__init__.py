@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from aiospark import AsyncFunction
 from aiospark.connectors import ConnectorError, ConnectorTimeout
@@ -44,8 +44,8 @@ class ServiceCall(AsyncFunction):
     ``"<pid> <peak>"`` -- the client-side view of "calls in flight".
     """
 
-    def __init__(self, url: str, *, attempt_timeout: Optional[float] = None, pool_limit: int = 0,
-                 peak_file: Optional[str] = None):
+    def __init__(self, url: str, *, attempt_timeout: float | None = None, pool_limit: int = 0,
+                 peak_file: str | None = None):
         self.url = url
         self.attempt_timeout = attempt_timeout
         self.pool_limit = pool_limit
@@ -53,7 +53,7 @@ class ServiceCall(AsyncFunction):
         self.session: Any = None
         self._alive = self._peak = 0
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "session": None}
 
     async def open(self) -> None:
@@ -63,7 +63,7 @@ class ServiceCall(AsyncFunction):
             connector=aiohttp.TCPConnector(limit=self.pool_limit),
             timeout=aiohttp.ClientTimeout(total=self.attempt_timeout))
 
-    async def fetch(self, key: str) -> Dict[str, Any]:
+    async def fetch(self, key: str) -> dict[str, Any]:
         import aiohttp
 
         try:
@@ -80,7 +80,7 @@ class ServiceCall(AsyncFunction):
         except aiohttp.ClientError as exc:
             raise ConnectorError(f"/item/{key}: {type(exc).__name__}: {exc}", retryable=True) from None
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         if self.peak_file is None:
             body = await self.fetch(row["key"])
         else:
@@ -105,7 +105,7 @@ class ServiceCall(AsyncFunction):
 # -- driver-side helpers (the test process); imports kept lazy so workers do not pay for them ---------
 
 
-def kill_tree(proc: Any) -> List[int]:
+def kill_tree(proc: Any) -> list[int]:
     """SIGKILL the subprocess ``proc`` and all its descendants, by pid; return the pids signalled.
 
     A Spark driver's descendants are its JVM and PySpark's daemon and workers (the daemon puts itself
@@ -116,7 +116,7 @@ def kill_tree(proc: Any) -> List[int]:
 
     import psutil
 
-    pids: List[int] = []
+    pids: list[int] = []
     try:
         parent = psutil.Process(proc.pid)
         family = parent.children(recursive=True) + [parent]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Callable, List
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from . import ROOT, kill_tree
 
 @pytest.fixture
 def fault_service() -> Callable[..., FaultService]:
-    started: List[FaultService] = []
+    started: list[FaultService] = []
 
     def start(**config: Any) -> FaultService:
         svc = FaultService(ServiceConfig(**config)).start()
@@ -37,7 +38,7 @@ def fault_service() -> Callable[..., FaultService]:
 
 @pytest.fixture
 def driver(tmp_path):
-    procs: List[subprocess.Popen] = []
+    procs: list[subprocess.Popen] = []
 
     def start(module: str, *args: str) -> subprocess.Popen:
         env = dict(os.environ)

@@ -14,10 +14,9 @@ import argparse
 import json
 import os
 import sys
-from typing import List
 
 
-def main(argv: List[str] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--journal", required=True)
@@ -28,8 +27,9 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--marker-dir", default=None)
     args = parser.parse_args(argv)
 
-    import aiospark
     from pyspark.sql import functions as F
+
+    import aiospark
     from tests.chaos import ITEM_SCHEMA, ServiceCall
     from tests.chaos.kill_worker_job import KILLED_PARTITION, KillOnce
 

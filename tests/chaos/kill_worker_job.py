@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from collections import Counter, defaultdict
-from typing import Any, Dict, List
+from typing import Any
 
 from tests.chaos import ITEM_SCHEMA, ServiceCall
 
@@ -34,7 +34,7 @@ SCHEMA = ITEM_SCHEMA + ", partition INT, attempt INT, pid INT"
 PREFIX = {"unordered": "u", "ordered": "o"}
 
 
-def task_info() -> Dict[str, int]:
+def task_info() -> dict[str, int]:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()  # a class attribute: also visible from the worker's event-loop thread
@@ -49,7 +49,7 @@ class KillOnce(ServiceCall):
         self.marker = marker
         self.kill_id = kill_id
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         if row["id"] == self.kill_id:
             try:
                 fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -64,12 +64,13 @@ class KillOnce(ServiceCall):
         return out
 
 
-def run(spark: Any, mode: str, url: str, marker: str, rows: int) -> Dict[str, Any]:
+def run(spark: Any, mode: str, url: str, marker: str, rows: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     import aiospark
     from aiospark import RetryStrategy
     from aiospark.connectors import is_retryable
     from tests.support.service import item_value
-    from pyspark.sql import functions as F
 
     per_partition = rows // PARTITIONS
     kill_id = KILLED_PARTITION * per_partition + int(per_partition * 0.6)
@@ -84,8 +85,8 @@ def run(spark: Any, mode: str, url: str, marker: str, rows: int) -> Dict[str, An
 
     counts = Counter(r.key for r in got)
     expected = {f"{prefix}{i:05d}" for i in range(rows)}
-    attempts: Dict[int, set] = defaultdict(set)
-    pids: Dict[int, set] = defaultdict(set)
+    attempts: dict[int, set] = defaultdict(set)
+    pids: dict[int, set] = defaultdict(set)
     for r in got:
         attempts[r.partition].add(r.attempt)
         pids[r.partition].add(r.pid)
@@ -108,7 +109,7 @@ def run(spark: Any, mode: str, url: str, marker: str, rows: int) -> Dict[str, An
     }
 
 
-def main(argv: List[str] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--marker-dir", required=True)

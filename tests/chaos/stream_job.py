@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List
 
 from tests.chaos import ITEM_SCHEMA, ServiceCall
 
 INPUT_SCHEMA = "id LONG, key STRING"
 
 
-def main(argv: List[str] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--input", required=True)
     parser.add_argument("--sink", required=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from typing import Any, Dict, List
+from typing import Any
 
 from aiospark import AsyncWaitOperator
 
@@ -35,8 +35,8 @@ def test_cancelled_attempts_count_against_capacity():
             state["alive"] -= 1
         return value
 
-    async def main() -> List[Any]:
-        out: List[Any] = []
+    async def main() -> list[Any]:
+        out: list[Any] = []
         op = AsyncWaitOperator(hang, out.append, ordered=False, timeout=0.05, capacity=capacity,
                                on_error=lambda value, exc: [type(exc).__name__])
         await op.open()
@@ -59,9 +59,9 @@ def test_an_attempt_abandoned_at_its_deadline_has_its_exception_retrieved():
     before the deadline handler runs: the element correctly becomes an AsyncTimeoutError, but the
     attempt's Task must not be left with an unretrieved exception (asyncio would log it with a full
     traceback, looking like an error that got lost)."""
-    reported: List[Dict[str, Any]] = []
+    reported: list[dict[str, Any]] = []
 
-    async def main() -> List[Any]:
+    async def main() -> list[Any]:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda _loop, context: reported.append(context))
         answer = loop.create_future()
@@ -75,7 +75,7 @@ def test_an_attempt_abandoned_at_its_deadline_has_its_exception_retrieved():
             answer.set_exception(ValueError("late failure"))
             time.sleep(0.15)
 
-        out: List[Any] = []
+        out: list[Any] = []
         op = AsyncWaitOperator(call, out.append, timeout=0.1, capacity=1,
                                on_error=lambda value, exc: [type(exc).__name__])
         await op.open()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -50,7 +50,7 @@ def keyed_input(spark, rows: int = ROWS, partitions: int = PARTITIONS):
     return spark.range(0, rows, 1, partitions).select("id", F.format_string("k%05d", "id").alias("key"))
 
 
-def account(rows: List[Any], n: int) -> Dict[str, Any]:
+def account(rows: list[Any], n: int) -> dict[str, Any]:
     """Split output rows into results and error rows; find lost and duplicated keys."""
     expected = {f"k{i:05d}" for i in range(n)}
     keys, ok, errors, bad = [], [], [], []
@@ -76,7 +76,7 @@ def account(rows: List[Any], n: int) -> Dict[str, Any]:
     }
 
 
-def report(name: str, acc: Dict[str, Any], stats: Dict[str, Any], wall: float) -> None:
+def report(name: str, acc: dict[str, Any], stats: dict[str, Any], wall: float) -> None:
     kinds = Counter(e._error.split(":", 1)[0] for e in acc["errors"])
     print(f"\n[chaos] {name}: rows in {ROWS}, rows out {acc['out']}, results {len(acc['ok'])}, "
           f"error rows {len(acc['errors'])} {dict(kinds)}, lost {len(acc['lost'])}, "
@@ -85,7 +85,7 @@ def report(name: str, acc: Dict[str, Any], stats: Dict[str, Any], wall: float) -
           f"resets {stats['resets']}, slow bodies {stats['slow_bodies']}, peak in flight {stats['peak_in_flight']}")
 
 
-def assert_faults_injected(stats: Dict[str, Any]) -> None:
+def assert_faults_injected(stats: dict[str, Any]) -> None:
     """The run really met every kind of fault (otherwise the test proves nothing)."""
     for name in ("errors_5xx", "rate_limited_429", "hangs", "resets", "slow_bodies"):
         assert stats[name] > 0, f"no {name} injected: {stats}"

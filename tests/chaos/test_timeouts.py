@@ -19,7 +19,7 @@ import math
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -46,7 +46,7 @@ def one_task_input(spark, rows: int):
     return spark.range(0, rows, 1, 1).select("id", F.format_string("k%05d", "id").alias("key"))
 
 
-def wait_drained(svc: FaultService) -> Dict[str, Any]:
+def wait_drained(svc: FaultService) -> dict[str, Any]:
     """Stats once no request is in flight and no connection open (or after DRAIN_SECONDS)."""
     deadline = time.monotonic() + DRAIN_SECONDS
     while True:

@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -30,7 +30,7 @@ ROWS = 700  # ids 0..699: 100 multiples of 7 fail
 class FailSevens(ServiceCall):
     """Calls the service, then fails rows whose id is a multiple of 7 (after the call: it counts)."""
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         out = await super().async_invoke(row)
         if row["id"] % 7 == 0:
             raise ValueError(f"row {row['id']} is refused")
@@ -54,7 +54,7 @@ def calls(service) -> int:
     return service.stats()["requests"]
 
 
-def run_job(spark, service, location: str) -> List[Any]:
+def run_job(spark, service, location: str) -> list[Any]:
     df = spark.range(0, ROWS, 1, 2).select("id", F.format_string("k%05d", "id").alias("key"))
     journal = aiospark.Journal(location, key="id", keep_errors=True)
     return aiospark.unordered_wait(df, FailSevens(service.url), ITEM_SCHEMA, on_error="row",

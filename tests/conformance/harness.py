@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiospark
 from aiospark.core import AsyncWaitOperator, Record
@@ -35,14 +36,14 @@ GUARD_SECONDS = 120.0
 class CheckFunction(aiospark.AsyncFunction):
     """``{"id", "arg"}`` in, ``[{"id", "out"}]`` out; on timeout, the fallback row (when given)."""
 
-    def __init__(self, check: Check, fallback: Optional[str]) -> None:
+    def __init__(self, check: Check, fallback: str | None) -> None:
         self.check = check
         self.fallback = fallback
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"id": row["id"], "out": await self.check(row["arg"])}]
 
-    def timeout(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    def timeout(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         if self.fallback is None:
             return super().timeout(row)  # the default: fail with AsyncTimeoutError
         return [{"id": row["id"], "out": self.fallback}]
@@ -57,8 +58,8 @@ def _udf_for(check: Check) -> Callable[[str], Awaitable[str]]:
     return call
 
 
-def run_check(entry: str, check: Check, config: Dict[str, Any], *, spark: Any = None, rows: int = 6,
-              timeout: float = 60.0, capacity: int = 100, fallback: Optional[str] = None) -> List[str]:
+def run_check(entry: str, check: Check, config: dict[str, Any], *, spark: Any = None, rows: int = 6,
+              timeout: float = 60.0, capacity: int = 100, fallback: str | None = None) -> list[str]:
     """Run ``check`` once per row through ``entry``; returns the outputs in row order.
 
     ``fallback`` is what a timed-out call yields: ``AsyncFunction.timeout`` returns it for the core
@@ -78,8 +79,8 @@ def run_check(entry: str, check: Check, config: Dict[str, Any], *, spark: Any = 
     return [outputs[i] for i in range(rows)]
 
 
-def _run_core(ordered: bool, check: Check, args: List[str], timeout: float, capacity: int,
-              fallback: Optional[str]) -> Dict[int, str]:
+def _run_core(ordered: bool, check: Check, args: list[str], timeout: float, capacity: int,
+              fallback: str | None) -> dict[int, str]:
     emitted: list = []
 
     async def main() -> None:
@@ -103,8 +104,8 @@ def _run_core(ordered: bool, check: Check, args: List[str], timeout: float, capa
     return {r["id"]: r["out"] for r in records}
 
 
-def _run_spark(entry: str, spark: Any, check: Check, args: List[str], timeout: float, capacity: int,
-               fallback: Optional[str]) -> Dict[int, str]:
+def _run_spark(entry: str, spark: Any, check: Check, args: list[str], timeout: float, capacity: int,
+               fallback: str | None) -> dict[int, str]:
     # Two partitions: both local[2] worker processes run calls, several per task.
     df = spark.createDataFrame([(i, a) for i, a in enumerate(args)], "id INT, arg STRING").repartition(2, "id")
     if entry == "async_udf":

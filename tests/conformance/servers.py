@@ -56,7 +56,7 @@ class HttpServer:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
         return self
@@ -185,7 +185,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{HOST}:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install -y redis-server)")
@@ -228,7 +228,7 @@ class PostgresServer:
         if done.returncode != 0:
             raise RuntimeError(f"{args[0]} failed: {(done.stderr or done.stdout)[-2000:]}")
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run(os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres", "-A", "trust",

@@ -261,7 +261,7 @@ def test_a_burst_of_rejections_is_one_cut_not_a_collapse():
     assert cuts == 1 and ac.decreases == 1
     assert ac._limit == pytest.approx(start * 0.9)
     # retries sent within one round trip of the cut still met the calls sent before it: same event
-    for step in range(18):
+    for _step in range(18):
         clock.now += 0.001
         assert ac.on_failure(Overloaded(), 0.001) is False
     assert ac._limit == pytest.approx(start * 0.9)

@@ -59,6 +59,7 @@ def _hangs_with_timeout(handler):
 
 def test_a_timeout_handler_that_returns_no_list_fails_naming_it():
     import pytest
+
     from aiospark import AsyncFunctionError
 
     def sync_handler(self, value):
@@ -78,6 +79,7 @@ def test_a_raising_retry_predicate_fails_the_operator_even_with_on_error():
     """on_error turns failed calls into rows; a predicate that raises is a bug in the job's
     configuration, not a failed call: it fails the operator (SPEC section 1)."""
     import pytest
+
     from aiospark import AsyncFunctionError, RetryStrategy
 
     def predicate(results):

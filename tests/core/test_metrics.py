@@ -15,7 +15,10 @@ def exact_quantile(values, q):
     return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
-def filled(seed, n=5000, mu=math.log(0.02), sigma=1.0):
+MU = math.log(0.02)  # lognormal latencies around 20 ms
+
+
+def filled(seed, n=5000, mu=MU, sigma=1.0):
     rng = random.Random(seed)
     values = [rng.lognormvariate(mu, sigma) for _ in range(n)]
     m = OperatorMetrics()

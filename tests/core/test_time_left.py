@@ -59,6 +59,7 @@ def test_each_call_has_its_own_deadline():
 
     async def main():
         from aiospark.core import AsyncWaitOperator
+
         from ._util import Collector
         out = Collector()
         op = AsyncWaitOperator(fetch, out, ordered=False, capacity=1, timeout=2.0)

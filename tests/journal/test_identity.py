@@ -7,7 +7,6 @@ import subprocess
 import sys
 from decimal import Decimal
 
-
 import aiospark
 from aiospark.core import AsyncWaitOperator
 from aiospark.journal import LazyIdentity, RowIdentity, identity

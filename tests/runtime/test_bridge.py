@@ -10,9 +10,8 @@ import warnings
 
 import pytest
 
-from aiospark import AsyncFunction, AsyncFunctionError, AsyncWaitOperator
+from aiospark import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, BlockedLoopWarning
 from aiospark.runtime import run_partition, worker_loop
-from aiospark import BlockedLoopWarning
 from aiospark.runtime.worker_loop import WorkerLoop
 
 
@@ -370,7 +369,7 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
             gc.collect()  # on the task's thread, while the loop runs
             yield list(range(start, start + 20))
 
-    def task(done: "concurrent.futures.Future[list]") -> None:  # the task's thread
+    def task(done: concurrent.futures.Future[list]) -> None:  # the task's thread
         try:
             done.set_result([v for b in run_partition(chunks(200), make_operator, capacity=40, out_rows=50,
                                                       loop=wl) for v in b])
@@ -380,7 +379,7 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
     try:
         assert type(wl.loop).__module__.split(".")[0] == choice
         for _ in range(4):
-            done: "concurrent.futures.Future[list]" = concurrent.futures.Future()
+            done: concurrent.futures.Future[list] = concurrent.futures.Future()
             feeder = threading.Thread(target=task, args=(done,), daemon=True)
             feeder.start()
             out = done.result(timeout=30)  # a lost wake-up fails here instead of hanging the run

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from tests.chaos import ITEM_SCHEMA, ServiceCall
 
@@ -24,7 +24,7 @@ INPUT_SCHEMA = "id LONG, key STRING"
 class BatchEcho(ServiceCall):
     """Calls the service; ``name`` is the micro-batch id as the running task sees it."""
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         from pyspark import TaskContext
 
         out = await super().async_invoke(row)
@@ -33,7 +33,7 @@ class BatchEcho(ServiceCall):
         return out
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     for name in ("--input", "--sink", "--checkpoint", "--journal", "--url"):
         parser.add_argument(name, required=True)

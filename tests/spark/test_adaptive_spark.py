@@ -14,8 +14,8 @@ import pytest
 import aiospark
 from aiospark import AdaptiveConcurrency, Metrics, RetryStrategy
 from aiospark.connectors import is_retryable
-from tests.support.service import LimitedService
 from tests.support.fetch import Fetch
+from tests.support.service import LimitedService
 
 RETRY = RetryStrategy.exponential_backoff(30, 0.01, 0.5, jitter=0.3, exception_predicate=is_retryable)
 

@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -26,7 +25,7 @@ CHILD_TIMEOUT = 600  # seconds; each suite takes about 2 minutes on 2 cores
 MARKER_VAR = "AIOSPARK_ISOLATED_RUN"
 
 
-def _processes_with(marker: str) -> List[int]:
+def _processes_with(marker: str) -> list[int]:
     """Pids of live (non-zombie) processes whose environment holds ``MARKER_VAR=marker``."""
     needle = f"{MARKER_VAR}={marker}".encode()
     found = []
@@ -44,7 +43,7 @@ def _processes_with(marker: str) -> List[int]:
     return found
 
 
-def _describe(pids: List[int]) -> str:
+def _describe(pids: list[int]) -> str:
     lines = []
     for pid in pids:
         try:
@@ -55,7 +54,7 @@ def _describe(pids: List[int]) -> str:
     return "\n".join(lines)
 
 
-def _kill(pids: List[int]) -> None:
+def _kill(pids: list[int]) -> None:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

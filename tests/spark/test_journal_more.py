@@ -8,6 +8,7 @@ import os
 import shutil
 import threading
 import time
+
 import pytest
 from pyspark.sql import functions as F
 

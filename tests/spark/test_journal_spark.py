@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -19,7 +19,7 @@ ROWS = 1000
 class FailSome(ServiceCall):
     """Calls the service, then fails rows whose id is a multiple of 7 (after the call: it counts)."""
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         out = await super().async_invoke(row)
         if row["id"] % 7 == 0:
             raise ValueError(f"row {row['id']} is refused")
@@ -29,7 +29,7 @@ class FailSome(ServiceCall):
 class KeyEcho(ServiceCall):
     """Returns aiospark.idempotency_key() as the name (and calls the service)."""
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         out = await super().async_invoke(row)
         out[0]["name"] = aiospark.idempotency_key()
         return out

@@ -20,7 +20,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -43,7 +42,7 @@ BOUND = CAPACITY + int(CAPACITY / LATENCY)
 
 @pytest.fixture
 def driver(tmp_path):
-    procs: List[subprocess.Popen] = []
+    procs: list[subprocess.Popen] = []
 
     def start(*args: str) -> subprocess.Popen:
         env = dict(os.environ)

@@ -8,7 +8,6 @@ non-JSON the first time (tests/support/openai_structured.py).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Optional
 
 import pydantic
 import pytest
@@ -102,7 +101,7 @@ def test_async_udf_with_the_response_type_and_from_sql(spark, srv):
 class Verdict(pydantic.BaseModel):
     label: str
     stars: int = pydantic.Field(ge=0, le=20)
-    seen: Optional[dt.datetime] = None
+    seen: dt.datetime | None = None
     tags: list[str]
 
 

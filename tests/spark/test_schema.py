@@ -8,12 +8,11 @@ import re
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import ArrayType, IntegerType, MapType, StringType, StructField, StructType, TimestampType
 
 import aiospark
 from aiospark.spark.checked import Output, OutputChecks, _Call
 from aiospark.spark.schema import RowConverter, to_python
-from pyspark.sql.types import (ArrayType, IntegerType, MapType, StringType, StructField, StructType,
-                               TimestampType)
 
 MAP = pa.map_(pa.string(), pa.int64())
 

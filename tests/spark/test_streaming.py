@@ -15,7 +15,6 @@ import random
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
 
 import pyarrow.parquet as pq
 import pytest
@@ -85,7 +84,7 @@ async def enrich_udf(key):
 # -- helpers (driver side) -------------------------------------------------------------------------
 
 
-def write_batch(input_dir: Path, file_no: int, start: int, count: int, files: int = 2) -> List[str]:
+def write_batch(input_dir: Path, file_no: int, start: int, count: int, files: int = 2) -> list[str]:
     """Write ``count`` rows with keys ``k<start>..`` into ``files`` JSON files; return the keys."""
     keys = [f"k{i:05d}" for i in range(start, start + count)]
     per_file = -(-count // files)
@@ -121,7 +120,7 @@ def stream_of(spark, input_dir: Path, files_per_batch: int = 2):
     return spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", files_per_batch).json(str(input_dir))
 
 
-def key_counts(rows) -> Dict[str, int]:
+def key_counts(rows) -> dict[str, int]:
     return dict(Counter(r.key for r in rows))
 
 
@@ -132,7 +131,7 @@ def dirs(tmp_path):
     return paths
 
 
-def _check_enriched(spark, sink: Path, expected_keys: List[str]) -> None:
+def _check_enriched(spark, sink: Path, expected_keys: list[str]) -> None:
     rows = spark.read.parquet(str(sink)).collect()
     counts = key_counts(rows)
     dupes = {k: c for k, c in counts.items() if c != 1}

@@ -150,7 +150,7 @@ class NginxServer(_Server):
         """The protocol of each request answered so far (``'HTTP/2.0'``, ``'HTTP/1.1'``), oldest first."""
         return [proto for proto, _ in self.requests()]
 
-    def start(self) -> "NginxServer":
+    def start(self) -> NginxServer:
         if not self._binary:
             raise ServerNotAvailable("nginx is not installed (apt-get install nginx-light, or set $NGINX)")
         self._tmp = _make_tmpdir("aiospark-nginx-")

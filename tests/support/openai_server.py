@@ -266,7 +266,7 @@ class OpenAIServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
-    def start(self) -> "OpenAIServer":
+    def start(self) -> OpenAIServer:
         ready = threading.Event()
         errors: list[BaseException] = []
 
@@ -301,7 +301,7 @@ class OpenAIServer:
             self._thread.join(10)
             self._loop = self._thread = None
 
-    def __enter__(self) -> "OpenAIServer":
+    def __enter__(self) -> OpenAIServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

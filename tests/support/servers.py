@@ -157,7 +157,7 @@ class RedisServer(_Server):
     def url(self) -> str:
         return f"redis://{HOST}:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         if self.running:
             return self
         binary = self.binary or shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -273,7 +273,7 @@ class PostgresServer(_Server):
             kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
         return kwargs
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         if self.running:
             return self
         bins = _pg_bin_dir(self.bin_dir)

@@ -57,10 +57,11 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .service_config import LOOPBACK_HOST, ServiceConfig
-from .service_server import MAX_ARRIVALS, ServiceCore, expected_item, item_value  # noqa: F401 (re-exported)
+from .service_server import MAX_ARRIVALS, ServiceCore, expected_item, item_value
 
 __all__ = ["FaultService", "LimitedService", "ServiceConfig", "expected_item", "item_value", "main",
            "MAX_ARRIVALS"]
@@ -87,23 +88,23 @@ class FaultService:
             svc.reset_stats()
     """
 
-    def __init__(self, config: Optional[ServiceConfig] = None, *, process: bool = False, **overrides: Any) -> None:
+    def __init__(self, config: ServiceConfig | None = None, *, process: bool = False, **overrides: Any) -> None:
         config = config if config is not None else ServiceConfig()
         self._config = config.replace(**overrides) if overrides else config
         self.process = process
-        self._url: Optional[str] = None
-        self._control_url: Optional[str] = None
+        self._url: str | None = None
+        self._control_url: str | None = None
         self._stopped = False
         # thread mode
-        self._core: Optional[ServiceCore] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
+        self._core: ServiceCore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         # process mode
-        self._proc: Optional[subprocess.Popen] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self._proc: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
 
     # -- lifecycle -------------------------------------------------------------
-    def start(self) -> "FaultService":
+    def start(self) -> FaultService:
         """Start serving (idempotent); returns ``self`` once the port accepts connections."""
         if self._url is not None:
             return self
@@ -138,7 +139,7 @@ class FaultService:
                     pass  # loop already closed
             self._thread.join(timeout=5.0)
 
-    def __enter__(self) -> "FaultService":
+    def __enter__(self) -> FaultService:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -179,7 +180,7 @@ class FaultService:
         return self._config
 
     # -- state -------------------------------------------------------------------
-    def stats(self, *, arrivals: bool = False, keys: bool = True) -> Dict[str, Any]:
+    def stats(self, *, arrivals: bool = False, keys: bool = True) -> dict[str, Any]:
         """Consistent snapshot of the counters (thread mode: also after :meth:`stop`).
 
         Keys: ``requests`` (``/item``+``/batch``+``/echo`` arrivals), outcomes
@@ -199,7 +200,7 @@ class FaultService:
             return self._http("GET", f"/stats?{flags}")
         return self._on_loop(lambda: self._require_core().snapshot(arrivals=arrivals, keys=keys))
 
-    def arrivals(self) -> List[float]:
+    def arrivals(self) -> list[float]:
         """Monotonic arrival times of the last (up to 1,000,000) data requests."""
         return list(self.stats(arrivals=True, keys=False)["arrivals"])
 
@@ -227,8 +228,8 @@ class FaultService:
         self._config = new
         return new
 
-    def wait_for(self, predicate: Callable[[Dict[str, Any]], bool], timeout: float = 5.0,
-                 interval: float = 0.01) -> Dict[str, Any]:
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0,
+                 interval: float = 0.01) -> dict[str, Any]:
         """Poll :meth:`stats` until ``predicate(stats)`` holds; return those stats or raise ``TimeoutError``."""
         deadline = time.monotonic() + timeout
         while True:
@@ -249,7 +250,7 @@ class FaultService:
         core = ServiceCore(self._config)
         loop = asyncio.new_event_loop()
         ready = threading.Event()
-        failure: List[BaseException] = []
+        failure: list[BaseException] = []
 
         def run() -> None:
             asyncio.set_event_loop(loop)
@@ -347,7 +348,7 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_until_complete(loop.shutdown_asyncgens())
 
 
-def _read_lines(proc: subprocess.Popen, count: int, timeout: float) -> List[str]:
+def _read_lines(proc: subprocess.Popen, count: int, timeout: float) -> list[str]:
     """Read ``count`` stdout lines from ``proc`` within ``timeout`` seconds."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -431,9 +432,9 @@ class LimitedService:
         if status not in (429, 503):
             raise ValueError(f"status={status!r} must be 429 or 503")
         self.limit, self.latency, self.mode, self.status = limit, float(latency), mode, status
-        self._proc: Optional[subprocess.Popen] = None
-        self._finalizer: Optional[weakref.finalize] = None
-        self._url: Optional[str] = None
+        self._proc: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._url: str | None = None
 
     @property
     def url(self) -> str:
@@ -441,7 +442,7 @@ class LimitedService:
             raise RuntimeError("LimitedService is not started; use `with LimitedService(...) as svc`")
         return self._url
 
-    def start(self) -> "LimitedService":
+    def start(self) -> LimitedService:
         if self._url is not None:
             return self
         repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -465,13 +466,13 @@ class LimitedService:
         if self._finalizer is not None:
             self._finalizer()
 
-    def __enter__(self) -> "LimitedService":
+    def __enter__(self) -> LimitedService:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         with _NO_PROXY.open(self.url + "/stats", timeout=30.0) as resp:
             return json.loads(resp.read())
 
@@ -480,7 +481,7 @@ class LimitedService:
             pass
 
 
-def _serve_limited(spec: Dict[str, Any]) -> None:
+def _serve_limited(spec: dict[str, Any]) -> None:
     """The child process of :class:`LimitedService`: serve until stdin closes."""
     from aiohttp import web
 
@@ -488,7 +489,7 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
     counts = {"requests": 0, "ok": 0, "rejected": 0, "peak_serving": 0, "peak_waiting": 0,
               "first_arrival": None, "last_answer": None}
     state = {"serving": 0, "waiting": 0}
-    times: List[float] = []
+    times: list[float] = []
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
@@ -513,7 +514,8 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
                 return await serve(loop, arrived, path)
         if path == "/stats":
             ordered = sorted(times)
-            pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None)
+            def pick(q):
+                return (ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None)
             return web.json_response(dict(counts, serving=state["serving"], p50=pick(0.5), p90=pick(0.9)))
         if path == "/reset":
             counts.update(requests=0, ok=0, rejected=0, peak_serving=state["serving"], peak_waiting=0,
@@ -554,7 +556,7 @@ def _serve_limited(spec: Dict[str, Any]) -> None:
     asyncio.run(run())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: ``python -m tests.support.service [--latency 0.02 ...]`` (see ``--help``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "--limited-json":  # LimitedService's child process

@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, Dict, Optional, Sequence
+from typing import Any
 
 from .service_config import LATENCY_DISTS, LOOPBACK_HOST, ServiceConfig
 from .service_server import ServiceCore
@@ -40,10 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Fault-injecting HTTP service on 127.0.0.1. Prints its URL on the first "
                     "stdout line (the uncounted control URL on the second) and serves until killed.",
     )
-    types: Dict[str, Any] = {"latency_dist": str, "host": str, "burst_429": _burst, "max_concurrency": int,
+    types: dict[str, Any] = {"latency_dist": str, "host": str, "burst_429": _burst, "max_concurrency": int,
                              "overload_status": int, "seed": int, "port": int}
     for f in fields(ServiceConfig):
-        kwargs: Dict[str, Any] = {"type": types.get(f.name, float), "default": None,
+        kwargs: dict[str, Any] = {"type": types.get(f.name, float), "default": None,
                                   "help": f"(default {f.default!r})"}
         if f.name == "latency_dist":
             kwargs["choices"] = LATENCY_DISTS
@@ -93,7 +94,7 @@ async def _serve(config: ServiceConfig, exit_on_stdin_eof: bool) -> None:
         await core.close()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: ``python -m tests.support.service [--latency 0.02 ...]``."""
     parser = _parser()
     args = parser.parse_args(argv)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any
 
 __all__ = ["ServiceConfig", "LOOPBACK_HOST", "LATENCY_DISTS", "FAULT_RATE_FIELDS"]
 
@@ -80,10 +81,10 @@ class ServiceConfig:
     slow_body_seconds: float = 1.0
     rate_429: float = 0.0
     retry_after: float = 1.0
-    burst_429: Optional[Tuple[int, int]] = None
-    max_concurrency: Optional[int] = None
+    burst_429: tuple[int, int] | None = None
+    max_concurrency: int | None = None
     overload_status: int = 503
-    seed: Optional[int] = None
+    seed: int | None = None
     host: str = LOOPBACK_HOST
     port: int = 0
 
@@ -148,14 +149,14 @@ class ServiceConfig:
             raise ValueError(f"seed={self.seed!r} must be None or an int")
 
     # ------------------------------------------------------------------
-    def replace(self, **changes: Any) -> "ServiceConfig":
+    def replace(self, **changes: Any) -> ServiceConfig:
         """Return a validated copy with ``changes`` applied (unknown names raise ``TypeError``)."""
         unknown = sorted(set(changes) - {f.name for f in fields(self)})
         if unknown:
             raise TypeError(f"unknown ServiceConfig field(s): {', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
 
-    def runtime_replace(self, **changes: Any) -> "ServiceConfig":
+    def runtime_replace(self, **changes: Any) -> ServiceConfig:
         """Like :meth:`replace` but refuses to change ``host``/``port`` (fixed once listening)."""
         for name in _STATIC_FIELDS:
             if name in changes and changes[name] != getattr(self, name):
@@ -170,6 +171,6 @@ class ServiceConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ServiceConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> ServiceConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``TypeError``."""
         return cls().replace(**dict(data))

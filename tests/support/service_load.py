@@ -18,19 +18,21 @@ import argparse
 import asyncio
 import json
 import time
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import aiohttp
 
 from aiospark.runtime.worker_loop import worker_loop
+
 from .service import FaultService
 from .service_config import ServiceConfig
 
 __all__ = ["measure_throughput", "main"]
 
 
-async def _drive(svc: FaultService, concurrency: int, seconds: float, warmup: float) -> Dict[str, Any]:
-    statuses: Dict[int, int] = {}
+async def _drive(svc: FaultService, concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
+    statuses: dict[int, int] = {}
     base = svc.url
 
     async def worker(session: aiohttp.ClientSession, wid: int, until: float, count: bool) -> None:
@@ -70,8 +72,8 @@ async def _drive(svc: FaultService, concurrency: int, seconds: float, warmup: fl
     }
 
 
-def measure_throughput(config: Optional[ServiceConfig] = None, *, concurrency: int = 200,
-                       seconds: float = 5.0, warmup: float = 1.0) -> Dict[str, Any]:
+def measure_throughput(config: ServiceConfig | None = None, *, concurrency: int = 200,
+                       seconds: float = 5.0, warmup: float = 1.0) -> dict[str, Any]:
     """Run the load described in the module docstring and return its figures as a dict.
 
     Example::
@@ -83,7 +85,7 @@ def measure_throughput(config: Optional[ServiceConfig] = None, *, concurrency: i
         return worker_loop().submit(_drive(svc, concurrency, seconds, warmup)).result()  # the process's one loop
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.service_load", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)

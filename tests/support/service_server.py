@@ -16,10 +16,9 @@ import random
 import time
 import zlib
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
-from urllib.parse import unquote
-
 from json.encoder import encode_basestring_ascii as _quote_json
+from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -40,7 +39,7 @@ def item_value(key: str) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogatepass"))
 
 
-def expected_item(key: str) -> Dict[str, Any]:
+def expected_item(key: str) -> dict[str, Any]:
     """The JSON object ``GET /item/{key}`` answers with (handy for assertions)."""
     return {"key": key, "value": item_value(key), "name": f"item-{key}"}
 
@@ -51,7 +50,7 @@ def _item_json(key: str) -> bytes:
     return b'{"key": %s, "value": %d, "name": "item-%s}' % (k.encode(), item_value(key), k[1:].encode())
 
 
-def _json_response(obj: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> web.Response:
+def _json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, body=json.dumps(obj).encode(), headers=headers or _JSON)
 
 
@@ -78,16 +77,16 @@ class _Counters:
         self.batch_requests = 0
         self.batch_keys = 0
         self.echo_requests = 0
-        self.statuses: Dict[int, int] = {}
-        self.key_hits: Dict[str, int] = {}
-        self.arrivals: Deque[float] = deque(maxlen=MAX_ARRIVALS)
+        self.statuses: dict[int, int] = {}
+        self.key_hits: dict[str, int] = {}
+        self.arrivals: deque[float] = deque(maxlen=MAX_ARRIVALS)
         self.peak_in_flight = self.in_flight
         self.peak_connections = self.connections_open
         self.connections_total = 0
         self.since = time.monotonic()
 
-    def snapshot(self, arrivals: bool = False, keys: bool = True) -> Dict[str, Any]:
-        out: Dict[str, Any] = {
+    def snapshot(self, arrivals: bool = False, keys: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
             name: getattr(self, name)
             for name in (
                 "requests", "ok", "errors_5xx", "rate_limited_429", "hangs", "resets", "slow_bodies",
@@ -124,7 +123,7 @@ class _CountingServer(web.Server):
         if c.connections_open > c.peak_connections:
             c.peak_connections = c.connections_open
 
-    def connection_lost(self, handler: RequestHandler, exc: Optional[BaseException] = None) -> None:
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
         self._counters.connections_open -= 1
 
@@ -145,11 +144,11 @@ class ServiceCore:
         self._shutdown_timeout = shutdown_timeout
         self._backlog = backlog
         self._seed(config.seed)
-        self._stopping: Optional[asyncio.Event] = None
-        self._runners: List[web.BaseRunner] = []
+        self._stopping: asyncio.Event | None = None
+        self._runners: list[web.BaseRunner] = []
 
     # -- lifecycle ---------------------------------------------------------
-    def _seed(self, seed: Optional[int]) -> None:
+    def _seed(self, seed: int | None) -> None:
         self._fault_rng = random.Random(seed)
         self._seq = 0  # position in the burst_429 cycle
         self._latency_rng = random.Random(None if seed is None else f"{seed}:latency")
@@ -182,13 +181,13 @@ class ServiceCore:
         await asyncio.gather(*(r.cleanup() for r in runners), return_exceptions=True)
 
     # -- state ---------------------------------------------------------------
-    def snapshot(self, arrivals: bool = False, keys: bool = True) -> Dict[str, Any]:
+    def snapshot(self, arrivals: bool = False, keys: bool = True) -> dict[str, Any]:
         return self.counters.snapshot(arrivals=arrivals, keys=keys)
 
     def reset(self) -> None:
         self.counters.clear()
 
-    def apply(self, changes: Dict[str, Any]) -> ServiceConfig:
+    def apply(self, changes: dict[str, Any]) -> ServiceConfig:
         """Validate and install config ``changes``; a changed ``seed`` re-seeds the draws."""
         new = self.config.runtime_replace(**changes)
         if "seed" in changes:
@@ -229,7 +228,7 @@ class ServiceCore:
         )
         self.config = cfg
 
-    def _draw(self, cfg: ServiceConfig) -> Tuple[int, int]:
+    def _draw(self, cfg: ServiceConfig) -> tuple[int, int]:
         """(outcome, status) for one /item or /batch request: one uniform draw per request."""
         u = self._fault_rng.random()
         self._seq += 1

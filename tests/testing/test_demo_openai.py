@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from typing import Literal, Optional
+from typing import Literal
 
 import openai
 import pytest
@@ -26,7 +26,7 @@ from aiospark.demo_openai_schema import SchemaError
 
 class Address(BaseModel):
     city: str
-    zip: Optional[int] = Field(ge=1000, le=9999)
+    zip: int | None = Field(ge=1000, le=9999)
 
 
 class Person(BaseModel):
@@ -38,8 +38,8 @@ class Person(BaseModel):
     tags: list[str] = Field(min_length=1, max_length=3)
     address: Address
     previous: list[Address]
-    nickname: Optional[str]
-    manager: Optional["Person"]  # recursive through $defs: must end
+    nickname: str | None
+    manager: Person | None  # recursive through $defs: must end
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Tuple
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -38,7 +38,7 @@ def item_url(base: str, key: str) -> URL:
 
 
 async def fetch(session: aiohttp.ClientSession, url: Any, *, timeout: float = 10.0,
-                method: str = "GET", payload: Any = None) -> Tuple[int, Dict[str, str], Any]:
+                method: str = "GET", payload: Any = None) -> tuple[int, dict[str, str], Any]:
     """(status, headers, decoded JSON body or None) of one request."""
     async with session.request(method, url, json=payload,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
@@ -47,19 +47,19 @@ async def fetch(session: aiohttp.ClientSession, url: Any, *, timeout: float = 10
         return resp.status, dict(resp.headers), body
 
 
-async def fetch_many(urls: List[Any], *, timeout: float = 10.0, limit: int = 100) -> List[Any]:
+async def fetch_many(urls: list[Any], *, timeout: float = 10.0, limit: int = 100) -> list[Any]:
     """Fire all requests concurrently; results are tuples or exceptions."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit)) as session:
         return await asyncio.gather(*(fetch(session, u, timeout=timeout) for u in urls), return_exceptions=True)
 
 
-async def fetch_sequential(urls: List[Any], *, timeout: float = 10.0) -> List[Any]:
-    out: List[Any] = []
+async def fetch_sequential(urls: list[Any], *, timeout: float = 10.0) -> list[Any]:
+    out: list[Any] = []
     async with aiohttp.ClientSession() as session:
         for u in urls:
             try:
                 out.append(await fetch(session, u, timeout=timeout))
-            except Exception as exc:  # noqa: BLE001 - faults are expected here
+            except Exception as exc:
                 out.append(exc)
     return out
 
@@ -94,7 +94,7 @@ def test_item_latency_and_payload() -> None:
     with FaultService(ServiceConfig(latency=0.15)) as svc:
         assert svc.url.startswith("http://127.0.0.1:")
 
-        async def run() -> List[float]:
+        async def run() -> list[float]:
             took = []
             async with aiohttp.ClientSession() as session:
                 for key in ("a", "b", "c"):
@@ -121,7 +121,7 @@ def test_latency_distributions_and_slow_fraction() -> None:
     ]
     for config, low, high in cases:
         with FaultService(config) as svc:
-            async def run() -> List[float]:
+            async def run() -> list[float]:
                 took = []
                 async with aiohttp.ClientSession() as session:
                     for i in range(4):
@@ -162,7 +162,7 @@ def test_unencoded_slash_is_part_of_the_key() -> None:
 def test_batch_and_echo() -> None:
     keys = ["k1", "a/b", "ü", "k1"]
     with FaultService(ServiceConfig(latency=0.2)) as svc:
-        async def run() -> Tuple[Any, Any, float, Any]:
+        async def run() -> tuple[Any, Any, float, Any]:
             async with aiohttp.ClientSession() as session:
                 t0 = time.monotonic()
                 batch = await fetch(session, f"{svc.url}/batch", method="POST", payload={"keys": keys})
@@ -253,7 +253,7 @@ def test_reset_closes_connection_without_response() -> None:
 
 def test_slow_body_sends_headers_then_dribbles() -> None:
     with FaultService(ServiceConfig(latency=0.0, slow_body_rate=1.0, slow_body_seconds=0.6)) as svc:
-        async def run() -> Tuple[float, float, int, Any]:
+        async def run() -> tuple[float, float, int, Any]:
             async with aiohttp.ClientSession() as session:
                 t0 = time.monotonic()
                 async with session.get(item_url(svc.url, "slow")) as resp:
@@ -288,7 +288,7 @@ def test_burst_429_pattern() -> None:
         assert svc.stats()["rate_limited_429"] == 4
 
 
-def _mix(seed: int) -> Tuple[List[str], Dict[str, Any]]:
+def _mix(seed: int) -> tuple[list[str], dict[str, Any]]:
     config = ServiceConfig(latency=0.0, error_rate=0.25, reset_rate=0.2, rate_429=0.2, seed=seed)
     with FaultService(config) as svc:
         outcomes = [url_outcome(svc.url + f"/item/k{i}") for i in range(40)]
@@ -315,7 +315,7 @@ def test_seeded_fault_mix_is_reproducible() -> None:
 # -- concurrency and connections --------------------------------------------------------
 def test_peak_concurrency_counted() -> None:
     with FaultService(ServiceConfig(latency=0.6)) as svc:
-        async def run() -> Tuple[List[Any], Dict[str, Any]]:
+        async def run() -> tuple[list[Any], dict[str, Any]]:
             requests = asyncio.ensure_future(fetch_many([item_url(svc.url, f"c{i}") for i in range(25)]))
             # read the counters from another thread while the requests are in flight
             mid = await asyncio.to_thread(svc.wait_for, lambda s: s["in_flight"] == 25)
@@ -391,7 +391,7 @@ def test_stop_does_not_hang_with_hung_requests() -> None:
     svc = FaultService(ServiceConfig(latency=0.0, hang_rate=1.0)).start()
     port = svc.port
 
-    async def run() -> Tuple[List[Any], float]:
+    async def run() -> tuple[list[Any], float]:
         tasks = asyncio.gather(fetch_many([item_url(svc.url, f"h{i}") for i in range(10)], timeout=20.0))
         await asyncio.to_thread(svc.wait_for, lambda s: s["hangs"] == 10)
         t0 = time.monotonic()
@@ -480,7 +480,7 @@ def test_cli_prints_url_and_serves_until_killed() -> None:
     ({"port": 70000}, "port"),
     ({"seed": "x"}, "seed"),
 ])
-def test_invalid_config_rejected(changes: Dict[str, Any], field: str) -> None:
+def test_invalid_config_rejected(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         ServiceConfig(**changes)
 
@@ -492,4 +492,4 @@ def test_config_roundtrip() -> None:
     with pytest.raises(TypeError, match="nope"):
         ServiceConfig.from_dict({"nope": 1})
     with pytest.raises(RuntimeError, match="not started"):
-        FaultService(config).url
+        _ = FaultService(config).url

@@ -27,7 +27,8 @@ import math
 import numbers
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Optional, Protocol, Tuple, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 __all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource"]
 
@@ -52,7 +53,7 @@ class LeaseSource(Protocol):
 
     where: str
 
-    async def lease(self, need: float, want: float, used: float) -> Tuple[float, float]:
+    async def lease(self, need: float, want: float, used: float) -> tuple[float, float]:
         """``(granted, left)``: at least ``need`` units (or 0: refused) and what is left after."""
 
     async def release(self, units: float, used: float, refused: int) -> None:
@@ -62,7 +63,7 @@ class LeaseSource(Protocol):
 class LeaseGate:
     """A task's budget gate (see the module docstring). Used on one event loop."""
 
-    def __init__(self, source: LeaseSource, cost: Optional[Callable[[Any], Any]] = None,
+    def __init__(self, source: LeaseSource, cost: Callable[[Any], Any] | None = None,
                  batched: bool = False):
         self.source = source
         self._cost = cost
@@ -71,15 +72,15 @@ class LeaseGate:
         self.used = 0.0          # units of the attempts let through
         self.refused = 0         # attempts refused (budget spent)
         self.round_trips = 0
-        self._waiting: Deque[Tuple[float, "asyncio.Future[bool]"]] = deque()
-        self._refill: Optional["asyncio.Task[None]"] = None
-        self._left_seen: Optional[float] = None  # what the pot had left when it refused us
-        self._broken: Optional[str] = None       # why the source cannot be reached
-        self._first_grant: Optional[float] = None
+        self._waiting: deque[tuple[float, asyncio.Future[bool]]] = deque()
+        self._refill: asyncio.Task[None] | None = None
+        self._left_seen: float | None = None  # what the pot had left when it refused us
+        self._broken: str | None = None       # why the source cannot be reached
+        self._first_grant: float | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ the gate
-    def take(self, value: Any) -> Union[bool, Awaitable[bool]]:
+    def take(self, value: Any) -> bool | Awaitable[bool]:
         cost = self.cost_of(value)
         if self._broken is not None:
             raise BudgetUnavailable(self._broken)
@@ -118,7 +119,7 @@ class LeaseGate:
 
     async def _wait(self, cost: float) -> bool:
         loop = asyncio.get_running_loop()
-        future: "asyncio.Future[bool]" = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         self._waiting.append((cost, future))
         if self._refill is None or self._refill.done():
             self._refill = loop.create_task(self._refill_loop())

@@ -18,7 +18,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Tuple
+from typing import Any
 
 __all__ = ["HttpLeases", "SECRET_HEADER"]
 
@@ -43,7 +43,7 @@ class HttpLeases:
     def __repr__(self) -> str:
         return f"HttpLeases({self.address!r}, task={self._task!r})"  # never the secret
 
-    async def lease(self, need: float, want: float, used: float) -> Tuple[float, float]:
+    async def lease(self, need: float, want: float, used: float) -> tuple[float, float]:
         reply = await self._post({"op": "lease", "need": need, "want": want, "used": used})
         granted, left = reply.get("granted"), reply.get("left")
         if not (isinstance(granted, (int, float)) and isinstance(left, (int, float))) or \
@@ -54,12 +54,12 @@ class HttpLeases:
     async def release(self, units: float, used: float, refused: int) -> None:
         await self._post({"op": "release", "units": units, "used": used, "refused": refused})
 
-    async def _post(self, message: Dict[str, Any]) -> Dict[str, Any]:
+    async def _post(self, message: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps({"id": self._id, "task": self._task, **message}).encode()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self._send, body)
 
-    def _send(self, body: bytes) -> Dict[str, Any]:
+    def _send(self, body: bytes) -> dict[str, Any]:
         request = urllib.request.Request(self.address, data=body, method="POST",
                                          headers={"Content-Type": "application/json", SECRET_HEADER: self._secret})
         for attempt in (1, 2):

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Ledger", "START_LEASE", "check_cost", "check_limit", "check_units"]
 
@@ -44,7 +45,7 @@ def check_limit(limit: Any) -> float:
     return value
 
 
-def check_cost(cost: Any) -> Optional[Callable[[Any], Any]]:
+def check_cost(cost: Any) -> Callable[[Any], Any] | None:
     """A budget's ``cost``: None (a call costs 1) or a callable ``cost(row) -> units``."""
     if cost is not None and not callable(cost):
         raise TypeError(f"Budget cost must be a callable cost(row) -> units (a finite number >= 0) or None "
@@ -66,13 +67,13 @@ class Ledger:
         self.limit = check_limit(limit)
         self._lock = threading.Lock()
         self._free = self.limit
-        self._held: Dict[str, float] = {}   # task -> units leased to it and not given back
-        self._used: Dict[str, float] = {}   # task -> units its calls started (as it reported)
-        self._open: Set[str] = set()        # tasks that hold a lease and have not ended
+        self._held: dict[str, float] = {}   # task -> units leased to it and not given back
+        self._used: dict[str, float] = {}   # task -> units its calls started (as it reported)
+        self._open: set[str] = set()        # tasks that hold a lease and have not ended
         self.refused = 0                     # calls refused, as tasks reported at their end
         self.leases = 0                      # leases granted (round trips that got units)
 
-    def lease(self, task: str, need: float, want: float, used: float = 0.0) -> Tuple[float, float]:
+    def lease(self, task: str, need: float, want: float, used: float = 0.0) -> tuple[float, float]:
         """``(granted, left)``: at least ``need`` units for ``task`` (0 if they are not there) and
         ``left`` still free after the grant. ``used``: units the task's calls started so far."""
         need, want, used = check_units(need, "need"), check_units(want, "want"), check_units(used, "used")

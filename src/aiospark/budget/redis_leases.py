@@ -14,7 +14,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any
 
 __all__ = ["LEASE_SCRIPT", "RELEASE_SCRIPT", "RedisLeases", "budget_key"]
 
@@ -67,7 +67,7 @@ def budget_key(name: str) -> str:
 class RedisLeases:
     """A :class:`~aiospark.budget.gate.LeaseSource` over a Redis counter (one connection per task)."""
 
-    def __init__(self, url: str, password: Optional[Any], username: Optional[str], *, key: str, limit: float,
+    def __init__(self, url: str, password: Any | None, username: str | None, *, key: str, limit: float,
                  where: str = ""):
         self._url = url                  # without credentials
         self._password = password        # a connectors.secrets.Secret, or None
@@ -92,7 +92,7 @@ class RedisLeases:
             self._release = self._client.register_script(RELEASE_SCRIPT)
         return self._client
 
-    async def lease(self, need: float, want: float, used: float) -> Tuple[float, float]:
+    async def lease(self, need: float, want: float, used: float) -> tuple[float, float]:
         await self._redis()
         try:
             granted, left = await self._lease(keys=[self.key], args=[repr(self.limit), repr(need), repr(want),

@@ -10,7 +10,8 @@ Example (what the Spark layer does in each task)::
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from .gate import LeaseGate
 from .http_leases import HttpLeases
@@ -22,9 +23,9 @@ __all__ = ["BudgetTicket"]
 class BudgetTicket:
     """A Budget on a worker (see the module docstring)."""
 
-    def __init__(self, budget_id: str, name: str, limit: float, cost: Optional[Callable[[Any], Any]],
-                 address: Optional[str], secret: str,
-                 redis: Optional[Tuple[str, Any, Optional[str], str, str]] = None):
+    def __init__(self, budget_id: str, name: str, limit: float, cost: Callable[[Any], Any] | None,
+                 address: str | None, secret: str,
+                 redis: tuple[str, Any, str | None, str, str] | None = None):
         self.budget_id = budget_id
         self.name = name
         self.limit = limit

@@ -45,7 +45,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["AdaptiveConcurrency", "is_overload"]
 
@@ -144,9 +145,9 @@ class AdaptiveConcurrency:
                  "_w_answers", "_good", "_w_need", "_next_probe", "_probe_saved",
                  "decreases", "windows", "probes")
 
-    def __init__(self, max_limit: int, *, initial: Optional[int] = None, min_limit: int = 1,
+    def __init__(self, max_limit: int, *, initial: int | None = None, min_limit: int = 1,
                  backoff: float = 0.9, latency_tolerance: float = 1.4, smoothing: float = 0.2,
-                 slow_start: bool = True, clock: Optional[Callable[[], float]] = None):
+                 slow_start: bool = True, clock: Callable[[], float] | None = None):
         self.max_limit = _int("max_limit", max_limit, 1)
         self.min_limit = _int("min_limit", min_limit, 1)
         if self.min_limit > self.max_limit:
@@ -198,7 +199,7 @@ class AdaptiveConcurrency:
         return self._int_limit
 
     @property
-    def baseline_latency(self) -> Optional[float]:
+    def baseline_latency(self) -> float | None:
         """The no-load round trip (seconds) the gradient compares with, ``None`` before the first
         window closed."""
         return self._baseline or None
@@ -230,7 +231,7 @@ class AdaptiveConcurrency:
         if self._w_count >= self._w_need and now - self._w_start >= self._rtt:
             self._close_window(now)
 
-    def on_overload(self, latency_seconds: Optional[float] = None) -> bool:
+    def on_overload(self, latency_seconds: float | None = None) -> bool:
         """The service said "too much" (timeout, 429, 503): ``limit = limit * backoff`` (half of
         it in slow start), once per congestion event. Returns whether the limit was cut.
 
@@ -266,7 +267,7 @@ class AdaptiveConcurrency:
         self._new_window(now)
         return True
 
-    def on_failure(self, exc: BaseException, latency_seconds: Optional[float] = None) -> bool:
+    def on_failure(self, exc: BaseException, latency_seconds: float | None = None) -> bool:
         """A failed attempt (after ``latency_seconds``, if known): an overload (:func:`is_overload`)
         goes to :meth:`on_overload`; any other error changes nothing. Returns whether the limit
         was cut."""

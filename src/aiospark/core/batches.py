@@ -36,7 +36,7 @@ import asyncio
 import functools
 import math
 import numbers
-from typing import Any, List, Optional
+from typing import Any
 
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
 
@@ -76,8 +76,8 @@ class BatchCaller(Caller):
         self.batch_size = batch_size
         self.batch_delay = batch_delay
         self.batches = 0
-        self._filling: List[Call] = []
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._filling: list[Call] = []
+        self._timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ the batch being filled
     def start(self, call: Call) -> None:
@@ -111,7 +111,7 @@ class BatchCaller(Caller):
         super().time_out(call)
 
     # ------------------------------------------------------------------ one batch's call
-    def _run(self, batch: List[Call]) -> None:
+    def _run(self, batch: list[Call]) -> None:
         self.batches += 1
         # the batch's deadline is its oldest row's: the one its timeout acts on
         deadline = min(call.started for call in batch) + self.timeout if self.timeout else None
@@ -123,7 +123,7 @@ class BatchCaller(Caller):
         else:
             task.add_done_callback(functools.partial(self._batch_finished, batch))
 
-    def cost_of(self, values: List[Any]) -> float:
+    def cost_of(self, values: list[Any]) -> float:
         """A batch is charged the sum of its elements' costs."""
         return sum(Caller.cost_of(self, value) for value in values)
 
@@ -131,7 +131,7 @@ class BatchCaller(Caller):
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _batch_finished(self, batch: List[Call], task: asyncio.Task[Any]) -> None:
+    def _batch_finished(self, batch: list[Call], task: asyncio.Task[Any]) -> None:
         if self.stopped:
             if not task.cancelled():
                 task.exception()
@@ -160,7 +160,7 @@ class BatchCaller(Caller):
             self._run(batch[:half])
             self._run(batch[half:])
 
-    def _distribute(self, batch: List[Call], results: List[Any]) -> None:
+    def _distribute(self, batch: list[Call], results: list[Any]) -> None:
         if len(results) != len(batch):
             error = BatchError(f"batch function {_describe(self.function)} returned {len(results)} results "
                                f"for a batch of {len(batch)} inputs: return exactly one per input, in order")
@@ -179,7 +179,7 @@ class BatchCaller(Caller):
                     f"{type(self.function).__name__}.async_invoke must return one list of outputs per "
                     f"input, got {type(outputs).__name__} for this input"), CALL)
 
-    def _report_all(self, batch: List[Call], error: BaseException, what: str) -> None:
+    def _report_all(self, batch: list[Call], error: BaseException, what: str) -> None:
         for call in batch:
             self._report(call, None, error, what)
 

@@ -35,7 +35,8 @@ import functools
 import math
 import numbers
 import time
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .adaptive import AdaptiveConcurrency
 from .durable import BudgetExhausted, BudgetGate, current_identity
@@ -48,7 +49,7 @@ from .retry import RetryStrategy
 
 #: ``report(call, results, error, what)``: the call is over with ``results`` (a list), or failed
 #: with ``error``; ``what`` names the part that raised (CALL, TIMEOUT_HANDLER or a predicate).
-Report = Callable[["Call", Optional[List[Any]], Optional[BaseException], str], None]
+Report = Callable[["Call", list[Any] | None, BaseException | None, str], None]
 
 CALL = "async call"
 TIMEOUT_HANDLER = "timeout handler"
@@ -61,7 +62,7 @@ PREDICATES = ("retry result_predicate", "retry exception_predicate")
 _eager_task_factory = getattr(asyncio, "eager_task_factory", None)
 
 #: (deadline in loop time, the loop) of the call running in this task; read through ``time_left()``
-current_deadline: contextvars.ContextVar[Optional[Tuple[float, asyncio.AbstractEventLoop]]] = \
+current_deadline: contextvars.ContextVar[tuple[float, asyncio.AbstractEventLoop] | None] = \
     contextvars.ContextVar("aiospark_call_deadline", default=None)
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
 _clock = time.monotonic
@@ -82,10 +83,10 @@ class Call(ResultFuture):
         self.element = element
         self._results = self._exception = self._listener = self._segment = None
         self._done = False
-        self.task: Optional[asyncio.Task[Any]] = None
+        self.task: asyncio.Task[Any] | None = None
         self.started = 0.0
         self.timed_out = False
-        self.identity: Optional[str] = None
+        self.identity: str | None = None
 
     @property
     def value(self) -> Any:
@@ -122,10 +123,10 @@ class Caller:
     :func:`~aiospark.core.ratelimit.make_limiter` takes; ``adaptive`` is fed each attempt's outcome.
     """
 
-    def __init__(self, function: Any, *, report: Report, timeout: Optional[float],
-                 retry: Optional[RetryStrategy], rate_limit: Any = None,
-                 adaptive: Optional[AdaptiveConcurrency] = None,
-                 metrics: Optional[OperatorMetrics] = None, budget: Optional[BudgetGate] = None):
+    def __init__(self, function: Any, *, report: Report, timeout: float | None,
+                 retry: RetryStrategy | None, rate_limit: Any = None,
+                 adaptive: AdaptiveConcurrency | None = None,
+                 metrics: OperatorMetrics | None = None, budget: BudgetGate | None = None):
         self.function = function
         self.returns_list = isinstance(function, AsyncFunction)
         #: whether an attempt's result is the list of results (an AsyncFunction's, or a batch's)
@@ -143,11 +144,11 @@ class Caller:
         #: asked before every attempt, after the rate limit (see aiospark.core.durable)
         self.budget = budget
         #: ``cost(value) -> float`` charged per attempt (None: every call costs 1)
-        self._cost: Optional[Callable[[Any], float]] = getattr(limiter, "cost", None)
+        self._cost: Callable[[Any], float] | None = getattr(limiter, "cost", None)
         #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
-        self._pause: Optional[Callable[[float], None]] = getattr(limiter, "pause", None)
-        self._paused_for: Optional[Callable[[], float]] = getattr(limiter, "paused_for", None)
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._pause: Callable[[float], None] | None = getattr(limiter, "pause", None)
+        self._paused_for: Callable[[], float] | None = getattr(limiter, "paused_for", None)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task[Any]] = None  # type: ignore[assignment]  # set by bind()
         #: set when the operator failed or closes: outcomes no longer matter
@@ -177,8 +178,8 @@ class Caller:
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
-    async def _attempts(self, value: Any, deadline: Optional[float] = None,
-                        identity: Optional[str] = None) -> List[Any]:
+    async def _attempts(self, value: Any, deadline: float | None = None,
+                        identity: str | None = None) -> list[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
         results that stand, or raises the exception that stands. ``deadline`` (loop time) is what
         :func:`~aiospark.core.deadlines.time_left` tells the code of the call, ``identity`` what
@@ -189,7 +190,7 @@ class Caller:
         if identity is not None:
             current_identity.set(identity)
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
-        delays: Optional[Iterator[float]] = None
+        delays: Iterator[float] | None = None
         cost = self.cost_of(value) if self._cost is not None else None
         while True:
             if self._limited:
@@ -232,14 +233,15 @@ class Caller:
             metrics.retries += 1
             await asyncio.sleep(delay)
 
-    async def _wait_for_rate_limit(self, cost: Optional[float]) -> None:
+    async def _wait_for_rate_limit(self, cost: float | None) -> None:
         if self._reserve is not None:
             delay = self._reserve() if cost is None else self._reserve(cost)
             if delay > 0.0:
                 self.metrics.rate_limited += 1
                 await asyncio.sleep(delay)
                 # a Retry-After seen while this call slept holds it back too
-                while self._paused_for is not None and self._paused_for() > 0.0:
+                # polls a clock, not an event (ASYNC110): each round sleeps the limiter's own delay
+                while self._paused_for is not None and self._paused_for() > 0.0:  # noqa: ASYNC110
                     await asyncio.sleep(self._reserve() if cost is None else self._reserve(cost))
         elif self._acquire is not None:
             if await (self._acquire() if cost is None else self._acquire(cost)):
@@ -275,7 +277,7 @@ class Caller:
             self._pause(float(retry_after))  # type: ignore[misc]
 
     @staticmethod
-    def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> Optional[float]:
+    def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> float | None:
         """The back-off before retrying after ``exc``, or None when it stands. An exception with a
         ``retry_after`` (seconds, e.g. from a 429) is never retried sooner than that."""
         if isinstance(exc, BudgetExhausted):
@@ -292,7 +294,7 @@ class Caller:
             return float(retry_after)
         return delay
 
-    def _results_of(self, result: Any) -> List[Any]:
+    def _results_of(self, result: Any) -> list[Any]:
         """An AsyncFunction's outputs: its list (or tuple), anything else is its failure."""
         if type(result) is list:
             return result

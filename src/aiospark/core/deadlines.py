@@ -16,14 +16,14 @@ Example (what the operator does)::
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 from .calls import Call, current_deadline
 
 __all__ = ["Deadlines", "time_left"]
 
 
-def time_left() -> Optional[float]:
+def time_left() -> float | None:
     """Seconds until the deadline of the call running in this task (its row's ``timeout``,
     counted from when the row entered the queue, retries included); ``None`` outside a call or
     when the operator has no timeout. May be <= 0 once the deadline has passed.
@@ -54,7 +54,7 @@ class Deadlines:
         self._timeout = timeout
         self._running = running
         self._on_expired = on_expired
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def started(self, call: Call) -> None:
         """``call`` entered the queue at ``call.started``: arm the timer if none is armed (an

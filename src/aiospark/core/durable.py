@@ -23,7 +23,8 @@ Example (what the Spark layer does for each task)::
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Awaitable, Callable, List, NamedTuple, Optional, Protocol, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple, Protocol
 
 __all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal", "idempotency_key"]
 
@@ -31,7 +32,7 @@ __all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJo
 Identify = Callable[[Any], str]
 
 #: the identity of the row whose call runs in this task (set in the call's own Task)
-current_identity: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+current_identity: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "aiospark_idempotency_key", default=None)
 
 
@@ -63,8 +64,8 @@ class BudgetExhausted(RuntimeError):
 class Recorded(NamedTuple):
     """A recorded outcome: the call's ``results`` (its list of outputs), or its ``error`` text."""
 
-    results: Optional[List[Any]]
-    error: Optional[str] = None
+    results: list[Any] | None
+    error: str | None = None
 
 
 class RecordedError(Exception):
@@ -74,10 +75,10 @@ class RecordedError(Exception):
 class TaskJournal(Protocol):
     """One task's view of a journal (made by :mod:`aiospark.journal` for each task)."""
 
-    def recorded(self, identity: str) -> Optional[Recorded]:
+    def recorded(self, identity: str) -> Recorded | None:
         """The outcome recorded for ``identity``, or None: the row must be called."""
 
-    def record(self, identity: str, results: Optional[List[Any]], error: Optional[BaseException]) -> None:
+    def record(self, identity: str, results: list[Any] | None, error: BaseException | None) -> None:
         """The call of ``identity`` is over: keep ``results`` (and ``error``, if the journal keeps
         errors). Must not block the loop: writing is the journal's own business."""
 
@@ -85,12 +86,12 @@ class TaskJournal(Protocol):
 class BudgetGate(Protocol):
     """One task's view of a budget."""
 
-    def take(self, value: Any) -> Union[bool, Awaitable[bool]]:
+    def take(self, value: Any) -> bool | Awaitable[bool]:
         """Charge one attempt for ``value``: True (go), False (spent), or an awaitable of either
         when the task's share must be refilled first."""
 
 
-def recorded_outcome(recorded: Recorded) -> tuple[Optional[List[Any]], Optional[BaseException]]:
+def recorded_outcome(recorded: Recorded) -> tuple[list[Any] | None, BaseException | None]:
     """``(results, error)`` of a recorded outcome, as the call's report would carry them."""
     if recorded.error is not None:
         return None, RecordedError(recorded.error)

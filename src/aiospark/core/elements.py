@@ -12,9 +12,9 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
-Timestamp = Optional[Union[int, float]]
+Timestamp = int | float | None
 
 
 class Record(NamedTuple):
@@ -36,7 +36,7 @@ class Record(NamedTuple):
 class Watermark(NamedTuple):
     """Event-time progress: no record with a timestamp <= ``timestamp`` is expected after it."""
 
-    timestamp: Union[int, float]
+    timestamp: int | float
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Watermark and tuple.__eq__(self, other)
@@ -48,4 +48,4 @@ class Watermark(NamedTuple):
         return tuple.__hash__(self)
 
 
-StreamElement = Union[Record, Watermark]
+StreamElement = Record | Watermark

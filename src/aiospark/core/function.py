@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, List
+from collections.abc import Callable
+from typing import Any
 
 from .errors import AsyncTimeoutError, describe_input
 
@@ -31,11 +32,11 @@ class AsyncFunction:
     async def open(self) -> None:
         """Called once, on the event loop, before the first call."""
 
-    async def async_invoke(self, value: Any) -> List[Any]:
+    async def async_invoke(self, value: Any) -> list[Any]:
         """Make the call for ``value``; return a list (or tuple) of outputs."""
         raise NotImplementedError(f"{type(self).__name__} must implement async_invoke(value)")
 
-    def timeout(self, value: Any) -> List[Any]:
+    def timeout(self, value: Any) -> list[Any]:
         """Called when a call (retries included) times out. Return a list of outputs, or raise.
 
         May be ``async``. The default raises :class:`AsyncTimeoutError`.
@@ -52,7 +53,7 @@ def is_async_callable(fn: Any) -> bool:
         fn = fn.func
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(type(fn), "__call__", None)
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 -- the method itself, to ask if it is async
     return call is not None and not inspect.isfunction(fn) and not inspect.isclass(fn) \
         and inspect.iscoroutinefunction(call)
 

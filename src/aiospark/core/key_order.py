@@ -26,7 +26,8 @@ Example (what the operator does)::
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .calls import Call
 
@@ -42,9 +43,9 @@ class KeyTurns:
             raise TypeError(f"key must be a callable value -> hashable key, got {type(key_of).__name__}")
         self.key_of = key_of
         #: busy key -> the elements waiting behind its running call, oldest first
-        self._waiting: Dict[Any, Deque[Call]] = {}
+        self._waiting: dict[Any, deque[Call]] = {}
         #: element -> its key, while the element is held
-        self._keys: Dict[Call, Any] = {}
+        self._keys: dict[Call, Any] = {}
 
     def admit(self, call: Call) -> bool:
         """``call`` entered the queue: ``True`` if its call may start now, ``False`` if it waits
@@ -58,7 +59,7 @@ class KeyTurns:
         waiting.append(call)
         return False
 
-    def next_after(self, call: Call) -> Optional[Call]:
+    def next_after(self, call: Call) -> Call | None:
         """``call`` is over: the next element of its key, whose turn it is now (``None``: none)."""
         key = self._keys.pop(call, _NO_KEY)
         if key is _NO_KEY:

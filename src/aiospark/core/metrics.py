@@ -25,7 +25,8 @@ import math
 import numbers
 from bisect import bisect_left as _bisect_left
 from bisect import bisect_right as _bisect
-from typing import Any, Dict, Iterable, List, Optional, cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 __all__ = ["OperatorMetrics", "record_usage"]
 
@@ -78,8 +79,8 @@ class OperatorMetrics:
     def __init__(self) -> None:
         self.calls = self.successes = self.retries = self.timeouts = 0
         self.failures = self.error_rows = self.rate_limited = self.inflight_peak = 0
-        self.usage: Dict[str, float] = {}
-        self._counts: List[int] = [0] * _SIZE
+        self.usage: dict[str, float] = {}
+        self._counts: list[int] = [0] * _SIZE
         self._count = 0
         self._sum = 0.0
         self._min = math.inf
@@ -98,7 +99,7 @@ class OperatorMetrics:
         if seconds > self._max:
             self._max = seconds
 
-    def record_latencies(self, seconds: List[float]) -> None:
+    def record_latencies(self, seconds: list[float]) -> None:
         """Add many latencies at once (what the operator does: it buffers them per call).
 
         Sorted first (C), then each bucket the batch spans gets its count from one bisection:
@@ -129,7 +130,7 @@ class OperatorMetrics:
     def record_call(self) -> None:
         self.calls += 1
 
-    def record_success(self, seconds: Optional[float] = None) -> None:
+    def record_success(self, seconds: float | None = None) -> None:
         """A successful attempt, with its latency when given."""
         self.successes += 1
         if seconds is not None:
@@ -162,18 +163,18 @@ class OperatorMetrics:
         return self._count
 
     @property
-    def latency_mean(self) -> Optional[float]:
+    def latency_mean(self) -> float | None:
         return self._sum / self._count if self._count else None
 
     @property
-    def latency_min(self) -> Optional[float]:
+    def latency_min(self) -> float | None:
         return self._min if self._count else None
 
     @property
-    def latency_max(self) -> Optional[float]:
+    def latency_max(self) -> float | None:
         return self._max if self._count else None
 
-    def quantile(self, q: float) -> Optional[float]:
+    def quantile(self, q: float) -> float | None:
         """The ``q``-quantile (0..1) of the recorded latencies in seconds; ``None`` if there are none.
 
         Nearest-rank on the histogram: the geometric middle of the bucket holding the
@@ -202,10 +203,10 @@ class OperatorMetrics:
                 return min(max(estimate, self._min), self._max)
         return self._max  # pragma: no cover - counts always add up to n
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         """Counters plus latency in milliseconds: ``p50_ms``, ``p95_ms``, ``p99_ms``, ``mean_ms``,
         ``max_ms`` (``None`` when nothing was recorded) and ``latency_count``."""
-        out: Dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
+        out: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
         out["inflight_peak"] = self.inflight_peak
         out["usage"] = dict(self.usage)
         out["latency_count"] = self._count
@@ -226,7 +227,7 @@ class OperatorMetrics:
         return f"<OperatorMetrics {self} rate_limited={self.rate_limited}>"
 
     # ------------------------------------------------------------------ combining / transport
-    def merge(self, other: "OperatorMetrics") -> "OperatorMetrics":
+    def merge(self, other: OperatorMetrics) -> OperatorMetrics:
         """Add ``other`` into this one (sums counters and histograms, max of peaks); returns self."""
         if not isinstance(other, OperatorMetrics):
             raise TypeError(f"can only merge OperatorMetrics, got {type(other).__name__}")
@@ -248,17 +249,17 @@ class OperatorMetrics:
         return self
 
     @classmethod
-    def merged(cls, parts: Iterable["OperatorMetrics"]) -> "OperatorMetrics":
+    def merged(cls, parts: Iterable[OperatorMetrics]) -> OperatorMetrics:
         """A new object holding the sum of ``parts``."""
         total = cls()
         for part in parts:
             total.merge(part)
         return total
 
-    def copy(self) -> "OperatorMetrics":
+    def copy(self) -> OperatorMetrics:
         return OperatorMetrics().merge(self)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (counters, peak, sparse histogram); :meth:`from_dict` inverts it."""
         return {
             "version": FORMAT_VERSION,
@@ -274,7 +275,7 @@ class OperatorMetrics:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "OperatorMetrics":
+    def from_dict(cls, data: dict[str, Any]) -> OperatorMetrics:
         """Rebuild metrics from :meth:`to_dict` output (e.g. after ``json.loads``)."""
         if not isinstance(data, dict):
             raise TypeError(f"from_dict needs the dict made by OperatorMetrics.to_dict(), got {type(data).__name__}")
@@ -321,17 +322,17 @@ class OperatorMetrics:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return self.to_dict()
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         other = OperatorMetrics.from_dict(state)
         for name in self.__slots__:
             setattr(self, name, getattr(other, name))
 
 
 #: the metrics of the operator whose calls run in the current context (set by ``open()``)
-_current: contextvars.ContextVar[Optional[OperatorMetrics]] = contextvars.ContextVar(
+_current: contextvars.ContextVar[OperatorMetrics | None] = contextvars.ContextVar(
     "aiospark_operator_metrics", default=None)
 
 
@@ -379,7 +380,7 @@ def _fmt_amount(amount: float) -> str:
     return str(int(amount)) if float(amount).is_integer() else f"{amount:.3g}"
 
 
-def _fmt_ms(seconds: Optional[float]) -> str:
+def _fmt_ms(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
     ms = seconds * 1000.0

@@ -37,7 +37,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller, check_batching
@@ -54,7 +55,7 @@ from .retry import RetryStrategy
 from .settings import check_capacity, check_retry, check_timeout
 
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
-OnError = Callable[[Any, BaseException], List[Any]]
+OnError = Callable[[Any, BaseException], list[Any]]
 
 #: ``Record(value, timestamp)`` without NamedTuple's Python-level ``__new__`` (once per element)
 _new_record = tuple.__new__
@@ -89,12 +90,12 @@ class AsyncWaitOperator:
     """
 
     def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
-                 timeout: Optional[float] = 60.0, capacity: Union[int, str, AdaptiveConcurrency] = 100,
-                 retry: Optional[RetryStrategy] = None, on_error: Optional[OnError] = None,
-                 rate_limit: Any = None, batch_size: Optional[int] = None, batch_delay: float = 0.01,
-                 key: Optional[Callable[[Any], Any]] = None, manage_lifecycle: bool = True,
-                 identify: Optional[Identify] = None, journal: Optional[TaskJournal] = None,
-                 budget: Optional[BudgetGate] = None):
+                 timeout: float | None = 60.0, capacity: int | str | AdaptiveConcurrency = 100,
+                 retry: RetryStrategy | None = None, on_error: OnError | None = None,
+                 rate_limit: Any = None, batch_size: int | None = None, batch_delay: float = 0.01,
+                 key: Callable[[Any], Any] | None = None, manage_lifecycle: bool = True,
+                 identify: Identify | None = None, journal: TaskJournal | None = None,
+                 budget: BudgetGate | None = None):
         check_async_function(function)
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
@@ -117,7 +118,7 @@ class AsyncWaitOperator:
         self._identify = identify
         self._journal = journal
         #: identity -> the elements waiting for the call of the first one in flight (journal only)
-        self._sharing: Optional[dict[str, list[Call]]] = {} if journal is not None else None
+        self._sharing: dict[str, list[Call]] | None = {} if journal is not None else None
         self._output = output
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
@@ -127,15 +128,15 @@ class AsyncWaitOperator:
                       "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget}
         self._caller = Caller(function, **calls) if self.batch_size is None else \
             BatchCaller(function, batch_size=self.batch_size, batch_delay=self.batch_delay, **calls)
-        self._deadlines: Optional[Deadlines] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._failure: Optional[AsyncFunctionError] = None
+        self._deadlines: Deadlines | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: AsyncFunctionError | None = None
         self._closed = False
         self._emitting = False
         self._emit_due = False
-        self._space_waiter: Optional[asyncio.Future[None]] = None
-        self._idle_waiter: Optional[asyncio.Future[None]] = None
-        self._room_listener: Optional[Callable[[], None]] = None
+        self._space_waiter: asyncio.Future[None] | None = None
+        self._idle_waiter: asyncio.Future[None] | None = None
+        self._room_listener: Callable[[], None] | None = None
         #: elements whose call is not over yet
         self.inflight = 0
 
@@ -145,12 +146,12 @@ class AsyncWaitOperator:
         return self._caller.metrics
 
     @property
-    def failure(self) -> Optional[AsyncFunctionError]:
+    def failure(self) -> AsyncFunctionError | None:
         """The error that failed the operator, if any."""
         return self._failure
 
     # ------------------------------------------------------------------ lifecycle
-    async def open(self, restored: Optional[Iterable[StreamElement]] = None) -> None:
+    async def open(self, restored: Iterable[StreamElement] | None = None) -> None:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
         loop = self._loop = asyncio.get_running_loop()
         self._caller.bind(loop, lambda: self.inflight)
@@ -228,7 +229,7 @@ class AsyncWaitOperator:
         while not self._has_room():
             await self._wait_for_space()
 
-    def on_room(self, listener: Optional[Callable[[], None]]) -> None:
+    def on_room(self, listener: Callable[[], None] | None) -> None:
         """Call ``listener()`` on the loop whenever room may have appeared (elements were emitted),
         and when the operator fails or closes.
 
@@ -248,7 +249,7 @@ class AsyncWaitOperator:
             raise TypeError(f"on_room takes a callable (or None), got {type(listener).__name__}")
         self._room_listener = listener
 
-    def snapshot_state(self) -> List[StreamElement]:
+    def snapshot_state(self) -> list[StreamElement]:
         """The input elements still held (in flight or completed-not-emitted), for a checkpoint."""
         return self._queue.values()
 
@@ -322,7 +323,7 @@ class AsyncWaitOperator:
         else:
             self._caller.start(following)
 
-    def _call_over(self, call: Call, results: Optional[List[Any]], error: Optional[BaseException],
+    def _call_over(self, call: Call, results: list[Any] | None, error: BaseException | None,
                    what: str) -> None:
         """The caller's report: the call is over with ``results`` or failed with ``error``."""
         self.inflight -= 1
@@ -348,7 +349,7 @@ class AsyncWaitOperator:
         if self._turns is not None:  # after complete(): equal keys complete in input order
             self._next_turn(call)
 
-    def _settle_identity(self, call: Call, results: Optional[List[Any]], error: Optional[BaseException],
+    def _settle_identity(self, call: Call, results: list[Any] | None, error: BaseException | None,
                          what: str) -> None:
         """Journal mode: record the outcome of ``call``'s own call (not a timeout handler's results,
         not a budget refusal: neither is what the service answered), then hand it to the elements
@@ -377,7 +378,7 @@ class AsyncWaitOperator:
         entry is born done), which the queue, holding any ResultFuture, cannot say."""
         return cast("Iterator[Call]", self._queue.pending())
 
-    def _abandon(self) -> List[asyncio.Task[Any]]:
+    def _abandon(self) -> list[asyncio.Task[Any]]:
         """Stop every running call (failure or close); returns their tasks."""
         self._caller.stopped = True
         if self._deadlines is not None:

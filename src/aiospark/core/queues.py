@@ -19,13 +19,13 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Deque, Dict, Iterator, List, Optional
+from collections.abc import Callable, Iterator
 
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
 
 #: ``on_complete(entry)``: an entry completed (normally or exceptionally)
-Listener = Optional[Callable[[ResultFuture], None]]
+Listener = Callable[[ResultFuture], None] | None
 
 
 def _check_capacity(capacity: int) -> int:
@@ -47,9 +47,9 @@ class OrderedQueue:
     def __init__(self, capacity: int, *, on_complete: Listener = None):
         self.capacity = _check_capacity(capacity)
         self.on_complete = on_complete
-        self._entries: Deque[ResultFuture] = deque()
+        self._entries: deque[ResultFuture] = deque()
 
-    def try_put(self, element: StreamElement) -> Optional[ResultFuture]:
+    def try_put(self, element: StreamElement) -> ResultFuture | None:
         """Add ``element``; returns its handle, or ``None`` when the queue is full."""
         if len(self._entries) >= self.capacity:
             return None
@@ -76,7 +76,7 @@ class OrderedQueue:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
         return bool(self._entries) and self._entries[0]._done
 
-    def pop_completed(self) -> List[StreamElement]:
+    def pop_completed(self) -> list[StreamElement]:
         """Remove the head if done and return what it emits; ``[]`` when the head is not done."""
         entries = self._entries
         if not entries or not entries[0]._done:
@@ -97,7 +97,7 @@ class OrderedQueue:
                 output(element)
         return count
 
-    def values(self) -> List[StreamElement]:
+    def values(self) -> list[StreamElement]:
         """Input elements of every held entry, in insertion order (for snapshots)."""
         return [entry.element for entry in self._entries]
 
@@ -121,11 +121,11 @@ class _Segment:
 
     __slots__ = ("incomplete", "completed", "watermark")
 
-    def __init__(self, watermark: Optional[ResultFuture] = None):
+    def __init__(self, watermark: ResultFuture | None = None):
         self.watermark = watermark
         # a dict keeps insertion order for snapshots and removes in O(1)
-        self.incomplete: Dict[ResultFuture, None] = {}
-        self.completed: Deque[ResultFuture] = deque()
+        self.incomplete: dict[ResultFuture, None] = {}
+        self.completed: deque[ResultFuture] = deque()
 
     def is_empty(self) -> bool:
         return self.watermark is None and not self.incomplete and not self.completed
@@ -137,11 +137,11 @@ class UnorderedQueue:
     def __init__(self, capacity: int, *, on_complete: Listener = None):
         self.capacity = _check_capacity(capacity)
         self.on_complete = on_complete
-        self._segments: Deque[_Segment] = deque()
-        self._tail: Optional[_Segment] = None  # the last segment if it takes records (no watermark)
+        self._segments: deque[_Segment] = deque()
+        self._tail: _Segment | None = None  # the last segment if it takes records (no watermark)
         self._size = 0
 
-    def try_put(self, element: StreamElement) -> Optional[ResultFuture]:
+    def try_put(self, element: StreamElement) -> ResultFuture | None:
         """Add ``element``; returns its handle, or ``None`` when the queue is full."""
         if self._size >= self.capacity:
             return None
@@ -185,7 +185,7 @@ class UnorderedQueue:
         head = self._segments[0]
         return head.watermark is not None or bool(head.completed)
 
-    def pop_completed(self) -> List[StreamElement]:
+    def pop_completed(self) -> list[StreamElement]:
         """Remove one emittable entry and return what it emits; ``[]`` when none is emittable."""
         segments = self._segments
         if not segments:
@@ -231,9 +231,9 @@ class UnorderedQueue:
         while iterating)."""
         return (entry for segment in self._segments for entry in segment.incomplete)
 
-    def values(self) -> List[StreamElement]:
+    def values(self) -> list[StreamElement]:
         """Input elements of every held entry, segment by segment (for snapshots)."""
-        out: List[StreamElement] = []
+        out: list[StreamElement] = []
         for segment in self._segments:
             if segment.watermark is not None:
                 out.append(segment.watermark.element)

@@ -1,10 +1,10 @@
 """The handle of one queued element (Flink's ``ResultFuture`` / ``StreamElementQueueEntry``)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .elements import Record, StreamElement, Watermark
-
 
 _new = tuple.__new__  # builds a Record without NamedTuple's Python-level __new__ (hot path)
 
@@ -26,10 +26,10 @@ class ResultFuture:
 
     __slots__ = ("element", "_results", "_exception", "_done", "_listener", "_segment")
 
-    def __init__(self, element: StreamElement, listener: Optional[Callable[["ResultFuture"], None]] = None):
+    def __init__(self, element: StreamElement, listener: Callable[[ResultFuture], None] | None = None):
         self.element = element
-        self._results: Optional[List[Any]] = None
-        self._exception: Optional[BaseException] = None
+        self._results: list[Any] | None = None
+        self._exception: BaseException | None = None
         self._done = False
         self._listener = listener
         self._segment: Any = None
@@ -61,14 +61,14 @@ class ResultFuture:
         if self._listener is not None:
             self._listener(self)
 
-    def emitted(self) -> List[StreamElement]:
+    def emitted(self) -> list[StreamElement]:
         """What this entry emits once done: its results as Records, or the watermark itself."""
         if self._exception is not None:
             raise self._exception
         element = self.element
         if type(element) is Watermark:
             return [element]
-        results: List[Any] = self._results  # type: ignore[assignment]  # a list once done without an exception
+        results: list[Any] = self._results  # type: ignore[assignment]  # a list once done without an exception
         if len(results) == 1:
             # element[1]: a Record's timestamp (not a Watermark: returned above), faster than .timestamp
             return [_new(Record, (results[0], element[1]))]  # type: ignore[misc]

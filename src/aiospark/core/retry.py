@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
+from collections.abc import Callable, Iterator
+from typing import Any
 
-ResultPredicate = Callable[[List[Any]], bool]
+ResultPredicate = Callable[[list[Any]], bool]
 ExceptionPredicate = Callable[[BaseException], bool]
 
 
@@ -47,8 +48,8 @@ class RetryStrategy:
                  "result_predicate", "exception_predicate")
 
     def __init__(self, max_retries: int, initial_delay: float, max_delay: float, multiplier: float,
-                 jitter: float, result_predicate: Optional[ResultPredicate],
-                 exception_predicate: Optional[ExceptionPredicate]):
+                 jitter: float, result_predicate: ResultPredicate | None,
+                 exception_predicate: ExceptionPredicate | None):
         if isinstance(max_retries, bool) or not isinstance(max_retries, int):
             raise TypeError(f"max_retries must be an int (calls after the first), got {max_retries!r}")
         if max_retries < 0:
@@ -69,8 +70,8 @@ class RetryStrategy:
 
     @classmethod
     def fixed_delay(cls, max_retries: int, delay: float, *,
-                    result_predicate: Optional[ResultPredicate] = None,
-                    exception_predicate: Optional[ExceptionPredicate] = None) -> "RetryStrategy":
+                    result_predicate: ResultPredicate | None = None,
+                    exception_predicate: ExceptionPredicate | None = None) -> RetryStrategy:
         """Retry up to ``max_retries`` times, ``delay`` seconds apart."""
         delay = _number("delay", delay)
         return cls(max_retries, delay, delay, 1.0, 0.0, result_predicate, exception_predicate)
@@ -78,8 +79,8 @@ class RetryStrategy:
     @classmethod
     def exponential_backoff(cls, max_retries: int, initial_delay: float, max_delay: float,
                             multiplier: float = 2.0, *, jitter: float = 0.0,
-                            result_predicate: Optional[ResultPredicate] = None,
-                            exception_predicate: Optional[ExceptionPredicate] = None) -> "RetryStrategy":
+                            result_predicate: ResultPredicate | None = None,
+                            exception_predicate: ExceptionPredicate | None = None) -> RetryStrategy:
         """Delays ``initial, initial*m, ...`` capped at ``max_delay``; each multiplied by a random
         factor in ``[1-jitter, 1+jitter]``."""
         return cls(max_retries, initial_delay, max_delay, multiplier, jitter,
@@ -95,7 +96,7 @@ class RetryStrategy:
             yield value
             delay *= self.multiplier
 
-    def should_retry_result(self, results: List[Any]) -> bool:
+    def should_retry_result(self, results: list[Any]) -> bool:
         return self.result_predicate is not None and bool(self.result_predicate(results))
 
     def should_retry_exception(self, exc: BaseException) -> bool:
@@ -106,12 +107,12 @@ class RetryStrategy:
                 f"max_delay={self.max_delay}, multiplier={self.multiplier}, jitter={self.jitter})")
 
 
-def retry_if_empty(results: List[Any]) -> bool:
+def retry_if_empty(results: list[Any]) -> bool:
     """Result predicate: retry when the call produced no output."""
     return not results
 
 
-def retry_on(*exception_types: Type[BaseException]) -> ExceptionPredicate:
+def retry_on(*exception_types: type[BaseException]) -> ExceptionPredicate:
     """Exception predicate: retry only on instances of ``exception_types``.
 
     Example: ``RetryStrategy.fixed_delay(3, 0.1, exception_predicate=retry_on(ConnectionError))``
@@ -121,7 +122,7 @@ def retry_on(*exception_types: Type[BaseException]) -> ExceptionPredicate:
     for t in exception_types:
         if not (isinstance(t, type) and issubclass(t, BaseException)):
             raise TypeError(f"retry_on() takes exception classes, got {t!r}")
-    types: Tuple[Type[BaseException], ...] = tuple(exception_types)
+    types: tuple[type[BaseException], ...] = tuple(exception_types)
 
     def predicate(exc: BaseException) -> bool:
         return isinstance(exc, types)

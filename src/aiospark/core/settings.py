@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from .adaptive import AdaptiveConcurrency
 from .queues import _check_capacity
@@ -20,7 +20,7 @@ from .retry import RetryStrategy
 AUTO_MAX_CAPACITY = 1000
 
 
-def check_timeout(timeout: Any) -> Optional[float]:
+def check_timeout(timeout: Any) -> float | None:
     """``None`` or ``<= 0`` means no timeout; anything else must be a number of seconds."""
     if timeout is None:
         return None
@@ -29,7 +29,7 @@ def check_timeout(timeout: Any) -> Optional[float]:
     return float(timeout) if timeout > 0 else None
 
 
-def check_capacity(capacity: Any) -> "tuple[int, Optional[AdaptiveConcurrency]]":
+def check_capacity(capacity: Any) -> tuple[int, AdaptiveConcurrency | None]:
     """``capacity``: an int >= 1, ``"auto"`` (adaptive up to 1000) or an AdaptiveConcurrency.
 
     Returns the queue capacity and the adaptive limit (None for a fixed capacity).
@@ -43,7 +43,7 @@ def check_capacity(capacity: Any) -> "tuple[int, Optional[AdaptiveConcurrency]]"
     return _check_capacity(capacity), None
 
 
-def check_retry(retry: Any) -> Optional[RetryStrategy]:
+def check_retry(retry: Any) -> RetryStrategy | None:
     if retry is not None and not isinstance(retry, RetryStrategy):
         raise TypeError("retry must be an aiospark.RetryStrategy (e.g. RetryStrategy.fixed_delay(3, 0.1)) "
                         f"or None, got {type(retry).__name__}")

@@ -19,7 +19,8 @@ import asyncio
 import math
 import numbers
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["TokenBucket", "check_rate", "check_burst", "check_cost", "check_per", "default_burst"]
 
@@ -66,7 +67,7 @@ def check_burst(burst: Any, rate: float) -> int:
     return int(burst)
 
 
-def check_cost(cost: Any) -> Optional[CostFunction]:
+def check_cost(cost: Any) -> CostFunction | None:
     """``cost`` must be ``None`` or a function of one call's input returning its cost."""
     if cost is None or (callable(cost) and not isinstance(cost, type)):
         return cost
@@ -90,8 +91,8 @@ class TokenBucket:
 
     __slots__ = ("rate", "burst", "cost", "_clock", "_epoch", "_taken", "_paused_until")
 
-    def __init__(self, rate: float, burst: Optional[int] = None, *, clock: Optional[Clock] = None,
-                 cost: Optional[CostFunction] = None):
+    def __init__(self, rate: float, burst: int | None = None, *, clock: Clock | None = None,
+                 cost: CostFunction | None = None):
         self.rate = check_rate(rate)
         self.burst = check_burst(burst, self.rate)
         if clock is not None and not callable(clock):

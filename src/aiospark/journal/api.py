@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from typing import Any, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from .directory import DirectoryStore
 from .manifest import Manifest
@@ -38,7 +39,7 @@ class Journal:
                                                                           key=["tenant", "id"]))
     """
 
-    def __init__(self, location: Union[str, "os.PathLike[str]"], *, key: Union[str, Sequence[str], None] = None,
+    def __init__(self, location: str | os.PathLike[str], *, key: str | Sequence[str] | None = None,
                  keep_errors: bool = False):
         if isinstance(location, os.PathLike):
             location = os.fspath(location)
@@ -59,7 +60,7 @@ class Journal:
             raise TypeError(f"Journal(keep_errors=) takes True or False, got {keep_errors!r}")
         self.keep_errors = keep_errors
 
-    def key_columns(self, columns: Sequence[str], what: str) -> List[str]:
+    def key_columns(self, columns: Sequence[str], what: str) -> list[str]:
         """The key columns among a DataFrame's ``columns`` (all of them when ``key`` is None)."""
         if self.key is None:
             return list(columns)
@@ -69,7 +70,7 @@ class Journal:
                              f"of the DataFrame (its columns: {', '.join(columns)})")
         return list(self.key)
 
-    def bind(self, manifest: Manifest) -> "BoundJournal":
+    def bind(self, manifest: Manifest) -> BoundJournal:
         """Check the store (writable, no other function's outcomes) for this job: on the driver."""
         self.store.check(manifest)
         return BoundJournal(self.store, manifest, self.keep_errors, redacted(self.location))
@@ -88,7 +89,7 @@ class BoundJournal:
         self.keep_errors = keep_errors
         self.shown = shown
 
-    def open_task(self, partition: int, batch: Optional[str], attempt: str, encode: Any = None,
+    def open_task(self, partition: int, batch: str | None, attempt: str, encode: Any = None,
                   decode: Any = None) -> TaskView:
         """This task's view, its recorded outcomes loaded (on the task's thread, before any row)."""
         view = TaskView(self.store.task(self.manifest, partition, batch, attempt), self.keep_errors,
@@ -99,7 +100,7 @@ class BoundJournal:
         return f"<journal {self.shown} for {self.manifest.function}>"
 
 
-def _check_key(key: Any) -> Optional[List[str]]:
+def _check_key(key: Any) -> list[str] | None:
     if key is None:
         return None
     columns = [key] if isinstance(key, str) else key

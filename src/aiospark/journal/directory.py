@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -44,7 +44,7 @@ __all__ = ["MANIFEST", "SCHEMA", "DirectoryStore", "DirectoryTask", "crc", "open
 MANIFEST = "manifest.json"
 
 
-def open_location(location: str) -> Tuple[pafs.FileSystem, str]:
+def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, root path)`` of a local path, ``file://`` or any URI pyarrow opens."""
     if "://" not in location:
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
@@ -58,18 +58,18 @@ class DirectoryStore:
 
     def __init__(self, location: str):
         self.location = location
-        self._fs: Optional[Tuple[pafs.FileSystem, str]] = None
+        self._fs: tuple[pafs.FileSystem, str] | None = None
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location, "_fs": None}
 
     @property
-    def fs(self) -> Tuple[pafs.FileSystem, str]:
+    def fs(self) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:
             self._fs = open_location(self.location)
         return self._fs
 
-    def read_manifest(self) -> Optional[Manifest]:
+    def read_manifest(self) -> Manifest | None:
         fs, root = self.fs
         path = f"{root}/{MANIFEST}"
         if fs.get_file_info(path).type != pafs.FileType.File:
@@ -102,14 +102,14 @@ class DirectoryStore:
             raise OSError(f"aiospark.Journal cannot write to {self.location}: {type(exc).__name__}: {exc}. Pass a "
                           "directory this job may create and write files in") from exc
 
-    def task(self, manifest: Manifest, partition: int, batch: Optional[str], attempt: str) -> "DirectoryTask":
+    def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> DirectoryTask:
         return DirectoryTask(self, manifest, partition, batch, attempt)
 
 
 class DirectoryTask:
     """One task attempt's part of a :class:`DirectoryStore`: reads its partition, appends its segment."""
 
-    def __init__(self, store: DirectoryStore, manifest: Manifest, partition: int, batch: Optional[str],
+    def __init__(self, store: DirectoryStore, manifest: Manifest, partition: int, batch: str | None,
                  attempt: str):
         self.store = store
         self.manifest = manifest
@@ -144,7 +144,7 @@ class DirectoryTask:
                 known[identity] = outcome
         return known
 
-    def write(self, entries: List[Tuple[str, Any, Optional[str]]]) -> None:
+    def write(self, entries: list[tuple[str, Any, str | None]]) -> None:
         """Append ``entries`` (identity, results or None, error text or None): one batch, flushed."""
         if self._writer is None:
             self.store.write_manifest(self.manifest)

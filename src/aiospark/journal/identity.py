@@ -27,8 +27,9 @@ import json
 import json.encoder
 import math
 import uuid
+from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 __all__ = ["MAX_PLAIN", "LazyIdentity", "identity", "RowIdentity", "ValuesIdentity"]
 
@@ -85,7 +86,7 @@ _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=F
 _quote = json.encoder.encode_basestring_ascii
 
 
-def _fast(values: Sequence[Any]) -> Optional[str]:
+def _fast(values: Sequence[Any]) -> str | None:
     """The identity of plain ints and strings without the JSON encoder's per-call setup (~0.3 us
     instead of ~2.6 us a row): the very text ``_encode`` writes for them (ints as ``int.__repr__``,
     strings as ``encode_basestring_ascii``), so both paths give one identity. None for any other
@@ -156,7 +157,7 @@ class LazyIdentity:
     def __init__(self, of: Callable[[Any], str], value: Any):
         self._of = of
         self._value = value
-        self._text: Optional[str] = None
+        self._text: str | None = None
 
     def __str__(self) -> str:
         if self._text is None:

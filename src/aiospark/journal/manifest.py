@@ -25,8 +25,9 @@ import inspect
 import json
 import textwrap
 import types
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any
 
 FORMAT = 1
 
@@ -78,13 +79,13 @@ class Manifest:
     function: str
     code: str
     output_schema: str
-    key: List[str]
-    key_types: List[str]
+    key: list[str]
+    key_types: list[str]
     format: int = FORMAT
 
     @classmethod
     def of(cls, entry_point: str, function: Any, output_schema: str, key: Sequence[str],
-           key_types: Sequence[str]) -> "Manifest":
+           key_types: Sequence[str]) -> Manifest:
         name, code = function_fingerprint(function)
         return cls(entry_point, name, code, output_schema, list(key), list(key_types))
 
@@ -92,7 +93,7 @@ class Manifest:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Manifest":
+    def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
@@ -101,7 +102,7 @@ class Manifest:
         """A short hash naming these outcomes (a directory, a Redis key prefix)."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
-    def differences(self, recorded: "Manifest") -> List[str]:
+    def differences(self, recorded: Manifest) -> list[str]:
         """What differs between ``recorded`` (the journal's) and this one (the job's)."""
         out = []
         for field in self.__dataclass_fields__:
@@ -116,7 +117,7 @@ class JournalMismatch(ValueError):
     """The journal was written by another function, schema or key: its outcomes do not apply."""
 
 
-def refuse(location: str, recorded: Optional[Manifest], ours: Manifest) -> None:
+def refuse(location: str, recorded: Manifest | None, ours: Manifest) -> None:
     """Raise :class:`JournalMismatch` when ``recorded`` exists and differs from ``ours``."""
     if recorded is None:
         return

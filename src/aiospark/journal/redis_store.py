@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .manifest import Manifest, refuse
 from .segment import pickled
@@ -26,7 +26,7 @@ DEFAULT_PREFIX = "aiospark:journal"
 MGET_CHUNK = 1000
 
 
-def split_url(url: str) -> Tuple[str, str]:
+def split_url(url: str) -> tuple[str, str]:
     """``(url without ?prefix=, prefix)``."""
     parts = urllib.parse.urlsplit(url)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
@@ -66,7 +66,7 @@ class RedisStore:
     def failed(self, exc: BaseException) -> JournalStoreError:
         return JournalStoreError(f"the journal's Redis at {self.shown} failed: {type(exc).__name__}: {exc}")
 
-    def read_manifest(self, client: Any) -> Optional[Manifest]:
+    def read_manifest(self, client: Any) -> Manifest | None:
         raw = client.get(f"{self.prefix}:manifest")
         return None if raw is None else Manifest.from_json(raw.decode())
 
@@ -80,11 +80,11 @@ class RedisStore:
             client.close()
         refuse(self.shown, recorded, manifest)
 
-    def task(self, manifest: Manifest, partition: int, batch: Optional[str], attempt: str) -> "RedisTask":
+    def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> RedisTask:
         return RedisTask(self, manifest)
 
 
-def decode(raw: bytes) -> Tuple[Optional[bytes], Optional[str]]:
+def decode(raw: bytes) -> tuple[bytes | None, str | None]:
     if raw[:1] == b"R":
         return raw[1:], None
     return None, raw[1:].decode("utf-8", "replace")
@@ -106,7 +106,7 @@ class RedisTask:
             self._client = self.store.client()
         return self._client
 
-    def load(self) -> Dict[str, Tuple[Optional[bytes], Optional[str]]]:
+    def load(self) -> dict[str, tuple[bytes | None, str | None]]:
         try:
             refuse(self.store.shown, self.store.read_manifest(self.client), self.manifest)
         except (ValueError, TypeError):
@@ -115,8 +115,8 @@ class RedisTask:
             raise self.store.failed(exc) from None
         return {}  # rows are asked for chunk by chunk (fetch)
 
-    def fetch(self, identities: List[str]) -> Dict[str, Tuple[Optional[bytes], Optional[str]]]:
-        found: Dict[str, Tuple[Optional[bytes], Optional[str]]] = {}
+    def fetch(self, identities: list[str]) -> dict[str, tuple[bytes | None, str | None]]:
+        found: dict[str, tuple[bytes | None, str | None]] = {}
         prefix = self.keys
         try:
             for start in range(0, len(identities), MGET_CHUNK):
@@ -128,7 +128,7 @@ class RedisTask:
             raise self.store.failed(exc) from None
         return found
 
-    def write(self, entries: List[Tuple[str, Any, Optional[str]]]) -> None:
+    def write(self, entries: list[tuple[str, Any, str | None]]) -> None:
         """Store ``entries`` (identity, results or None, error text or None): one pipeline."""
         entries = [(i, None if e is not None else pickled(r), e) for i, r, e in entries]  # a TypeError first
         try:

@@ -27,7 +27,8 @@ import itertools
 import pickle
 import struct
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,10 +46,10 @@ BATCH_ROWS = 10_000
 PICKLE_PROTOCOL = 5
 
 #: identity -> (results, or None for a kept error; error text or None)
-Outcomes = Dict[str, Tuple[Any, Optional[str]]]
+Outcomes = dict[str, tuple[Any, str | None]]
 
 
-def crc(identity: str, payload: Optional[bytes], error: Optional[str]) -> int:
+def crc(identity: str, payload: bytes | None, error: str | None) -> int:
     """The per-row layout's checksum of one row."""
     body = payload if payload is not None else (error or "").encode("utf-8", "surrogatepass")
     return zlib.crc32(body, zlib.crc32(identity.encode("utf-8", "surrogatepass")))
@@ -71,7 +72,7 @@ def batch_crc(batch: pa.RecordBatch) -> int:
     return check
 
 
-def pickled(results: List[Any]) -> bytes:
+def pickled(results: list[Any]) -> bytes:
     """``results`` pickled, or a TypeError saying what the journal needs."""
     try:
         return pickle.dumps(results, PICKLE_PROTOCOL)
@@ -80,7 +81,7 @@ def pickled(results: List[Any]) -> bytes:
                         "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
 
 
-def write_batch(writer: Any, entries: Sequence[Tuple[str, Any, Optional[str]]]) -> None:
+def write_batch(writer: Any, entries: Sequence[tuple[str, Any, str | None]]) -> None:
     """Append ``entries`` (identity, results or None, error text or None) as batched-layout
     record batches of at most :data:`BATCH_ROWS` rows."""
     for start in range(0, len(entries), BATCH_ROWS):
@@ -92,7 +93,7 @@ def write_batch(writer: Any, entries: Sequence[Tuple[str, Any, Optional[str]]]) 
         writer.write_batch(batch, custom_metadata={"crc": str(batch_crc(batch))})
 
 
-def read_outcomes(data: bytes) -> Tuple[Outcomes, int]:
+def read_outcomes(data: bytes) -> tuple[Outcomes, int]:
     """The outcomes in one segment's bytes (results unpickled), and how many rows were skipped
     (a checksum that does not match). A broken tail (a killed writer) ends the reading; complete
     batches before it count. A result outranks a kept error of the same identity."""
@@ -127,7 +128,7 @@ def read_outcomes(data: bytes) -> Tuple[Outcomes, int]:
     return found, skipped
 
 
-def _batched(batch: pa.RecordBatch, meta: Any) -> Tuple[Any, int]:
+def _batched(batch: pa.RecordBatch, meta: Any) -> tuple[Any, int]:
     """A batch's rows as a list of (identity, results, error), or as a dict identity -> (results,
     None) when it holds no error (a result always wins, so it can be merged in one update)."""
     if meta is None or batch_crc(batch) != int(meta[b"crc"]):
@@ -142,7 +143,7 @@ def _batched(batch: pa.RecordBatch, meta: Any) -> Tuple[Any, int]:
     return [(i, None, e) if e else (i, r, None) for i, e, r in zip(ids, errors.to_pylist(), results)], 0
 
 
-def _per_row(batch: pa.RecordBatch) -> Tuple[List[Tuple[str, Any, Optional[str]]], int]:
+def _per_row(batch: pa.RecordBatch) -> tuple[list[tuple[str, Any, str | None]], int]:
     ids, payloads, errors, crcs = (batch.column(i).to_pylist() for i in range(4))
     rows, bad = [], 0
     for identity, payload, error, check in zip(ids, payloads, errors, crcs):
@@ -153,7 +154,7 @@ def _per_row(batch: pa.RecordBatch) -> Tuple[List[Tuple[str, Any, Optional[str]]
     return rows, bad
 
 
-def read_segment(data: bytes) -> Tuple[Dict[str, Tuple[Optional[bytes], Optional[str]]], int]:
+def read_segment(data: bytes) -> tuple[dict[str, tuple[bytes | None, str | None]], int]:
     """:func:`read_outcomes` with each row's results pickled on its own (the per-row layout's
     form, what ``aiospark journal`` reads and compacts): slower, for tools, not tasks."""
     found, skipped = read_outcomes(data)

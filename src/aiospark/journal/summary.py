@@ -29,16 +29,16 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
 from .directory import MANIFEST, DirectoryStore
-from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 from .manifest import Manifest
 from .redis_store import JournalStoreError, RedisStore, redacted
+from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 
 #: a segment changed more recently than this may have a live writer: --drop-errors refuses it
 QUIET_SECONDS = 5.0
@@ -65,11 +65,11 @@ class JournalSummary:
     store: str
     manifest: Manifest
     bytes: int = 0
-    segments: Optional[int] = None
+    segments: int | None = None
     results: int = 0
     errors: int = 0
     skipped: int = 0
-    error_samples: List[Tuple[str, str]] = field(default_factory=list)
+    error_samples: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -128,11 +128,11 @@ def _directory_manifest(store: DirectoryStore) -> Manifest:
     return manifest
 
 
-def _partitions(store: DirectoryStore, manifest: Manifest) -> Tuple[int, Dict[str, List[Any]]]:
+def _partitions(store: DirectoryStore, manifest: Manifest) -> tuple[int, dict[str, list[Any]]]:
     """``(bytes of every file under the location, {partition directory: its segments' infos})``."""
     fs, root = store.fs
     size = 0
-    parts: Dict[str, List[Any]] = {}
+    parts: dict[str, list[Any]] = {}
     for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File:
             continue
@@ -142,7 +142,7 @@ def _partitions(store: DirectoryStore, manifest: Manifest) -> Tuple[int, Dict[st
     return size, parts
 
 
-def _read(fs: pafs.FileSystem, info: Any) -> Tuple[Outcomes, int]:
+def _read(fs: pafs.FileSystem, info: Any) -> tuple[Outcomes, int]:
     try:
         with fs.open_input_stream(info.path) as f:
             return read_outcomes(f.read())
@@ -150,7 +150,7 @@ def _read(fs: pafs.FileSystem, info: Any) -> Tuple[Outcomes, int]:
         return {}, 0  # vanished meanwhile (a concurrent drop): its rows are elsewhere or called again
 
 
-def _merge(found: List[Outcomes]) -> Outcomes:
+def _merge(found: list[Outcomes]) -> Outcomes:
     known: Outcomes = {}
     for outcomes in found:  # as a task reads them: a result outranks a kept error
         for identity, outcome in outcomes.items():
@@ -231,7 +231,7 @@ def _glob_escape(text: str) -> str:
 
 def _redis_keys(client: Any, prefix: str, chunk: int = 1000) -> Any:
     """The journal's outcome keys, in lists of up to ``chunk``."""
-    batch: List[bytes] = []
+    batch: list[bytes] = []
     for key in client.scan_iter(match=_glob_escape(prefix) + "*", count=chunk):
         batch.append(key)
         if len(batch) >= chunk:
@@ -254,7 +254,7 @@ def _redis_summary(store: RedisStore, samples: int) -> JournalSummary:
                     pipe.getrange(key, 0, 0)
                     pipe.strlen(key)
                 answers = pipe.execute()
-                wanted: List[bytes] = []
+                wanted: list[bytes] = []
                 for key, kind, length in zip(keys, answers[::2], answers[1::2]):
                     if not length:
                         continue  # deleted meanwhile

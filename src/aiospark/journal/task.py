@@ -27,12 +27,13 @@ from __future__ import annotations
 import pickle
 import threading
 from collections import deque
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..core.durable import Recorded
 
 #: an outcome waiting to be written: (identity, results or None, error text or None)
-Entry = Tuple[str, Any, Optional[str]]
+Entry = tuple[str, Any, str | None]
 
 #: outcomes are handed to the store at least this often (the durability window)
 FLUSH_SECONDS = 1.0
@@ -51,8 +52,8 @@ class TaskView:
     (the Spark layer takes its own tags off outputs there).
     """
 
-    def __init__(self, store_task: Any, keep_errors: bool, encode: Optional[Callable[[Any], Any]] = None,
-                 decode: Optional[Callable[[Any], Any]] = None, flush_seconds: float = FLUSH_SECONDS):
+    def __init__(self, store_task: Any, keep_errors: bool, encode: Callable[[Any], Any] | None = None,
+                 decode: Callable[[Any], Any] | None = None, flush_seconds: float = FLUSH_SECONDS):
         self.store_task = store_task
         self.keep_errors = keep_errors
         self.encode = encode
@@ -60,11 +61,11 @@ class TaskView:
         self.flush_seconds = flush_seconds
         #: identity -> (results -- or them pickled, as Redis hands them --, error text): recorded
         #: before this task, or by this task's own calls
-        self.known: Dict[str, Tuple[Any, Optional[str]]] = {}
-        self._pending: "deque[Entry]" = deque()
+        self.known: dict[str, tuple[Any, str | None]] = {}
+        self._pending: deque[Entry] = deque()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._failure: Optional[BaseException] = None
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
         self._closed = False
         #: counters for tests and metrics
         self.hits = 0
@@ -73,7 +74,7 @@ class TaskView:
         self.replayed = 0
 
     # ------------------------------------------------------------------ reads (task thread)
-    def load(self) -> "TaskView":
+    def load(self) -> TaskView:
         """Read what the store holds for this task up front (a directory: its partition's segments)."""
         self.known.update(self.store_task.load())
         return self
@@ -88,7 +89,7 @@ class TaskView:
                 self.known.update(fetch(wanted))
 
     # ------------------------------------------------------------------ the operator's side (loop thread)
-    def recorded(self, identity: str) -> Optional[Recorded]:
+    def recorded(self, identity: str) -> Recorded | None:
         hit = self.known.get(identity)
         if hit is None:
             return None
@@ -104,7 +105,7 @@ class TaskView:
         self.hits += 1
         return Recorded(self.decode(results) if self.decode is not None else results)
 
-    def recorded_prefix(self, identities: List[str]) -> Tuple[List[Any], int]:
+    def recorded_prefix(self, identities: list[str]) -> tuple[list[Any], int]:
         """The outputs of the leading ``identities`` whose results are recorded, concatenated in
         their order, and how many of them that is (it stops at the first one that must be called,
         or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
@@ -124,7 +125,7 @@ class TaskView:
         self.replayed += len(out)
         return out, n
 
-    def record(self, identity: str, results: Optional[List[Any]], error: Optional[BaseException]) -> None:
+    def record(self, identity: str, results: list[Any] | None, error: BaseException | None) -> None:
         if self._failure is not None:
             raise self._failure
         if error is not None:
@@ -142,7 +143,7 @@ class TaskView:
             self._thread.start()
 
     # ------------------------------------------------------------------ the writer thread
-    def _drain(self) -> List[Entry]:
+    def _drain(self) -> list[Entry]:
         pending, out = self._pending, []
         try:
             while True:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LookupCache"]
 

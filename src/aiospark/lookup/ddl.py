@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
 
 __all__ = ["SchemaError", "parse_columns"]
 
@@ -65,8 +64,8 @@ class _Token:
         return self.text.upper() if self.kind == "word" else ""
 
 
-def _tokens(ddl: str) -> List[_Token]:
-    found: List[_Token] = []
+def _tokens(ddl: str) -> list[_Token]:
+    found: list[_Token] = []
     at = 0
     while at < len(ddl):
         match = _TOKEN.match(ddl, at)
@@ -94,7 +93,7 @@ class _Parser:
         self.i = 0
 
     # -- helpers ---------------------------------------------------------------------------
-    def peek(self) -> Optional[_Token]:
+    def peek(self) -> _Token | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
 
     def take(self) -> _Token:
@@ -104,7 +103,7 @@ class _Parser:
         self.i += 1
         return token
 
-    def error(self, what: str, change: str, token: Optional[_Token] = None) -> SchemaError:
+    def error(self, what: str, change: str, token: _Token | None = None) -> SchemaError:
         where = f" at character {token.at + 1} ({token.text!r})" if token is not None else ""
         return SchemaError(f"schema {self.ddl!r}: {what}{where}: {change}")
 
@@ -121,8 +120,8 @@ class _Parser:
         return token is not None and token.upper in words
 
     # -- grammar ---------------------------------------------------------------------------
-    def columns(self, inside_struct: bool) -> List[Tuple[str, str]]:
-        out: List[Tuple[str, str]] = []
+    def columns(self, inside_struct: bool) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
         while True:
             start = self.peek()
             name = self.name(inside_struct)
@@ -230,9 +229,9 @@ class _Parser:
                          f"write {hint}" if hint else "use a Spark type such as STRING, BIGINT, DOUBLE, "
                          "BOOLEAN, DECIMAL(p,s), TIMESTAMP, ARRAY<T>, MAP<K,V> or STRUCT<...>", token)
 
-    def numbers(self, owner: _Token, least: int, most: int, change: str) -> List[int]:
+    def numbers(self, owner: _Token, least: int, most: int, change: str) -> list[int]:
         self.expect("(", change)
-        found: List[int] = []
+        found: list[int] = []
         while True:
             token = self.take()
             if token.kind != "word" or not token.text.isdigit():
@@ -248,7 +247,7 @@ class _Parser:
         return found
 
 
-def parse_columns(ddl: str) -> List[Tuple[str, str]]:
+def parse_columns(ddl: str) -> list[tuple[str, str]]:
     """``(name, TYPE)`` of every column of a DDL column list; :class:`SchemaError` saying what to change.
 
     Example::

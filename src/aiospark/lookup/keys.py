@@ -35,7 +35,8 @@ import decimal
 import math
 import re
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["KeyMismatch", "to_int", "to_float", "to_decimal", "to_text", "to_bool", "to_uuid",
            "spark_trim", "UNSUPPORTED_KEY_TYPES"]

@@ -29,8 +29,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .cache import LookupCache
 from .source import LookupSource
@@ -136,7 +136,7 @@ class Lookuper:
                 waiter.cancel()
         await self.source.close()
 
-    async def __aenter__(self) -> "Lookuper":
+    async def __aenter__(self) -> Lookuper:
         await self.open()
         return self
 

@@ -20,7 +20,8 @@ import datetime as _dt
 import decimal
 import json
 import re
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .ddl import SchemaError, parse_columns
 

@@ -19,7 +19,8 @@ Example::
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["LookupSource", "Row", "Key"]
 
@@ -58,10 +59,10 @@ class LookupSource(abc.ABC):
     #: Longest time (seconds) a key waits for others before its batch is sent.
     max_batch_delay: float = 0.005
 
-    async def open(self) -> None:
+    async def open(self) -> None:  # noqa: B027 -- an optional hook: most sources need nothing here
         """Acquire resources (sessions, pools). Called once per worker process."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 -- an optional hook, like open()
         """Release what :meth:`open` acquired. Must be safe to call twice."""
 
     @abc.abstractmethod
@@ -72,7 +73,7 @@ class LookupSource(abc.ABC):
         """Return ``{key: rows | exception}`` for many keys at once; absent keys are misses."""
         raise NotImplementedError(f"{type(self).__name__} does not support batch lookups")
 
-    async def __aenter__(self) -> "LookupSource":
+    async def __aenter__(self) -> LookupSource:
         await self.open()
         return self
 

@@ -24,7 +24,8 @@ import asyncio
 import concurrent.futures
 import queue
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Iterable, Iterator, List, Optional
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any
 
 from ..core import AsyncWaitOperator, Record
 from ..core.function import describe_function
@@ -48,7 +49,7 @@ ABANDON_SECONDS = 10.0
 class _Pump:
     """The loop side of one partition."""
 
-    def __init__(self, make_operator: MakeOperator, capacity: int, to_feeder: "queue.SimpleQueue[Any]",
+    def __init__(self, make_operator: MakeOperator, capacity: int, to_feeder: queue.SimpleQueue[Any],
                  worker: WorkerLoop, post_rows: int = POST_ROWS):
         self._make_operator = make_operator
         self._capacity = capacity
@@ -56,21 +57,21 @@ class _Pump:
         self._post = to_feeder.put
         self._worker = worker
         self._loop = worker.loop
-        self._chunks: Deque[List[Any]] = deque()
-        self._chunk: List[Any] = []  # the chunk being fed, from index _pos on
+        self._chunks: deque[list[Any]] = deque()
+        self._chunk: list[Any] = []  # the chunk being fed, from index _pos on
         self._pos = 0
         self._queued = 0  # rows received, in chunks not started yet
         self._requested = False
         self._input_ended = False
         self._feeding = False  # _fill runs (it is re-entered through the operator's room listener)
-        self._error: Optional[BaseException] = None
-        self._waiter: Optional[asyncio.Future] = None
-        self._out: List[Any] = []
-        self._flush_timer: Optional[asyncio.TimerHandle] = None
-        self.operator: Optional[AsyncWaitOperator] = None
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future | None = None
+        self._out: list[Any] = []
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self.operator: AsyncWaitOperator | None = None
 
     # called on the loop thread, via call_soon_threadsafe from the feeder
-    def accept(self, chunk: Optional[List[Any]]) -> None:
+    def accept(self, chunk: list[Any] | None) -> None:
         self._requested = False
         if chunk is None:
             self._input_ended = True
@@ -186,9 +187,9 @@ class _Pump:
 Report = Callable[[AsyncWaitOperator, int, bool], None]
 
 
-def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, capacity: int,
-                  out_rows: int = 10_000, loop: Optional[WorkerLoop] = None,
-                  report: Optional[Report] = None) -> Iterator[List[Any]]:
+def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, capacity: int,
+                  out_rows: int = 10_000, loop: WorkerLoop | None = None,
+                  report: Report | None = None) -> Iterator[list[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator that
     ``await make_operator(output)`` builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
@@ -199,14 +200,14 @@ def run_partition(chunks: Iterable[List[Any]], make_operator: MakeOperator, *, c
     (``final=True``, also after a failure).
     """
     wl = loop or worker_loop()
-    inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     pump = _Pump(make_operator, capacity, inbox, wl, max(POST_ROWS, out_rows))
     source = iter(chunks)
     future = wl.submit(pump.run())
     finished = False
     rows = 0
     try:
-        buffered: List[Any] = []
+        buffered: list[Any] = []
         while True:
             kind, payload = inbox.get()
             if kind == OUT:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Optional, Tuple
 
 ENV = "AIOSPARK_GC_THRESHOLD"
 DEFAULT_THRESHOLD = 50_000
@@ -50,7 +49,7 @@ class GcPolicy:
     def __init__(self, threshold: int):
         self.threshold = threshold
         self.active = 0
-        self._saved: Optional[Tuple[int, ...]] = None
+        self._saved: tuple[int, ...] | None = None
 
     def enter(self) -> None:
         self.active += 1

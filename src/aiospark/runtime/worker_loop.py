@@ -23,7 +23,8 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Coroutine, Dict, NoReturn, Optional
+from collections.abc import Coroutine
+from typing import Any, NoReturn
 
 from ..core.errors import warn_blocking
 from .gc_policy import GcPolicy, threshold_from_env
@@ -31,7 +32,7 @@ from .gc_policy import GcPolicy, threshold_from_env
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_current: Optional["WorkerLoop"] = None
+_current: WorkerLoop | None = None
 
 #: Opened functions that no running task uses are closed beyond this many (least recently used first).
 MAX_IDLE_FUNCTIONS = 16
@@ -85,18 +86,18 @@ class WorkerLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = new_event_loop()
-        self._functions: "OrderedDict[str, Any]" = OrderedDict()  # least recently used first
-        self._users: Dict[str, "weakref.WeakSet[asyncio.Task]"] = {}  # tasks that used each instance
-        self._opening: Dict[str, asyncio.Future] = {}
-        self._running: Dict[int, str] = {}
+        self._functions: OrderedDict[str, Any] = OrderedDict()  # least recently used first
+        self._users: dict[str, weakref.WeakSet[asyncio.Task]] = {}  # tasks that used each instance
+        self._opening: dict[str, asyncio.Future] = {}
+        self._running: dict[int, str] = {}
         self._tokens = itertools.count()
-        self._heartbeat: Optional[asyncio.TimerHandle] = None
+        self._heartbeat: asyncio.TimerHandle | None = None
         self._expected = 0.0
         self._late_beats = 0
         #: raised gen-0 GC threshold while partitions run (see gc_policy)
         self.gc = GcPolicy(threshold_from_env())
         #: seconds the loop was seen blocked, per function name (cumulative, for metrics)
-        self.blocked_seconds: Dict[str, float] = {}
+        self.blocked_seconds: dict[str, float] = {}
         started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(started,), name="aiospark-loop", daemon=True)
         self.thread.start()
@@ -110,7 +111,7 @@ class WorkerLoop:
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.thread.is_alive() and not self.loop.is_closed()
 
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> "concurrent.futures.Future[Any]":
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Run ``coro`` on the loop; returns a thread-safe future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
@@ -242,7 +243,7 @@ def worker_loop() -> WorkerLoop:
         return _current
 
 
-_patched_pid: Optional[int] = None
+_patched_pid: int | None = None
 
 
 def _close_before_os_exit() -> None:

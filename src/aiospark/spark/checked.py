@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from typing import Any, Awaitable, Callable, List, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..core import AsyncFunction
 from .schema import OutputSchemaError
@@ -41,7 +42,7 @@ class _Call:
     def __init__(self, input: Any, count: int):
         self.input = input
         self.count = count
-        self.problem: Optional[str] = None
+        self.problem: str | None = None
 
 
 class Output:
@@ -62,7 +63,7 @@ def _tag(value: Any, results: Any) -> Any:
     return [Output(call, i, row) for i, row in enumerate(results)]
 
 
-def _untag(results: List[Any]) -> List[Any]:
+def _untag(results: list[Any]) -> list[Any]:
     # a batch of an AsyncFunction gives one list of outputs per input
     return [r.row if type(r) is Output else _untag(r) if type(r) is list else r for r in results]
 
@@ -82,7 +83,7 @@ class OutputChecks:
         self.converter = converter
         self.make_error = make_error
         #: outputs of a call whose last outputs are still to come (a chunk ended in the middle)
-        self._carry: List[Output] = []
+        self._carry: list[Output] = []
 
     # ------------------------------------------------------------------ at the call
     def invoke(self, function: Any, batch: bool = False) -> Any:
@@ -91,7 +92,7 @@ class OutputChecks:
         if isinstance(function, AsyncFunction):
             return _TaggedFunction(function, batch)
 
-        async def call_batch(values: List[Any]) -> Any:
+        async def call_batch(values: list[Any]) -> Any:
             results = await function(values)
             if not isinstance(results, (list, tuple)) or len(results) != len(values):
                 return results  # the operator reports the broken contract
@@ -117,7 +118,7 @@ class OutputChecks:
         return dataclasses.replace(options, retry=untagged)
 
     # ------------------------------------------------------------------ at the task's output
-    def settle(self, values: List[Any]) -> List[Any]:
+    def settle(self, values: list[Any]) -> list[Any]:
         """One output chunk with every tagged output untagged, or replaced by its input's error
         row when an output of that input does not fit the schema (one error row per input)."""
         if self._carry:
@@ -145,7 +146,7 @@ class OutputChecks:
                 settled.append(self.make_error(v.call.input, v.call.problem))
         return settled
 
-    def _hold_back_unfinished(self, values: List[Any]) -> List[Any]:
+    def _hold_back_unfinished(self, values: list[Any]) -> list[Any]:
         """Keep the last call's outputs for the next chunk if some of them are still to come: a
         call's outputs are emitted together, but a chunk may end among them."""
         if not values:
@@ -159,7 +160,7 @@ class OutputChecks:
         self._carry = values[start:]
         return values[:start]
 
-    def _as_dicts(self, outputs: List[Output]) -> bool:
+    def _as_dicts(self, outputs: list[Output]) -> bool:
         """Tuples and Rows as dicts of the declared columns (the task's own output has more
         columns: the error columns); whether any output is no row at all."""
         failed = False
@@ -173,7 +174,7 @@ class OutputChecks:
                     failed = True
         return failed
 
-    def _find_problems(self, outputs: List[Output]) -> None:
+    def _find_problems(self, outputs: list[Output]) -> None:
         """Check row by row (only after the bulk check failed): mark the calls that do not fit."""
         problem = self.converter.problem
         for o in outputs:

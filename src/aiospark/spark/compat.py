@@ -11,7 +11,7 @@ Example::
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Tuple, TypeAlias, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, Union
 
 import pyspark
 from pyspark.sql.pandas.types import to_arrow_schema as _to_arrow_schema
@@ -31,7 +31,7 @@ DataFrameLike: TypeAlias = Union["_DataFrame", "_ConnectDataFrame"]
 #: What ``ordered_wait(df, ...)`` and its kin return: the same kind of DataFrame they were given.
 DataFrameT = TypeVar("DataFrameT", "_DataFrame", "_ConnectDataFrame")
 
-def version_tuple(text: str) -> Tuple[int, int]:
+def version_tuple(text: str) -> tuple[int, int]:
     """``"4.1.0.dev1"`` -> ``(4, 1)``.
 
     Example::

@@ -19,10 +19,20 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
-from pyspark.sql.types import (ArrayType, ByteType, DataType, IntegerType, LongType, MapType, Row,
-                               ShortType, StructType, TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    Row,
+    ShortType,
+    StructType,
+    TimestampType,
+)
 
 try:
     from pyspark.sql.types import TimestampNTZType
@@ -32,10 +42,10 @@ except ImportError:  # pragma: no cover - every supported PySpark has it
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 #: (column, value, why) of a value that does not fit exactly
-Problem = Tuple[str, Any, str]
+Problem = tuple[str, Any, str]
 
 
-def kind_of(data_type: DataType) -> Optional[str]:
+def kind_of(data_type: DataType) -> str | None:
     if isinstance(data_type, _INTEGRAL):
         return "int"
     if TimestampNTZType is not None and isinstance(data_type, TimestampNTZType):
@@ -47,10 +57,10 @@ def kind_of(data_type: DataType) -> Optional[str]:
 
 #: what to check in a value of a type: ("leaf", kind), ("array", plan), ("map", key plan or None,
 #: value plan or None), ("struct", [(field name, index, plan)]); None when nothing in it needs a check
-Plan = Tuple[Any, ...]
+Plan = tuple[Any, ...]
 
 
-def plan_of(data_type: DataType) -> Optional[Plan]:
+def plan_of(data_type: DataType) -> Plan | None:
     """What :func:`value_problem` must look at in values of ``data_type`` (None: nothing)."""
     kind = kind_of(data_type)
     if kind is not None:
@@ -67,13 +77,13 @@ def plan_of(data_type: DataType) -> Optional[Plan]:
     return None
 
 
-def value_problem(values: List[Any], plan: Plan, name: str,
-                  aware_seen: Dict[str, bool]) -> Optional[Tuple[Any, str]]:
+def value_problem(values: list[Any], plan: Plan, name: str,
+                  aware_seen: dict[str, bool]) -> tuple[Any, str] | None:
     """The first of ``values`` (of a column named ``name`` checked by ``plan``) that, or a value
     nested in which, does not fit exactly, with why (saying where, for a nested value)."""
     if plan[0] == "leaf":
         return column_problem(values, plan[1], name, aware_seen)
-    leaves: Dict[str, Tuple[str, List[Any]]] = {}  # path -> (kind, values), in order of first sight
+    leaves: dict[str, tuple[str, list[Any]]] = {}  # path -> (kind, values), in order of first sight
     for v in values:
         _collect(v, plan, name, leaves)
     for path, (kind, found) in leaves.items():
@@ -83,7 +93,7 @@ def value_problem(values: List[Any], plan: Plan, name: str,
     return None
 
 
-def _collect(value: Any, plan: Plan, path: str, leaves: Dict[str, Tuple[str, List[Any]]]) -> None:
+def _collect(value: Any, plan: Plan, path: str, leaves: dict[str, tuple[str, list[Any]]]) -> None:
     """Gather the leaf values under ``value`` by path. A value of the wrong shape is left to Arrow,
     which refuses it."""
     if value is None:
@@ -124,9 +134,9 @@ class ExactChecks:
     def __init__(self, schema: StructType):
         self.columns = [(f.name, p) for f in schema.fields if (p := plan_of(f.dataType)) is not None]
         self.not_null = [(i, f.name) for i, f in enumerate(schema.fields) if not f.nullable]
-        self.aware: Dict[str, bool] = {}
+        self.aware: dict[str, bool] = {}
 
-    def problem(self, rows: List[Dict[str, Any]]) -> Optional[Problem]:
+    def problem(self, rows: list[dict[str, Any]]) -> Problem | None:
         """The first value of ``rows`` (dicts) that does not fit its column exactly, or None."""
         for name, plan in self.columns:
             why = value_problem([r.get(name) for r in rows], plan, name, self.aware)
@@ -143,8 +153,8 @@ class ExactChecks:
         return any(batch.column(i).null_count for i, _ in self.not_null)
 
 
-def column_problem(values: List[Any], kind: Optional[str], name: str,
-                   aware_seen: Dict[str, bool]) -> Optional[Tuple[Any, str]]:
+def column_problem(values: list[Any], kind: str | None, name: str,
+                   aware_seen: dict[str, bool]) -> tuple[Any, str] | None:
     """The first of ``values`` (of a column of ``kind``, see :func:`kind_of`) that does not fit
     exactly, with why; ``aware_seen`` remembers per column whether its datetimes are aware."""
     if kind == "int":

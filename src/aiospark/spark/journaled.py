@@ -18,7 +18,8 @@ Example (what ``_wait`` does)::
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Iterator, List, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..journal import BoundJournal, Journal, LazyIdentity, Manifest, RowIdentity, TaskView
 from ..journal.identity import Lazily
@@ -27,7 +28,7 @@ from ..journal.identity import Lazily
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-def check_journal(journal: Any, what: str) -> Optional[Journal]:
+def check_journal(journal: Any, what: str) -> Journal | None:
     if journal is None or isinstance(journal, Journal):
         return journal
     raise TypeError(f"{what}(journal=...) takes an aiospark.Journal (or None), got {type(journal).__name__}")
@@ -49,12 +50,12 @@ class Stash:
 class Durable:
     """One entry point's identities and journal (picklable; checked on the driver)."""
 
-    def __init__(self, of: Callable[[Any], str], bound: Optional[BoundJournal]):
+    def __init__(self, of: Callable[[Any], str], bound: BoundJournal | None):
         self.of = of
         self.bound = bound
 
     @classmethod
-    def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> "Durable":
+    def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
         """For a DataFrame entry point: rows are dicts; the key is ``journal.key`` or every column."""
         journal = check_journal(journal, what)
         columns = list(df.columns)
@@ -71,7 +72,7 @@ class Durable:
         """``identify=`` for this task's operator (lazy without a journal)."""
         return self.of if self.bound is not None else Lazily(self.of)
 
-    def open_task(self, encode: Any = None, decode: Any = None) -> Optional[TaskView]:
+    def open_task(self, encode: Any = None, decode: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""
         if self.bound is None:
             return None
@@ -84,14 +85,14 @@ class Durable:
         return self.bound.open_task(ctx.partitionId(), batch, f"{ctx.stageId()}.{ctx.taskAttemptId()}",
                                     encode, decode)
 
-    def feed(self, chunks: Iterator[List[Any]], view: Optional[TaskView]) -> Iterator[List[Any]]:
+    def feed(self, chunks: Iterator[list[Any]], view: TaskView | None) -> Iterator[list[Any]]:
         """``chunks`` as they are, each one's outcomes asked for first when the store is asked
         row by row (Redis: one pipelined MGET per chunk)."""
         if view is None or not hasattr(view.store_task, "fetch"):
             return chunks
         of = self.of
 
-        def fed() -> Iterator[List[Any]]:
+        def fed() -> Iterator[list[Any]]:
             for chunk in chunks:
                 view.prefetch([of(v) for v in chunk])
                 yield chunk
@@ -99,8 +100,8 @@ class Durable:
         return fed()
 
 
-def replayed(durable: Durable, view: Optional[TaskView], chunks: Iterable[List[Any]], out_rows: int,
-             run: Callable[[Iterator[List[Any]]], Iterator[List[Any]]]) -> Iterator[List[Any]]:
+def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]], out_rows: int,
+             run: Callable[[Iterator[list[Any]]], Iterator[list[Any]]]) -> Iterator[list[Any]]:
     """A task's output values: first those of the partition's leading rows whose results are all
     recorded, straight from the journal (no operator: a rerun of a finished journal reads ~10x
     faster), then ``run(rest)`` (the operator, from the first row that must be called on; a
@@ -111,7 +112,7 @@ def replayed(durable: Durable, view: Optional[TaskView], chunks: Iterable[List[A
     if view is None or view.decode is not None:
         return run(durable.feed(source, view))
 
-    def outputs() -> Iterator[List[Any]]:
+    def outputs() -> Iterator[list[Any]]:
         of, buffered = durable.of, []
         for chunk in source:
             ids = [of(v) for v in chunk]
@@ -133,14 +134,14 @@ def replayed(durable: Durable, view: Optional[TaskView], chunks: Iterable[List[A
     return outputs()
 
 
-def counting_replayed(view: Optional[TaskView], report: Any) -> Any:
+def counting_replayed(view: TaskView | None, report: Any) -> Any:
     """``report`` of ``run_partition`` counting the rows :func:`replayed` emitted too."""
     if report is None or view is None:
         return report
     return lambda operator, rows, final: report(operator, rows + view.replayed, final)
 
 
-def close_view(view: Optional[TaskView], failed: bool) -> None:
+def close_view(view: TaskView | None, failed: bool) -> None:
     """Close a task's journal: write what is left. After a failure the task's own error stands."""
     if view is None:
         return
@@ -153,7 +154,7 @@ def close_view(view: Optional[TaskView], failed: bool) -> None:
         pass
 
 
-def run_journaled(durable: Optional[Durable], view: Optional[TaskView], results: Iterator[Any]) -> Iterator[Any]:
+def run_journaled(durable: Durable | None, view: TaskView | None, results: Iterator[Any]) -> Iterator[Any]:
     """``results`` (a task's output generator), closing ``view`` when it ends, however it ends."""
     failed = True
     try:

@@ -15,7 +15,8 @@ looked-up rows, ``[]`` for a miss), before the join pads a miss for ``how="left"
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql.types import StructType
 
@@ -32,8 +33,8 @@ HOW = ("left", "inner")
 class _LookupJoin(AsyncFunction):
     """Looks each row up and joins what it finds; opened once per worker (shared cache)."""
 
-    def __init__(self, source: LookupSource, on: List[str], columns: List[str], how: str,
-                 cache: Optional[LookupCache], batch: bool, names: Sequence[str] = (),
+    def __init__(self, source: LookupSource, on: list[str], columns: list[str], how: str,
+                 cache: LookupCache | None, batch: bool, names: Sequence[str] = (),
                  pad_as_tuple: bool = False):
         self.lookuper = Lookuper(source, cache=cache, batch=batch)
         self.on = on
@@ -53,7 +54,7 @@ class _LookupJoin(AsyncFunction):
     async def close(self) -> None:
         await self.lookuper.close()
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Any]:  # the joined dicts, or a padded tuple
+    async def async_invoke(self, row: dict[str, Any]) -> list[Any]:  # the joined dicts, or a padded tuple
         on = self.on
         key = (row[on[0]],) if len(on) == 1 else tuple([row[name] for name in on])
         found = await self.lookuper.lookup(key)  # [] for a NULL in the key, without a source call
@@ -75,7 +76,7 @@ class _LookupJoin(AsyncFunction):
 class _LookupValues(AsyncFunction):
     """The SQL flavour: key column values in, the array of looked-up structs out."""
 
-    def __init__(self, source: LookupSource, columns: List[str], cache: Optional[LookupCache], batch: bool):
+    def __init__(self, source: LookupSource, columns: list[str], cache: LookupCache | None, batch: bool):
         self.lookuper = Lookuper(source, cache=cache, batch=batch)
         self.columns = columns
 
@@ -85,7 +86,7 @@ class _LookupValues(AsyncFunction):
     async def close(self) -> None:
         await self.lookuper.close()
 
-    async def async_invoke(self, key: Any) -> List[Any]:
+    async def async_invoke(self, key: Any) -> list[Any]:
         key = key if isinstance(key, tuple) else (key,)
         found = [] if None in key else await self.lookuper.lookup(key)
         return [[{c: hit.get(c) for c in self.columns} for hit in found]]
@@ -98,12 +99,12 @@ class _SourceRows:
     a padded miss of a left join (the source returned nothing); lookup_udf outputs ``[structs]``.
     """
 
-    def __init__(self, predicate: Any, columns: List[str], udf: bool = False):
+    def __init__(self, predicate: Any, columns: list[str], udf: bool = False):
         self.predicate = predicate
         self.columns = columns
         self.udf = udf
 
-    def __call__(self, results: List[Any]) -> bool:
+    def __call__(self, results: list[Any]) -> bool:
         if self.udf:
             found = list(results[0]) if results and results[0] is not None else []
         else:
@@ -111,7 +112,7 @@ class _SourceRows:
         return self.predicate(found)
 
 
-def _source_retry(retry: Optional[RetryStrategy], columns: List[str], udf: bool = False) -> Optional[RetryStrategy]:
+def _source_retry(retry: RetryStrategy | None, columns: list[str], udf: bool = False) -> RetryStrategy | None:
     """``retry`` whose result predicate sees the source's rows (a new strategy; ``retry`` is unchanged)."""
     if not isinstance(retry, RetryStrategy) or retry.result_predicate is None:
         return retry
@@ -119,7 +120,7 @@ def _source_retry(retry: Optional[RetryStrategy], columns: List[str], udf: bool 
                          _SourceRows(retry.result_predicate, columns, udf), retry.exception_predicate)
 
 
-def _check_key_types(df: DataFrameLike, keys: List[str]) -> None:
+def _check_key_types(df: DataFrameLike, keys: list[str]) -> None:
     for name in keys:
         typ = df.schema[name].dataType.typeName()
         advice = UNSUPPORTED_KEY_TYPES.get(typ)
@@ -136,9 +137,9 @@ def _source_schema(session: Any, source: Any) -> StructType:
     return parse_schema(session, getattr(source, "schema", ""), what=f"{type(source).__name__}.schema")
 
 
-def lookup_join(df: DataFrameT, source: LookupSource, on: Union[str, Sequence[str]], *, how: str = "left",
-                cache: Optional[LookupCache] = None, capacity: int = 100, timeout: Optional[float] = 60.0,
-                retry: Optional[RetryStrategy] = None, ordered: bool = False, batch: bool = True,
+def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *, how: str = "left",
+                cache: LookupCache | None = None, capacity: int = 100, timeout: float | None = 60.0,
+                retry: RetryStrategy | None = None, ordered: bool = False, batch: bool = True,
                 on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None,
                 journal: Any = None, progress: Any = False) -> DataFrameT:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
@@ -190,8 +191,8 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: Union[str, Sequence[st
                  budget=budget, journal=journal, progress=progress)
 
 
-def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, capacity: int = 100,
-               timeout: Optional[float] = 60.0, retry: Optional[RetryStrategy] = None, batch: bool = True,
+def lookup_udf(source: LookupSource, *, cache: LookupCache | None = None, capacity: int = 100,
+               timeout: float | None = 60.0, retry: RetryStrategy | None = None, batch: bool = True,
                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None) -> Any:
     """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
 
@@ -203,8 +204,8 @@ def lookup_udf(source: LookupSource, *, cache: Optional[LookupCache] = None, cap
         spark.udf.register("customer", aiospark.lookup_udf(customers))
         spark.sql("SELECT o.*, c.* FROM orders o, LATERAL inline_outer(customer(o.customer_id)) c")
     """
-    from .udf import AsyncUDF
     from .options import CallOptions
+    from .udf import AsyncUDF
 
     if cache is not None and not isinstance(cache, LookupCache):
         raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")

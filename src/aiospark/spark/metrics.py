@@ -34,8 +34,9 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..core.metrics import OperatorMetrics
 
@@ -44,7 +45,7 @@ log = logging.getLogger("aiospark")
 #: How often a running task reports progress.
 PROGRESS_SECONDS = 0.5
 
-_registry: Dict[str, "Metrics"] = {}
+_registry: dict[str, Metrics] = {}
 _registry_lock = threading.Lock()
 
 
@@ -58,8 +59,8 @@ class Metrics:
         self.id = uuid.uuid4().hex
         self._secret = secrets.token_hex(16)  # reports must carry it (see the module doc)
         self._lock = threading.Lock()
-        self._tasks: Dict[str, Dict[str, Any]] = {}
-        self._listeners: List[Callable[[Dict[str, Any]], None]] = []
+        self._tasks: dict[str, dict[str, Any]] = {}
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
         with _registry_lock:
             _registry[self.id] = self
 
@@ -77,7 +78,7 @@ class Metrics:
         with self._lock:
             return sum(1 for t in self._tasks.values() if t["final"])
 
-    def progress(self) -> Dict[str, Any]:
+    def progress(self) -> dict[str, Any]:
         """Rows emitted, calls in flight now and errors so far, over running and finished tasks."""
         with self._lock:
             tasks = list(self._tasks.values())
@@ -87,7 +88,7 @@ class Metrics:
                 "errors": total.failures,  # an error row is a failure turned into a row: counted once
                 "running": sum(1 for t in tasks if not t["final"]), "finished": sum(1 for t in tasks if t["final"])}
 
-    def on_report(self, listener: Callable[[Dict[str, Any]], None]) -> None:
+    def on_report(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call ``listener(report)`` after each task report is stored (on the collector's thread:
         keep it quick; what it raises is ignored). ``report`` holds ``task`` (``stage.partition.attempt``),
         ``final``, ``rows``, ``inflight`` and ``metrics`` (``OperatorMetrics.to_dict()``). The progress
@@ -105,7 +106,7 @@ class Metrics:
     def __repr__(self) -> str:
         return f"<aiospark.Metrics {self.name!r} tasks={self.tasks}>"
 
-    def _receive(self, report: Dict[str, Any]) -> None:
+    def _receive(self, report: dict[str, Any]) -> None:
         OperatorMetrics.from_dict(report["metrics"])  # ValueError: refused, never stored
         if not (isinstance(report["task"], str) and isinstance(report["final"], bool)
                 and isinstance(report["rows"], int) and isinstance(report["inflight"], int)):
@@ -123,7 +124,7 @@ class Metrics:
                 log.debug("aiospark: a metrics listener failed", exc_info=True)
 
     # ---------------------------------------------------------------- shipping (to workers)
-    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (MetricsReporter, (self.id, self.name, collector(driver_host()).address, self._secret))
 
 
@@ -161,7 +162,7 @@ class MetricsReporter:
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def task_reporter(metrics: Any) -> Optional[Any]:
+def task_reporter(metrics: Any) -> Any | None:
     """The ``report(operator, rows, final)`` callback of this task for ``run_partition``."""
     if not isinstance(metrics, MetricsReporter):
         return None
@@ -193,8 +194,8 @@ MAX_REPORT_BYTES = 1 << 20
 
 #: Other JSON endpoints of the collector, by path: ``handle(request, secret) -> (status, reply)``
 #: (``reply`` a dict sent back as JSON, or None). Budgets lease units here (aiospark.spark.budget).
-Endpoint = Callable[[Dict[str, Any], str], Tuple[int, Optional[Dict[str, Any]]]]
-_endpoints: Dict[str, Endpoint] = {}
+Endpoint = Callable[[dict[str, Any], str], tuple[int, dict[str, Any] | None]]
+_endpoints: dict[str, Endpoint] = {}
 
 
 def register_endpoint(path: str, handle: Endpoint) -> None:
@@ -203,7 +204,7 @@ def register_endpoint(path: str, handle: Endpoint) -> None:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         endpoint = _endpoints.get(self.path)
         if endpoint is None:
             self.send_response(self._handle())
@@ -217,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _endpoint(self, endpoint: Endpoint) -> Tuple[int, Optional[Dict[str, Any]]]:
+    def _endpoint(self, endpoint: Endpoint) -> tuple[int, dict[str, Any] | None]:
         try:
             size = int(self.headers.get("Content-Length", ""))
         except ValueError:
@@ -271,10 +272,10 @@ class _Collector:
         thread.start()
 
 
-_collectors: Dict[Tuple[str, str], _Collector] = {}
+_collectors: dict[tuple[str, str], _Collector] = {}
 
 
-def driver_host() -> Tuple[str, str]:
+def driver_host() -> tuple[str, str]:
     """``(advertised host, bind address)`` of the metrics collector (see the module doc)."""
     env = os.environ.get("AIOSPARK_METRICS_HOST", "").strip()
     if env:
@@ -290,7 +291,7 @@ def driver_host() -> Tuple[str, str]:
     return host, conf.get("spark.driver.bindAddress", None) or host
 
 
-def collector(where: Optional[Tuple[str, str]] = None) -> _Collector:
+def collector(where: tuple[str, str] | None = None) -> _Collector:
     """The driver process's metrics collector for ``where`` = ``(host, bind)`` (default: 127.0.0.1),
     started on first use."""
     host, bind = where or ("127.0.0.1", "127.0.0.1")

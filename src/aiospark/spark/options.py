@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
 from ..core.batches import check_batching
 from ..core.function import check_async_function
-from ..core.settings import check_capacity, check_retry, check_timeout
 from ..core.ratelimit import RateLimit
+from ..core.settings import check_capacity, check_retry, check_timeout
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
 from .budget import check_budget
@@ -38,16 +39,16 @@ class CallOptions:
 
     function: Any
     ordered: bool
-    timeout: Optional[float]
+    timeout: float | None
     capacity: Any  # int, or an AdaptiveConcurrency
-    retry: Optional[RetryStrategy]
+    retry: RetryStrategy | None
     rate_limit: Any = None
-    metrics: Optional[Metrics] = None
+    metrics: Metrics | None = None
     #: inputs per call (None: one), and how long a batch waits to fill
-    batch_size: Optional[int] = None
+    batch_size: int | None = None
     batch_delay: float = 0.01
     #: ``value -> key``: calls for equal keys run one at a time (``unordered_wait(key=...)``)
-    order_key: Optional[Callable[[Any], Any]] = None
+    order_key: Callable[[Any], Any] | None = None
     #: identifies the function's definition, so every task of a worker shares one opened instance
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: an aiospark.Budget (a BudgetTicket once pickled to a worker): see aiospark.spark.budget
@@ -57,7 +58,7 @@ class CallOptions:
     def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
                rate_limit: Any = None, metrics: Any = None, what: str = "function",
                name: str = "aiospark", batch_size: Any = None, batch_delay: Any = 0.01,
-               order_key: Optional[Callable[[Any], Any]] = None, budget: Any = None) -> "CallOptions":
+               order_key: Callable[[Any], Any] | None = None, budget: Any = None) -> CallOptions:
         check_async_function(function, what)
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
@@ -79,8 +80,8 @@ class CallOptions:
         return check_capacity(self.capacity)[0]
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
-                            on_error: Optional[Callable[[Any, BaseException], list]] = None,
-                            invoke: Optional[Callable[..., Any]] = None, budget: Any = None,
+                            on_error: Callable[[Any, BaseException], list] | None = None,
+                            invoke: Callable[..., Any] | None = None, budget: Any = None,
                             identify: Any = None, journal: Any = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function
         (``identify``/``journal``: see :mod:`aiospark.spark.journaled`)."""

@@ -11,8 +11,9 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
-from typing import Any, Sequence, Union
+from typing import Any
 
 
 class RowKey:
@@ -45,7 +46,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def row_key(df: Any, key: Union[str, Sequence[str]], what: str) -> RowKey:
+def row_key(df: Any, key: str | Sequence[str], what: str) -> RowKey:
     """Validate ``key`` (a column name or a list of them) against ``df``'s columns."""
     columns = [key] if isinstance(key, str) else key
     if not isinstance(columns, (list, tuple)) or not columns or \

@@ -1,8 +1,9 @@
 """Schemas: parse user schemas on the driver, and turn Python outputs into Arrow with clear errors."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import DataType, Row, StructType
@@ -15,7 +16,7 @@ class OutputSchemaError(ValueError):
     """A function's output does not fit the declared schema (names the column and the value)."""
 
 
-def parse_schema(session: Any, schema: Union[str, StructType], what: str = "schema") -> StructType:
+def parse_schema(session: Any, schema: str | StructType, what: str = "schema") -> StructType:
     """A ``StructType`` from a DDL string (parsed by ``session``, classic or Connect) or a StructType."""
     if isinstance(schema, StructType):
         return schema
@@ -49,7 +50,7 @@ def arrow_type(data_type: DataType) -> pa.DataType:
     return to_arrow_type(data_type)
 
 
-def to_python(data: Union[pa.Array, pa.RecordBatch]) -> List[Any]:
+def to_python(data: pa.Array | pa.RecordBatch) -> list[Any]:
     """An Arrow array's values, or a batch's rows as dicts, as Python objects the way PySpark
     hands them to UDFs (a MAP becomes a dict).
 
@@ -98,7 +99,7 @@ class RowConverter:
         self.what = what
         self.exact = ExactChecks(schema)
 
-    def to_batch(self, rows: List[Any]) -> pa.RecordBatch:
+    def to_batch(self, rows: list[Any]) -> pa.RecordBatch:
         if not rows:
             return pa.RecordBatch.from_pylist([], schema=self.arrow_schema)
         if not all(type(r) is dict for r in rows):
@@ -117,7 +118,7 @@ class RowConverter:
             self._check_exact(rows)
         return batch
 
-    def problem(self, row: Any) -> Optional[str]:
+    def problem(self, row: Any) -> str | None:
         """Why one output row does not fit the schema (the error text), or None when it fits.
 
         What the error-row mode asks of every output of an input before it is emitted.
@@ -128,12 +129,12 @@ class RowConverter:
             return f"OutputSchemaError: {exc}"
         return None
 
-    def as_dict(self, row: Any) -> Dict[str, Any]:
+    def as_dict(self, row: Any) -> dict[str, Any]:
         """One output row (dict, tuple or Row) as a dict of this schema's columns; an
         :class:`OutputSchemaError` when it is none of those or has keys that are not columns."""
         return self._as_dict(row)
 
-    def _check_exact(self, rows: List[Dict[str, Any]]) -> None:
+    def _check_exact(self, rows: list[dict[str, Any]]) -> None:
         found = self.exact.problem(rows)
         if found is not None:
             column, value, why = found
@@ -141,7 +142,7 @@ class RowConverter:
                                     f"({self.schema[column].dataType.simpleString()}), which does not fit "
                                     f"exactly: {why}")
 
-    def _as_dict(self, row: Any) -> Dict[str, Any]:
+    def _as_dict(self, row: Any) -> dict[str, Any]:
         if type(row) is dict:
             extra = row.keys() - self._name_set
             if extra:
@@ -162,7 +163,7 @@ class RowConverter:
         raise OutputSchemaError(f"{self.what} returned keys {sorted(map(str, extra))} that are not columns of "
                                 f"the schema {self.names}: fix the key names or add the columns")
 
-    def _blame(self, rows: List[Dict[str, Any]], exc: BaseException) -> OutputSchemaError:
+    def _blame(self, rows: list[dict[str, Any]], exc: BaseException) -> OutputSchemaError:
         for field, arrow_field in zip(self.schema.fields, self.arrow_schema):
             column = [r.get(field.name) for r in rows]
             try:
@@ -180,7 +181,7 @@ class RowConverter:
 
 
 def values_to_array(values: Sequence[Any], data_type: DataType, pa_type: pa.DataType, what: str,
-                    aware_seen: Optional[Dict[str, bool]] = None) -> pa.Array:
+                    aware_seen: dict[str, bool] | None = None) -> pa.Array:
     """Scalar UDF outputs -> one Arrow array, naming the offending value on failure; values Arrow
     would change silently (see :mod:`aiospark.spark.exact`) are an :class:`OutputSchemaError` too.
     ``aware_seen`` carries, across a task's batches, whether its datetimes were aware.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, Optional
+from typing import Any
 
 
 def use_this_python() -> None:
@@ -13,7 +13,7 @@ def use_this_python() -> None:
 
 
 def local_session(master: str = "local[2]", *, app_name: str = "aiospark", connect: bool = False,
-                  conf: Optional[Dict[str, Any]] = None) -> Any:
+                  conf: dict[str, Any] | None = None) -> Any:
     """A local classic session, or with ``connect=True`` a Spark Connect session on ``master``.
 
     Example::

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql.types import DataType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
-from .options import CallOptions
-from .journaled import Durable, check_journal
 from ..journal import Manifest, ValuesIdentity
-from .metrics import Metrics
 from ..progress import check_progress, watch
 from .budget import Budget
+from .journaled import Durable, check_journal
+from .metrics import Metrics
+from .options import CallOptions
 from .udf_runner import UdfRunner
 
 ON_ERROR = ("fail", "null")
@@ -43,15 +44,15 @@ class AsyncUDF:
     ``asNondeterministic``) so ``spark.udf.register(name, f)`` accepts it on classic and Connect.
     """
 
-    def __init__(self, function: Union[Callable[..., Any], AsyncFunction], return_type: Union[str, DataType], options: CallOptions,
-                 on_error: str, deterministic: bool = True, name: Optional[str] = None):
+    def __init__(self, function: Callable[..., Any] | AsyncFunction, return_type: str | DataType, options: CallOptions,
+                 on_error: str, deterministic: bool = True, name: str | None = None):
         self._function = function
         self._return_type = return_type
         self._options = options
         self.on_error = on_error
         self.evalType = _EVAL_TYPE
         self.deterministic = deterministic
-        self._built: Dict[str, Any] = {}
+        self._built: dict[str, Any] = {}
         self.__name__ = name or getattr(function, "__name__", "async_udf")
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -83,7 +84,7 @@ class AsyncUDF:
         made.durable = self._durable
         return made
 
-    def asNondeterministic(self) -> "AsyncUDF":
+    def asNondeterministic(self) -> AsyncUDF:
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
         copy = AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False,
                         name=self.__name__)
@@ -160,7 +161,7 @@ def _pandas_runner() -> type:
     return PandasUdfRunner
 
 
-def _arity(function: Union[Callable[..., Any], AsyncFunction]) -> Optional[int]:
+def _arity(function: Callable[..., Any] | AsyncFunction) -> int | None:
     if isinstance(function, AsyncFunction):
         return None
     try:
@@ -184,10 +185,10 @@ def _is_connect(cols: tuple) -> bool:
     return is_remote()
 
 
-def async_udf(return_type: Union[str, DataType], *, timeout: Optional[float] = 60.0, capacity: Any = 100,
-              retry: Optional[RetryStrategy] = None, on_error: str = "fail", deterministic: bool = True,
-              rate_limit: Any = None, metrics: Optional[Metrics] = None, batch_size: Optional[int] = None,
-              batch_delay: float = 0.01, budget: Optional[Budget] = None,
+def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capacity: Any = 100,
+              retry: RetryStrategy | None = None, on_error: str = "fail", deterministic: bool = True,
+              rate_limit: Any = None, metrics: Metrics | None = None, batch_size: int | None = None,
+              batch_delay: float = 0.01, budget: Budget | None = None,
               journal: Any = None, progress: Any = False) -> Callable[[Callable[..., Any]], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 

@@ -18,7 +18,8 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, List
+from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 from pyspark.sql.types import StructType
@@ -50,12 +51,12 @@ def plain(value: Any) -> Any:
     return value
 
 
-def plain_list(values: List[Any]) -> List[Any]:
+def plain_list(values: list[Any]) -> list[Any]:
     """``plain`` for every element of a list."""
     return [plain(v) for v in values]
 
 
-def series_values(data: Any) -> List[Any]:
+def series_values(data: Any) -> list[Any]:
     """The cells of a Series (or, for a struct column, the rows of a DataFrame as dicts).
 
     Example::

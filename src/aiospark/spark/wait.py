@@ -6,7 +6,8 @@ on the worker's event loop, inside ``mapInArrow``: rows reach the function as di
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
@@ -14,16 +15,17 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ..core import RetryStrategy
 from ..core.durable import RecordedError
 from ..core.function import describe_function
-from ..runtime import run_partition, worker_loop
-from .options import CallOptions
-from .row_key import row_key
-from .metrics import Metrics, task_reporter
+from ..journal import TaskView
 from ..progress import check_progress, watch
+from ..runtime import run_partition, worker_loop
 from .budget import Budget, close_gate, task_gate
-from .checked import Output, OutputChecks, _Call as _OutputsOf
+from .checked import Output, OutputChecks
+from .checked import _Call as _OutputsOf
 from .compat import DataFrameLike, DataFrameT
 from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
-from ..journal import TaskView
+from .metrics import Metrics, task_reporter
+from .options import CallOptions
+from .row_key import row_key
 from .schema import RowConverter, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
@@ -37,7 +39,7 @@ class ErrorRow:
 
     __slots__ = ("input", "error")
 
-    def __init__(self, input: Dict[str, Any], error: str):
+    def __init__(self, input: dict[str, Any], error: str):
         self.input = input
         self.error = error
 
@@ -63,9 +65,9 @@ class _PartitionRunner:
         self.output_batch_rows = output_batch_rows
         self.what = what
         #: the user's schema as declared (NOT NULL kept), which error-row mode checks outputs against
-        self.check_schema: Optional[StructType] = None
+        self.check_schema: StructType | None = None
         #: row identities and the journal (aiospark.spark.journaled)
-        self.durable: Optional[Durable] = None
+        self.durable: Durable | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         wl = worker_loop()
@@ -84,7 +86,7 @@ class _PartitionRunner:
 
         gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
         durable = self.durable
-        view: Optional[TaskView] = None
+        view: TaskView | None = None
         identify = durable.identify() if durable is not None else None
         if durable is not None and durable.bound is not None:
             if checks is not None:  # outputs are tagged with their input: stored untagged, tagged again
@@ -100,7 +102,7 @@ class _PartitionRunner:
         chunks = (to_python(batch) for batch in batches)
         report = counting_replayed(view, task_reporter(options.metrics))
 
-        def run(chunks: Any) -> Iterator[List[Any]]:
+        def run(chunks: Any) -> Iterator[list[Any]]:
             return run_partition(chunks, make_operator, capacity=options.max_capacity,
                                  out_rows=self.output_batch_rows, loop=wl, report=report)
 
@@ -114,17 +116,17 @@ class _PartitionRunner:
         finally:
             close_gate(wl, gate)  # unused units go back to the budget
 
-    def _rows(self, values: List[Any], error_mode: bool) -> List[Any]:
+    def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
         if error_mode:
             rows = [self._error_dict(r) if type(r) is ErrorRow else r for r in rows]
         return rows
 
-    def _error_dict(self, row: ErrorRow) -> Dict[str, Any]:
+    def _error_dict(self, row: ErrorRow) -> dict[str, Any]:
         return {self.error_column: row.error, self.input_column: row.input}
 
 
-def _error_row(value: Any, exc: BaseException) -> List[Any]:
+def _error_row(value: Any, exc: BaseException) -> list[Any]:
     return [ErrorRow(value, error_text(exc))]
 
 
@@ -143,11 +145,11 @@ def _retagger(stash: Stash) -> Callable[[Any], Any]:
     return retag
 
 
-def _wait(df: DataFrameLike, function: Any, schema: Union[str, StructType], ordered: bool, timeout: Any, capacity: Any,
-          retry: Optional[RetryStrategy], on_error: str, error_column: str, input_column: str,
-          output_batch_rows: int, rate_limit: Any = None, metrics: Optional[Metrics] = None,
-          name: Optional[str] = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> Any:
+def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: bool, timeout: Any, capacity: Any,
+          retry: RetryStrategy | None, on_error: str, error_column: str, input_column: str,
+          output_batch_rows: int, rate_limit: Any = None, metrics: Metrics | None = None,
+          name: str | None = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
+          budget: Budget | None = None, journal: Any = None, progress: Any = False) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
     progress_options = check_progress(progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
@@ -190,12 +192,12 @@ def _wait(df: DataFrameLike, function: Any, schema: Union[str, StructType], orde
     return out
 
 
-def ordered_wait(df: DataFrameT, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
-                 capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
+def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
+                 capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                 rate_limit: Any = None, metrics: Optional[Metrics] = None,
-                 output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                 batch_delay: float = 0.01, budget: Optional[Budget] = None, journal: Any = None,
+                 rate_limit: Any = None, metrics: Metrics | None = None,
+                 output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
+                 batch_delay: float = 0.01, budget: Budget | None = None, journal: Any = None,
                  progress: Any = False) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
@@ -242,13 +244,13 @@ def ordered_wait(df: DataFrameT, function: Any, schema: Union[str, StructType], 
                  budget=budget, journal=journal, progress=progress)
 
 
-def unordered_wait(df: DataFrameT, function: Any, schema: Union[str, StructType], *, timeout: Optional[float] = 60.0,
-                   capacity: Union[int, str, Any] = 100, retry: Optional[RetryStrategy] = None,
+def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
+                   capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                   rate_limit: Any = None, metrics: Optional[Metrics] = None,
-                   output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: Optional[int] = None,
-                   batch_delay: float = 0.01, key: Union[str, List[str], None] = None,
-                   budget: Optional[Budget] = None, journal: Any = None, progress: Any = False) -> DataFrameT:
+                   rate_limit: Any = None, metrics: Metrics | None = None,
+                   output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
+                   batch_delay: float = 0.01, key: str | list[str] | None = None,
+                   budget: Budget | None = None, journal: Any = None, progress: Any = False) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
@@ -32,7 +31,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _java_home() -> Optional[str]:
+def _java_home() -> str | None:
     if os.environ.get("JAVA_HOME"):
         return os.environ["JAVA_HOME"]
     java = shutil.which("java")
@@ -56,7 +55,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 class Daemon:
     """One Spark daemon (``spark-class <main class> ...``) with its log file."""
 
-    def __init__(self, name: str, args: List[str], env: Dict[str, str], log: Path):
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path):
         self.name = name
         self.log = log
         spark_class = Path(env["SPARK_HOME"]) / "bin" / "spark-class"
@@ -144,7 +143,7 @@ def cluster(tmp_path_factory):
 
     port, ui_port, worker_ui_port = _free_port(), _free_port(), _free_port()
     master_url = f"spark://127.0.0.1:{port}"
-    daemons: List[Daemon] = []
+    daemons: list[Daemon] = []
     try:
         deadline = time.monotonic() + START_TIMEOUT
         master = Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",

@@ -27,7 +27,7 @@ from tests.support.service import FaultService, ServiceConfig, expected_item
 class HttpLookup(AsyncFunction):
     """GET /item/{key} with one aiohttp session per worker, opened on the worker's event loop."""
 
-    def __init__(self, base_url: str, fail_key: str = None, report_close: bool = False):
+    def __init__(self, base_url: str, fail_key: str | None = None, report_close: bool = False):
         self.base_url = base_url
         self.fail_key = fail_key
         self.report_close = report_close

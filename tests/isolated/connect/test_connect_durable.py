@@ -5,7 +5,7 @@ Run through tests/spark/test_isolated.py, or directly:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -20,7 +20,7 @@ ROWS = 600
 class KeyEcho(ServiceCall):
     """Calls the service; returns aiospark.idempotency_key() as the name."""
 
-    async def async_invoke(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    async def async_invoke(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         out = await super().async_invoke(row)
         out[0]["name"] = aiospark.idempotency_key()
         return out
