@@ -35,7 +35,7 @@ class ConnectorError(Exception):
         return (_rebuild, (type(self), self._message, dict(self.__dict__)))
 
 
-def _rebuild(cls: type, message: str, state: dict) -> ConnectorError:
+def _rebuild(cls: type[ConnectorError], message: str, state: dict[str, Any]) -> ConnectorError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, f"{state.get('source')}: {message}" if state.get("source") else message)
     exc.__dict__.update(state)

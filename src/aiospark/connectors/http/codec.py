@@ -9,14 +9,15 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["dumps", "loads"]
 
 try:  # orjson decodes a small JSON body in about a third of json.loads' time
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; kept optional for vendored installs
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]  # a module or None: checked before each use
 
 
 def _json_loads(data: Any) -> Any:
