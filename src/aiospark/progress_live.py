@@ -126,7 +126,7 @@ class Sink:
     """Where views are shown: ``"live"`` (a terminal: in place), ``"log"`` (plain lines) or
     ``"jupyter"`` (a display per view, updated in place)."""
 
-    def __init__(self, kind: str, stream: Any | None):
+    def __init__(self, kind: str, stream: Any):  # None for "jupyter"
         self.kind = kind
         self.stream = stream
         self.handles: dict[int, Any] = {}
@@ -193,15 +193,18 @@ class Board:
         ending = [v for v in views if v.done(now)]
         groups: dict[int, list[JobView]] = {}
         for view in views:
-            if view.sink.kind == "live":
-                groups.setdefault(id(view.sink.stream), []).append(view)
-            elif view.sink.kind == "log":
+            sink = view.sink
+            if sink is None:  # a view without a sink (the CLI's own) is never on the board
+                continue
+            if sink.kind == "live":
+                groups.setdefault(id(sink.stream), []).append(view)
+            elif sink.kind == "log":
                 if view in ending or now >= view.next_log:
                     view.next_log = now + view.options.log_every
-                    view.sink.stream.write(view.line(now) + "\n")
-                    view.sink.stream.flush()
+                    sink.stream.write(view.line(now) + "\n")
+                    sink.stream.flush()
             else:
-                _jupyter(view, view.line(now))
+                _jupyter(view, sink, view.line(now))
         for key, group in groups.items():
             self._live(key, group, ending, now)
         if ending:
@@ -211,7 +214,9 @@ class Board:
     def _live(self, key: int, group: list[JobView], ending: list[JobView], now: float) -> None:
         """Rewrite this terminal's block: views that end are printed first and stay; the running
         ones follow, one line each, rewritten in place next time."""
-        stream = group[0].sink.stream
+        sink = group[0].sink
+        assert sink is not None  # render() groups only views with a sink
+        stream = sink.stream
         final = [v for v in group if v in ending]
         running = [v for v in group if v not in ending]
         shown = self.block.get(key, 0)
@@ -235,13 +240,13 @@ class Board:
                 pass
 
 
-def _jupyter(view: JobView, text: str) -> None:
+def _jupyter(view: JobView, sink: Sink, text: str) -> None:
     from IPython.display import display
 
     bundle = {"text/plain": text}
-    handle = view.sink.handles.get(id(view))
+    handle = sink.handles.get(id(view))
     if handle is None:
-        view.sink.handles[id(view)] = display(bundle, raw=True, display_id=True)
+        sink.handles[id(view)] = display(bundle, raw=True, display_id=True)
     else:
         handle.update(bundle, raw=True)
 

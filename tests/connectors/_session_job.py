@@ -9,8 +9,7 @@ import sys
 
 import aiospark
 from aiospark.connectors import HttpLookup, PostgresLookup, RedisLookup
-from tests.connectors._connections import (postgres_clients, python_workers, redis_clients, tcp_established,
-                                           wait_until)
+from tests.connectors._connections import postgres_clients, python_workers, redis_clients, tcp_established, wait_until
 
 
 def main() -> None:

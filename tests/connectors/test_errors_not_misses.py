@@ -236,7 +236,7 @@ class ForgetfulBatch(LookupSource):
         return [{"v": 1}]
 
     async def lookup_batch(self, keys):
-        [{"v": 1} for _ in keys]  # noqa: B018 - the missing return is the point
+        [{"v": 1} for _ in keys]  # the missing return is the point
 
 
 def test_a_batch_source_that_returns_none_is_an_error_not_all_misses():

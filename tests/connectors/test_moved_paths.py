@@ -16,8 +16,16 @@ from pathlib import Path
 import pytest
 
 import aiospark.connectors as connectors
-from aiospark.connectors import (ConnectorError, ConnectorTimeout, HttpClient, HttpLookup, HttpStatusError,
-                                 PostgresLookup, RedisLookup, Secret)
+from aiospark.connectors import (
+    ConnectorError,
+    ConnectorTimeout,
+    HttpClient,
+    HttpLookup,
+    HttpStatusError,
+    PostgresLookup,
+    RedisLookup,
+    Secret,
+)
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings
 from aiospark.connectors.redis import RedisRateLimit
 
@@ -89,7 +97,8 @@ def test_the_package_exports_what_it_exported():
                                           "is_retryable"]
     for name in connectors.__all__:
         assert getattr(connectors, name) is not None
-    from aiospark.connectors.http import HttpLookup as h, HttpStatusError as e, parse_retry_after  # noqa: F401
+    from aiospark.connectors.http import HttpLookup as h
+    from aiospark.connectors.http import HttpStatusError as e
     assert (h, e) == (HttpLookup, HttpStatusError)
 
 

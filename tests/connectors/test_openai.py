@@ -18,9 +18,9 @@ import pytest
 
 from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
-from aiospark.connectors.openai import function as openai_base
-from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
 from aiospark.connectors.clients import SHARED
+from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
+from aiospark.connectors.openai import function as openai_base
 from aiospark.lookup import LookupCache
 from tests.support.openai_server import OpenAIServer, answer, tokens, vector
 

@@ -11,14 +11,29 @@ import asyncio
 import datetime as dt
 import json
 from decimal import Decimal
-from typing import Optional
 
 import cloudpickle
 import pydantic
 import pytest
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DateType, DayTimeIntervalType,
-                               DecimalType, DoubleType, FloatType, IntegerType, LongType, MapType, NullType,
-                               StringType, StructField, StructType, TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DateType,
+    DayTimeIntervalType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.connectors import ConnectorError, is_retryable
@@ -244,16 +259,16 @@ def test_a_pickled_structured_chat_still_works(srv):
 
 class Tag(pydantic.BaseModel):
     name: str
-    weight: Optional[float] = None
+    weight: float | None = None
 
 
 class Review(pydantic.BaseModel):
     label: str = pydantic.Field(description="pos or neg")
     stars: int = pydantic.Field(ge=0, le=5)
     tags: list[Tag]
-    seen: Optional[dt.date]
+    seen: dt.date | None
     at: dt.datetime
-    notes: list[Optional[str]] | None = None
+    notes: list[str | None] | None = None
     extra: dict[str, int]
 
 
@@ -282,7 +297,7 @@ def test_a_pydantic_model_maps_to_a_struct_with_required_and_optional_fields(srv
 class Plain(pydantic.BaseModel):
     label: str
     stars: int = pydantic.Field(ge=0, le=5)
-    when: Optional[dt.datetime] = None
+    when: dt.datetime | None = None
 
 
 def test_a_pydantic_models_own_constraints_make_bad_answers(srv):
@@ -324,7 +339,7 @@ class Either(pydantic.BaseModel):
 
 
 class Node(pydantic.BaseModel):
-    child: Optional["Node"] = None
+    child: Node | None = None
 
 
 class Aliased(pydantic.BaseModel):

@@ -430,7 +430,7 @@ def test_script_is_atomic_under_concurrent_processes(server):
     per_process = [len(r["slots"]) for r in out]
     assert min(per_process) > 50                       # they really ran concurrently
     interval_us = 1e6 / rate
-    for (s1, e1, n1), (s2, e2, n2) in zip(slots, slots[1:]):
+    for (s1, e1, n1), (s2, _e2, _n2) in zip(slots, slots[1:]):
         assert e1 - s1 == pytest.approx(n1 * interval_us)
         assert s2 >= e1, "overlapping reservations: the script is not atomic"
     # once the schedule runs ahead of the clock (after its first 0.5 s, while the processes and

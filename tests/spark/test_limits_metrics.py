@@ -12,9 +12,9 @@ import aiospark
 from aiospark import Metrics, RateLimit, RetryStrategy, retry_on
 from aiospark.connectors import is_retryable
 from aiospark.connectors.redis import RedisRateLimit
+from tests.support.fetch import Fetch
 from tests.support.servers import RedisServer
 from tests.support.service import FaultService, ServiceConfig
-from tests.support.fetch import Fetch
 
 _attempts: dict = {}
 

@@ -61,7 +61,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .service_config import LOOPBACK_HOST, ServiceConfig
-from .service_server import MAX_ARRIVALS, ServiceCore, expected_item, item_value
+from .service_server import MAX_ARRIVALS, ServiceCore, expected_item, item_value  # re-exported
 
 __all__ = ["FaultService", "LimitedService", "ServiceConfig", "expected_item", "item_value", "main",
            "MAX_ARRIVALS"]

@@ -59,7 +59,7 @@ async def fetch_sequential(urls: list[Any], *, timeout: float = 10.0) -> list[An
         for u in urls:
             try:
                 out.append(await fetch(session, u, timeout=timeout))
-            except Exception as exc:
+            except Exception as exc:  # faults are expected here
                 out.append(exc)
     return out
 

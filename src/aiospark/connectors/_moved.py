@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["alias"]
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 __all__ = ["SharedClients", "SHARED", "config_key"]
 

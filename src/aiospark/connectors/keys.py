@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["KeyTemplate", "check_key", "has_null"]
 

@@ -19,7 +19,8 @@ import asyncio
 import base64
 import functools
 import json
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 from .errors import ConnectorError

@@ -36,10 +36,18 @@ Example::
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Protocol, Union, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
-from .token_bucket import (Clock, CostFunction, TokenBucket, check_burst, check_cost, check_per,
-                           check_rate, default_burst)
+from .token_bucket import (
+    Clock,
+    CostFunction,
+    TokenBucket,
+    check_burst,
+    check_cost,
+    check_per,
+    check_rate,
+    default_burst,
+)
 
 __all__ = ["AsyncLimiter", "Limiter", "RateLimit", "TokenBucket", "check_burst", "check_cost",
            "check_per", "check_rate", "cost_name", "default_burst", "make_limiter"]
@@ -71,10 +79,10 @@ class RateLimit:
     rate: float
     per: float
     burst: int
-    cost: Optional[CostFunction]
+    cost: CostFunction | None
 
-    def __init__(self, rate: float, *, per: float = 1.0, burst: Optional[int] = None,
-                 cost: Optional[CostFunction] = None):
+    def __init__(self, rate: float, *, per: float = 1.0, burst: int | None = None,
+                 cost: CostFunction | None = None):
         rate = check_rate(rate)
         object.__setattr__(self, "rate", rate)
         object.__setattr__(self, "per", check_per(per))
@@ -87,7 +95,7 @@ class RateLimit:
         return self.rate / self.per
 
     @classmethod
-    def coerce(cls, value: Any) -> Union[RateLimit, AnyLimiter, None]:
+    def coerce(cls, value: Any) -> RateLimit | AnyLimiter | None:
         """What the entry points do with ``rate_limit=``.
 
         A number -> ``RateLimit(number)``; a :class:`RateLimit` -> itself; ``None`` -> ``None``;
@@ -107,7 +115,7 @@ class RateLimit:
             "aiospark.RateLimit(rate, per=..., burst=..., cost=...), a shared limiter such as "
             f"RedisRateLimit(...), or None; got {type(value).__name__}: {value!r}"[:300])
 
-    def bucket(self, *, clock: Optional[Clock] = None) -> TokenBucket:
+    def bucket(self, *, clock: Clock | None = None) -> TokenBucket:
         """A fresh :class:`TokenBucket` enforcing this limit (one per task / event loop)."""
         return TokenBucket(self.rate / self.per, self.burst, clock=clock, cost=self.cost)
 
@@ -139,7 +147,7 @@ class RateLimit:
         return text + ")"
 
 
-def _rebuild(rate: float, per: float, burst: int, cost: Optional[CostFunction]) -> RateLimit:
+def _rebuild(rate: float, per: float, burst: int, cost: CostFunction | None) -> RateLimit:
     return RateLimit(rate, per=per, burst=burst, cost=cost)
 
 
@@ -176,13 +184,13 @@ class AsyncLimiter(Protocol):
     for :class:`Limiter`.
     """
 
-    async def acquire(self) -> Optional[float]: ...
+    async def acquire(self) -> float | None: ...
 
 
-AnyLimiter = Union[Limiter, AsyncLimiter]
+AnyLimiter = Limiter | AsyncLimiter
 
 
-def make_limiter(value: Any, *, clock: Optional[Clock] = None) -> Optional[AnyLimiter]:
+def make_limiter(value: Any, *, clock: Clock | None = None) -> AnyLimiter | None:
     """The limiter an operator (one task, one loop) uses for ``rate_limit=value``.
 
     ``None`` -> ``None``; a number or :class:`RateLimit` -> a fresh :class:`TokenBucket`; a

@@ -95,7 +95,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
     @property
     def digest(self) -> str:

@@ -19,7 +19,8 @@ import hmac
 import secrets
 import threading
 import uuid
-from typing import Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from ..budget.ledger import Ledger, check_cost, check_limit
 from ..budget.redis_leases import budget_key
@@ -28,7 +29,7 @@ from .metrics import collector, driver_host, register_endpoint
 
 __all__ = ["Budget"]
 
-_budgets: Dict[str, "Budget"] = {}
+_budgets: dict[str, Budget] = {}
 _lock = threading.Lock()
 PATH = "/budget"
 
@@ -53,8 +54,8 @@ class Budget:
         aiospark.unordered_wait(df, summarize, "id LONG, summary STRING", budget=budget)
     """
 
-    def __init__(self, limit: float, *, cost: Optional[Callable[[Any], Any]] = None, redis: Optional[str] = None,
-                 name: Optional[str] = None):
+    def __init__(self, limit: float, *, cost: Callable[[Any], Any] | None = None, redis: str | None = None,
+                 name: str | None = None):
         self.limit = check_limit(limit)
         self.cost = check_cost(cost)
         if name is not None and (not isinstance(name, str) or not name):
@@ -62,11 +63,11 @@ class Budget:
         self.id = uuid.uuid4().hex
         self.name = name or f"budget-{self.id[:8]}"
         self._secret = secrets.token_hex(16)  # lease requests must carry it (see the module doc)
-        self._redis: Optional[Tuple[str, Any, Optional[str], str, str]] = None
-        self._ledger: Optional[Ledger] = None
+        self._redis: tuple[str, Any, str | None, str, str] | None = None
+        self._ledger: Ledger | None = None
         if redis is not None:
-            from ..connectors.secrets import resolve_secret
             from ..connectors.redis.url import parse_url
+            from ..connectors.secrets import resolve_secret
 
             if name is None:
                 raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "
@@ -96,12 +97,12 @@ class Budget:
         return max(0.0, self.limit - self._redis_spent())
 
     @property
-    def started(self) -> Optional[float]:
+    def started(self) -> float | None:
         """Units of the calls that started, as the tasks reported them (None with Redis)."""
         return self._ledger.started if self._ledger is not None else None
 
     @property
-    def refused(self) -> Optional[int]:
+    def refused(self) -> int | None:
         """Attempts refused because the budget was spent, as ended tasks reported them (None with Redis)."""
         return self._ledger.refused if self._ledger is not None else None
 
@@ -130,7 +131,7 @@ class Budget:
     __str__ = __repr__
 
     # ---------------------------------------------------------------- shipping (to workers)
-    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         address = None
         if self._ledger is not None:
             register_endpoint(PATH, _lease_endpoint)
@@ -138,7 +139,7 @@ class Budget:
         return (BudgetTicket, (self.id, self.name, self.limit, self.cost, address, self._secret, self._redis))
 
 
-def _lease_endpoint(request: Dict[str, Any], secret: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+def _lease_endpoint(request: dict[str, Any], secret: str) -> tuple[int, dict[str, Any] | None]:
     """``POST /budget`` on the driver's collector: lease or give back units of a live Budget."""
     budget_id = request.get("id")
     with _lock:
@@ -152,7 +153,7 @@ def _lease_endpoint(request: Dict[str, Any], secret: str) -> Tuple[int, Optional
     try:
         if op == "lease":
             granted, left = ledger.lease(task, request.get("need"), request.get("want"),  # type: ignore[arg-type]
-                                         request.get("used", 0.0))  # type: ignore[arg-type]
+                                         request.get("used", 0.0))
             return 200, {"granted": granted, "left": left}
         if op == "release":
             refused = request.get("refused", 0)
@@ -165,7 +166,7 @@ def _lease_endpoint(request: Dict[str, Any], secret: str) -> Tuple[int, Optional
 
 
 
-def check_budget(budget: Any) -> Optional[Budget]:
+def check_budget(budget: Any) -> Budget | None:
     """``budget=`` of an entry point: None or an :class:`aiospark.Budget`."""
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be an aiospark.Budget (e.g. aiospark.Budget(500)) or None, "

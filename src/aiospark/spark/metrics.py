@@ -204,7 +204,7 @@ def register_endpoint(path: str, handle: Endpoint) -> None:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # http.server's naming
         endpoint = _endpoints.get(self.path)
         if endpoint is None:
             self.send_response(self._handle())

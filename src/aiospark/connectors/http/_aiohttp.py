@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from .transport import Answer, Transport, TransportFailure
 

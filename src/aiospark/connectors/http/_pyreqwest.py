@@ -45,7 +45,8 @@ import datetime
 import re
 import sys
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pyreqwest.client import ClientBuilder
 from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutError

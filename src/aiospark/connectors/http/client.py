@@ -32,17 +32,18 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..checks import check_positive
 from ..errors import ConnectorError, ConnectorTimeout
+from ..redaction import Redactor
 from ..secrets import Secret
+from .codec import dumps, loads
 from .request import PLAIN_HEADERS
 from .response import status_error
-from .codec import dumps, loads
 from .transport import Transport, TransportFailure
 from .transports import check_transport, new_transport
-from ..redaction import Redactor
 
 __all__ = ["HttpClient", "HttpResponse", "http_client"]
 
@@ -79,7 +80,7 @@ class HttpResponse:
     def ok(self) -> bool:
         return 200 <= self.status < 300
 
-    def raise_for_status(self) -> "HttpResponse":
+    def raise_for_status(self) -> HttpResponse:
         """``self`` for a 2xx; else :class:`HttpStatusError` (429/5xx retryable, ``retry_after``
         from the Retry-After header, so aiospark's retry waits at least that long)."""
         if 200 <= self.status < 300:
@@ -174,7 +175,7 @@ class HttpClient:
         if pool is not None:
             await pool.close()
 
-    async def __aenter__(self) -> "HttpClient":
+    async def __aenter__(self) -> HttpClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -182,7 +183,7 @@ class HttpClient:
 
 
 #: loop -> {settings: client}; the entry goes when the loop is collected
-_SHARED: "weakref.WeakKeyDictionary[Any, dict[tuple, HttpClient]]" = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary[Any, dict[tuple, HttpClient]] = weakref.WeakKeyDictionary()
 
 
 def http_client(*, transport: str = "auto", max_connections: int = 100, timeout: float | None = 30.0,

@@ -55,23 +55,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...lookup import keys as keyconv
 from ...lookup.schema import parse_schema
 from ...lookup.source import LookupSource
 from ..checks import check_positive
+from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import KeyTemplate, check_key, has_null
+from ..redaction import Redactor, scrubbed
 from ..secrets import Secret, resolve_secret
-from .request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
-from .response import HttpStatusError, JsonRows, parse_retry_after, status_error
 from .codec import dumps, loads
+from .request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
+from .response import HttpStatusError, JsonRows, status_error
 from .transport import Answer, TransportFailure
 from .transports import check_transport, new_transport, resolve_transport
-from ..redaction import Redactor, scrubbed
-from ..clients import SHARED, config_key
 
 __all__ = ["HttpLookup"]
 

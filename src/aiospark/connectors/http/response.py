@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Mapping
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ...lookup.schema import RowMapper
 from ..errors import ConnectorError
-from .request import composite_key_text, key_text
 from ..redaction import Redactor
+from .request import composite_key_text, key_text
 
 
 class HttpStatusError(ConnectorError):

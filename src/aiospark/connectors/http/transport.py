@@ -19,7 +19,8 @@ Example::
 from __future__ import annotations
 
 import http
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["Answer", "Transport", "TransportFailure"]
 

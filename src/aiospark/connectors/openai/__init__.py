@@ -67,8 +67,8 @@ import inside it is relative or absolute, so ``import openai`` there is always t
 
 from __future__ import annotations
 
-from .function import OpenAIFunction, default_retry, estimate_tokens
 from .chat import OpenAIChat
 from .embeddings import OpenAIEmbeddings
+from .function import OpenAIFunction, default_retry, estimate_tokens
 
 __all__ = ["OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "default_retry", "estimate_tokens"]

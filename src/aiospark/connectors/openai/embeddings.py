@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import numbers
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...lookup.cache import LookupCache
 from ...lookup.lookuper import Lookuper
 from ...lookup.source import LookupSource
 from ..checks import check_positive
-from ..secrets import Secret
 from ..http.response import HttpStatusError
+from ..secrets import Secret
 from .function import OpenAIFunction, estimate_tokens
 
 __all__ = ["OpenAIEmbeddings"]
@@ -30,7 +31,7 @@ class _EmbeddingsEndpoint(LookupSource):
     supports_batch = True
     schema = "embedding ARRAY<FLOAT>"
 
-    def __init__(self, function: "OpenAIEmbeddings") -> None:
+    def __init__(self, function: OpenAIEmbeddings) -> None:
         self.function = function
         self.max_batch_size = function.batch_size
         self.max_batch_delay = function.batch_delay

@@ -14,7 +14,8 @@ import asyncio
 import logging
 import math
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...core.function import AsyncFunction
@@ -23,9 +24,9 @@ from ...core.ratelimit import RateLimit
 from ...core.retry import RetryStrategy
 from ..checks import check_positive
 from ..errors import ConnectorError, is_retryable
+from ..http.response import HttpStatusError
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import Secret, resolve_secret
-from ..http.response import HttpStatusError
 from .pacing import Pacer
 from .transport import CLIENTS, Transport, open_transport
 
@@ -80,7 +81,7 @@ async def load_tokenizer(seconds: float | None = None) -> bool:
         log.warning("tiktoken did not load its %s encoding within %ss; token estimates use "
                     "characters / 4 in this process", ENCODING, TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
         return False
-    except Exception as exc:  # noqa: BLE001 - any failure to load means: the fallback estimate
+    except Exception as exc:  # any failure to load means: the fallback estimate
         # an estimate only: the request is sent either way, and this says once why it is rougher
         log.warning("tiktoken could not load its %s encoding (%s); token estimates use characters / 4 "
                     "in this process (fill TIKTOKEN_CACHE_DIR on a machine without internet access)",

@@ -40,7 +40,8 @@ import asyncio
 import math
 import re
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["Pacer", "Ticket", "parse_duration", "read_limits"]
 

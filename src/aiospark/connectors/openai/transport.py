@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
+from ..http.response import HttpStatusError, parse_retry_after, status_error
 from ..redaction import Redactor, short
 from ..secrets import Secret
-from ..http.response import HttpStatusError, parse_retry_after, status_error
-from ..clients import SHARED, config_key
 
 __all__ = ["Transport", "open_transport", "retry_after_of"]
 

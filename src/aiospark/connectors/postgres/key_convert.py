@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import decimal
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...lookup import keys as keyconv
 

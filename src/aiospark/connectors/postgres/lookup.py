@@ -41,19 +41,20 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ...lookup import keys as keyconv
 from ...lookup.schema import parse_schema
 from ...lookup.source import LookupSource
 from ..checks import check_positive
+from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import check_key, has_null
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import Secret, resolve_secret
 from .key_convert import key_converter
-from ..clients import SHARED, config_key
 
 __all__ = ["PostgresLookup", "quote_ident"]
 

@@ -42,18 +42,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ...lookup import keys as keyconv
 from ...lookup.schema import RowMapper, parse_schema
 from ...lookup.source import LookupSource
 from ..checks import check_positive
+from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import KeyTemplate, check_key, has_null
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import resolve_secret
 from .url import parse_url
-from ..clients import SHARED, config_key
 
 __all__ = ["RedisLookup"]
 

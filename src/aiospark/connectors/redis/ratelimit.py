@@ -59,7 +59,8 @@ import math
 import numbers
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ...core.ratelimit import check_burst, check_cost, check_per, check_rate
 from ..checks import check_positive
@@ -102,11 +103,11 @@ class RedisRateLimit(LocalCallers):
 
     __module__ = "aiospark.connectors.redis"  # its public home (reprs, pickles)
 
-    def __init__(self, rate: float, *, per: float = 1.0, burst: Optional[int] = None,
-                 cost: Optional[Callable[[Any], float]] = None, key: Optional[str] = None,
-                 url: str = "redis://127.0.0.1:6379/0", password: Optional[str] = None,
-                 password_env: Optional[str] = "REDIS_PASSWORD", username: Optional[str] = None,
-                 name: str = "default", lease: Optional[int] = None, timeout: float = 5.0) -> None:
+    def __init__(self, rate: float, *, per: float = 1.0, burst: int | None = None,
+                 cost: Callable[[Any], float] | None = None, key: str | None = None,
+                 url: str = "redis://127.0.0.1:6379/0", password: str | None = None,
+                 password_env: str | None = "REDIS_PASSWORD", username: str | None = None,
+                 name: str = "default", lease: int | None = None, timeout: float = 5.0) -> None:
         self.rate = check_rate(rate)
         self.per = check_per(per)
         self.burst = check_burst(burst, self.rate)
@@ -138,27 +139,27 @@ class RedisRateLimit(LocalCallers):
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
-        self._conn: Optional[ScheduleConnection] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._opening: Optional[asyncio.Future] = None
-        self._fetcher: Optional[asyncio.Task] = None
-        self._callers: Deque[asyncio.Future] = deque()  # waiting acquire() calls, FIFO
+        self._conn: ScheduleConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: asyncio.Future | None = None
+        self._fetcher: asyncio.Task | None = None
+        self._callers: deque[asyncio.Future] = deque()  # waiting acquire() calls, FIFO
         # reserved tokens in order: (start time, deadline, when it arrived from Redis), loop.time()
-        self._tokens: Deque[Tuple[float, float, float]] = deque()
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._tokens: deque[tuple[float, float, float]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._demand = 0.0      # decaying count of acquire() calls (time constant DEMAND_TAU)
         self._demand_at = 0.0
-        self._weighted: Deque[Tuple[asyncio.Future, float]] = deque()  # cost-weighted callers, FIFO
-        self._wfetcher: Optional[asyncio.Task] = None
+        self._weighted: deque[tuple[asyncio.Future, float]] = deque()  # cost-weighted callers, FIFO
+        self._wfetcher: asyncio.Task | None = None
         self._paused_until = -math.inf  # end of the pause, on the loop's clock (time.monotonic)
         # the end of the last pause() here: passed on by every round trip while it lasts. A pause
         # learnt from Redis is not passed back (re-anchoring it on every round trip would creep)
         self._own_pause_until = -math.inf
         self._replied_at = -math.inf   # when the last round trip's reply came (loop.time())
-        self._pause_check: Optional[asyncio.Task] = None
+        self._pause_check: asyncio.Task | None = None
         self.pause_checks = 0
-        self._pause_writer: Optional[asyncio.Task] = None
+        self._pause_writer: asyncio.Task | None = None
         self.acquired = self.round_trips = self.tokens_reserved = self.tokens_voided = 0
 
     # ------------------------------------------------------------------ spec behaviour
@@ -242,7 +243,7 @@ class RedisRateLimit(LocalCallers):
         if conn is not None:
             await conn.close()
 
-    async def __aenter__(self) -> "RedisRateLimit":
+    async def __aenter__(self) -> RedisRateLimit:
         await self.open()
         return self
 

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
 
 from .ratelimit_script import Reservation
 
@@ -61,20 +63,20 @@ class LocalCallers:
     """The local half of ``RedisRateLimit`` (a mixin): it uses the limiter's ``_reserve(costs)``
     round trip and its runtime state (``_loop``, ``_callers``, ``_tokens``, ``_weighted``, ...)."""
 
-    _loop: Optional[asyncio.AbstractEventLoop]
+    _loop: asyncio.AbstractEventLoop | None
     _conn: Any
-    _callers: Deque[asyncio.Future]
-    _tokens: Deque[Tuple[float, float, float]]  # (start, deadline, when it arrived)
-    _weighted: Deque[Tuple[asyncio.Future, float]]
-    _fetcher: Optional[asyncio.Task]
-    _wfetcher: Optional[asyncio.Task]
-    _timer: Optional[asyncio.TimerHandle]
+    _callers: deque[asyncio.Future]
+    _tokens: deque[tuple[float, float, float]]  # (start, deadline, when it arrived)
+    _weighted: deque[tuple[asyncio.Future, float]]
+    _fetcher: asyncio.Task | None
+    _wfetcher: asyncio.Task | None
+    _timer: asyncio.TimerHandle | None
     _timer_at: float
     _demand: float
     _demand_at: float
     _paused_until: float
     _replied_at: float
-    _pause_check: Optional[asyncio.Task]
+    _pause_check: asyncio.Task | None
     _interval: float
     _source: str
     lease: int
@@ -266,7 +268,7 @@ class LocalCallers:
     async def _fetch_weighted(self) -> None:
         """Reserve the waiting cost-weighted callers, in order, a batch per round trip."""
         weighted, loop = self._weighted, self._loop
-        batch: List[Tuple[asyncio.Future, float]] = []
+        batch: list[tuple[asyncio.Future, float]] = []
         try:
             while weighted:
                 batch = []

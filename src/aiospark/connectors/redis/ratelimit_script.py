@@ -11,8 +11,8 @@ may ask for no costs at all, only to set a pause.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
-
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["GCRA_SCRIPT", "Reservation", "ScheduleConnection"]
 
@@ -90,10 +90,10 @@ class Reservation(NamedTuple):
     schedule (plus half a unit's interval). A call not started by then must not start on this
     reservation: the bucket has refilled behind it, so starting it late would add to a later burst.
     """
-    starts: Tuple[float, ...]
-    slot: Tuple[float, float]
+    starts: tuple[float, ...]
+    slot: tuple[float, float]
     paused_until: float = -math.inf
-    deadlines: Tuple[float, ...] = ()
+    deadlines: tuple[float, ...] = ()
 
 
 class ScheduleConnection:
@@ -109,8 +109,8 @@ class ScheduleConnection:
         self.rtt = rtt
 
     @classmethod
-    async def connect(cls, url: str, *, password: Optional[str], username: Optional[str],
-                      timeout: float, loop: Any) -> "ScheduleConnection":
+    async def connect(cls, url: str, *, password: str | None, username: str | None,
+                      timeout: float, loop: Any) -> ScheduleConnection:
         import redis.asyncio as aredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff

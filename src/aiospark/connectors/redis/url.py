@@ -7,7 +7,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..secrets import Secret
@@ -15,7 +15,7 @@ from ..secrets import Secret
 __all__ = ["parse_url"]
 
 
-def parse_url(url: Any) -> Tuple[str, str, Optional[Secret], Optional[Secret]]:
+def parse_url(url: Any) -> tuple[str, str, Secret | None, Secret | None]:
     """``(url without credentials, "host:port/db" for messages, username, password)``."""
     if not isinstance(url, str):
         raise ValueError(f"url must be a string like 'redis://127.0.0.1:6379/0', got {url!r}")
