@@ -152,7 +152,7 @@ class HttpLookup(LookupSource):
         if json_path is not None and (not isinstance(json_path, str) or not json_path.strip(".")):
             raise ValueError(f"json_path must be a dotted path like 'data.items', got {json_path!r}")
         self.json_path = json_path
-        self.batch_url = None
+        self.batch_url: str | None = None
         if batch_url is not None:
             self.batch_url, _, _, _ = split_url(batch_url, "batch_url", False)
         for name, fn in (("batch_request", batch_request), ("batch_response", batch_response)):
@@ -342,6 +342,8 @@ class HttpLookup(LookupSource):
         return out
 
     async def _batch(self, wanted: list[tuple[tuple, tuple]], out: dict[tuple, Any]) -> None:
+        url = self.batch_url
+        assert url is not None  # batch mode only
         arity = len(self.key_columns)
         sent = [j for _, j in wanted]
         if self._batch_request is not None:
@@ -349,11 +351,11 @@ class HttpLookup(LookupSource):
         else:
             body = {"keys": [j[0] if arity == 1 else list(j) for j in sent]}
         try:
-            answer = await self._send("POST", self.batch_url, body)
+            answer = await self._send("POST", url, body)
         except TransportFailure as exc:
-            raise self._failure(exc, "POST", self.batch_url) from None
+            raise self._failure(exc, "POST", url) from None
         try:
-            data = self._decode(answer, "POST", self.batch_url, missing_ok=False)
+            data = self._decode(answer, "POST", url, missing_ok=False)
         except HttpStatusError as exc:
             if exc.retryable or exc.status < 400 or exc.status >= 500:
                 raise

@@ -126,14 +126,16 @@ class OpenAIEmbeddings(OpenAIFunction):
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
                          headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
         check_positive("batch_size", batch_size, integer=True)
-        if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= batch_delay < 60:
+        if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= float(batch_delay) < 60:
             raise ValueError(f"batch_delay must be seconds in [0, 60), got {batch_delay!r}")
         if dimensions is not None:
             check_positive("dimensions", dimensions, integer=True)
         if cache is not None and not isinstance(cache, LookupCache):
             raise TypeError(f"cache must be an aiospark.lookup.LookupCache or None, got {type(cache).__name__}")
-        self.batch_size, self.batch_delay = batch_size, float(batch_delay)
-        self.dimensions, self.cache = dimensions, cache
+        self.batch_size: int = batch_size
+        self.batch_delay: float = float(batch_delay)
+        self.dimensions: int | None = dimensions
+        self.cache: LookupCache | None = cache
         self._lookuper: Lookuper | None = None
 
     async def open(self) -> None:

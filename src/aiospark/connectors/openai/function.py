@@ -132,7 +132,7 @@ def _check_base_url(base_url: Any) -> tuple[str, str]:
 def _check_limit(name: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
         raise ValueError(f"{name} must be a finite number > 0 (or None for no limit), got {value!r}")
     return float(value)
 
@@ -176,7 +176,8 @@ class OpenAIFunction(AsyncFunction):
         self.client = client
         check_positive("timeout", timeout)
         check_positive("max_connections", max_connections, integer=True)
-        self.timeout, self.max_connections = float(timeout), max_connections
+        # not `self.timeout`: that name is AsyncFunction's timeout handler, which the operator calls
+        self.request_timeout, self.max_connections = float(timeout), max_connections
         self.requests_per_minute = _check_limit("requests_per_minute", requests_per_minute)
         self.tokens_per_minute = _check_limit("tokens_per_minute", tokens_per_minute)
         if not isinstance(pace_by_headers, bool):
@@ -240,7 +241,7 @@ class OpenAIFunction(AsyncFunction):
             self._key = resolve_secret(None, self._key_env)  # set on the worker only
             self._redactor = self._make_redactor()
         await load_tokenizer()
-        self._transport = await open_transport(self.client, self.base_url, self._key, self.timeout,
+        self._transport = await open_transport(self.client, self.base_url, self._key, self.request_timeout,
                                                self.max_connections, self._headers, self._redactor, self._name)
         self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
         self._tpm = RateLimit(self.tokens_per_minute, per=60.0).bucket() if self.tokens_per_minute else None
@@ -274,8 +275,10 @@ class OpenAIFunction(AsyncFunction):
         and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
         (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
         counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
-        amounts = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                   if isinstance(v := usage.get(k), numbers.Real) and not isinstance(v, bool) and 0 <= v < math.inf}
+        # the endpoint's numbers as they came (an int stays an int in the totals)
+        amounts: dict[str, Any] = {
+            k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+            if isinstance(v := usage.get(k), numbers.Real) and not isinstance(v, bool) and 0 <= float(v) < math.inf}
         if self._tpm is not None:
             used = amounts.get("total_tokens", amounts.get("prompt_tokens", 0) + amounts.get("completion_tokens", 0))
             if used > estimate:
