@@ -103,11 +103,12 @@ class Durable:
 def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]], out_rows: int,
              run: Callable[[Iterator[list[Any]]], Iterator[list[Any]]]) -> Iterator[list[Any]]:
     """A task's output values: first those of the partition's leading rows whose results are all
-    recorded, straight from the journal (no operator: a rerun of a finished journal reads ~10x
-    faster), then ``run(rest)`` (the operator, from the first row that must be called on; a
+    recorded, straight from the journal (no operator: no queue entry, call record or emit per
+    row; reading a finished journal needs about half the CPU), then ``run(rest)`` (the operator,
+    from the first row that must be called on; a
     recorded row after it still completes through the operator). The order is the one the
     operator gives: each row's outputs in input order, the recorded prefix before everything
-    after it. ``view.replayed`` counts the input rows replayed so."""
+    after it. ``view.replayed`` counts the output values replayed so."""
     source = iter(chunks)
     if view is None or view.decode is not None:
         return run(durable.feed(source, view))
@@ -115,8 +116,12 @@ def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]
     def outputs() -> Iterator[list[Any]]:
         of, buffered = durable.of, []
         for chunk in source:
-            ids = [of(v) for v in chunk]
-            view.prefetch(ids)
+            try:
+                ids = [of(v) for v in chunk]
+            except Exception:  # a value without an identity: the operator makes it that row's error
+                ids = []
+            if ids:
+                view.prefetch(ids)
             values, n = view.recorded_prefix(ids)
             buffered += values
             if n < len(chunk):
