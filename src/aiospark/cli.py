@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import TextIO
+from typing import Any, TextIO
 
 from . import __version__
 from .cli_errors import short_error
@@ -41,6 +41,32 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default where it says something: not for required options, flags that are
+    off, options without one, or help that already speaks of its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.required or default is None or default is False or default == argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose subcommand reports its own unknown options, with its own usage
+    (argparse leaves them to the top-level parser, which shows the top-level usage)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(parsed, "command", None)
+            commands = getattr(self, "commands", {})
+            (commands.get(command) or self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``--help`` shows every default).
 
@@ -48,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
 
         build_parser().parse_args(["demo", "--rows", "1000"]).rows   # 1000
     """
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog="aiospark", description="Flink-style Async I/O for PySpark.",
-                                     formatter_class=fmt)
+    fmt = _HelpFormatter
+    parser = _Parser(prog="aiospark", description="Flink-style Async I/O for PySpark.", formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"aiospark {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    parser.commands = commands.choices  # type: ignore[attr-defined]  # read by _Parser.parse_args
     demo = commands.add_parser("demo", help="enrich 100k rows from a local HTTP service, vs a blocking UDF",
                                formatter_class=fmt)
     demo.add_argument("--rows", type=_positive_int, default=100_000, help="rows to enrich")

@@ -200,10 +200,21 @@ def test_bad_arguments_are_found_before_spark_starts(tmp_path, argv, message):
 def test_help_shows_defaults_and_version_prints(capsys):
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["enrich", "--help"])
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())  # help wraps lines at the terminal's width
     assert info.value.code == 0
     for default in ("(default: 100)", "(default: 30.0)", "(default: 3)", "(default: fail)", "(default: left)"):
         assert default in text, default
+    # required options and options without a default show none; no default is shown twice
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert "input format (default: from the input's name) --output-format" in text
+
+
+def test_an_unknown_option_of_a_subcommand_shows_that_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["enrich", "in.csv", "out", "--url", "u", "--schema", "a INT", "--urll", "x"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith("usage: aiospark enrich") and "aiospark enrich: error: unrecognized arguments: --urll x" in err
     done = subprocess.run([sys.executable, "-m", "aiospark.cli", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"aiospark {aiospark.__version__}"
