@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = _HelpFormatter
     parser = _Parser(prog="aiospark", description="Flink-style Async I/O for PySpark.", formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"aiospark {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
     parser.commands = commands.choices  # type: ignore[attr-defined]  # read by _Parser.parse_args
     demo = commands.add_parser("demo", help="enrich 100k rows from a local HTTP service, vs a blocking UDF",
                                formatter_class=fmt)
