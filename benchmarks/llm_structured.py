@@ -1,7 +1,7 @@
 """Structured chat over N rows against a rate-limited endpoint: aiospark against the per-partition
 ``asyncio.gather`` people write today (openaivec-style), side by side, in one Spark session.
 
-The endpoint is the demo one (``python -m aiospark.demo_service --openai``, in a process of its
+The endpoint is the demo one (``python -m aiospark.app.demo_service --openai``, in a process of its
 own) with ``--latency-ms 50`` and a request limit it advertises in OpenAI's ``x-ratelimit-*``
 headers and enforces with 429 + ``Retry-After`` (``--rps``: a bucket of that many requests,
 refilled at that rate). Every row asks for structured output
@@ -118,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import aiospark
-    from aiospark.demo_openai import DemoOpenAI
+    from aiospark.app.demo_openai import DemoOpenAI
 
     spark = aiospark.local_session("local[2]")
     spark.sparkContext.setLogLevel("ERROR")

@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import aiospark
-    from aiospark.progress import ProgressOptions
-    from aiospark.progress_live import BOARD
+    from aiospark import ProgressOptions
+    from aiospark.spark.progress_live import BOARD
 
     spark = aiospark.local_session("local[2]")
     run(spark, 2_000, 2, False)  # warm the workers

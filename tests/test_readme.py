@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from aiospark.demo_openai import chat_answer, count_tokens
-from aiospark.demo_service import DemoService, item
+from aiospark.app.demo_openai import chat_answer, count_tokens
+from aiospark.app.demo_service import DemoService, item
 from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (
     from .spark.lookup_join import lookup_join as lookup_join
     from .spark.lookup_join import lookup_udf as lookup_udf
     from .spark.metrics import Metrics as Metrics
+    from .spark.progress import ProgressOptions as ProgressOptions
     from .spark.schema import OutputSchemaError as OutputSchemaError
     from .spark.session import local_session as local_session
     from .spark.udf import AsyncUDF as AsyncUDF
@@ -52,6 +53,7 @@ _SPARK_EXPORTS = {
     "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
     "Metrics": ("aiospark.spark.metrics", "Metrics"),
     "Budget": ("aiospark.spark.budget", "Budget"),
+    "ProgressOptions": ("aiospark.spark.progress", "ProgressOptions"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
     "Journal": ("aiospark.journal", "Journal"),  # imports pyarrow: lazy too
 }

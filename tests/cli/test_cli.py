@@ -15,14 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import aiospark
-from aiospark.cli import build_parser
-from aiospark.enrich_checks import EnrichError, guess_format
+from aiospark.app.cli import build_parser
+from aiospark.app.enrich_checks import EnrichError, guess_format
 from tests.support.service import FaultService, ServiceConfig, expected_item
 
 
 def run_cli(*args, timeout=400, env=None):
     env = dict(os.environ if env is None else env, PYSPARK_PYTHON=sys.executable)
-    return subprocess.run([sys.executable, "-m", "aiospark.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aiospark.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -191,7 +191,7 @@ def test_bad_arguments_are_found_before_spark_starts(tmp_path, argv, message):
     (tmp_path / "noext").write_text("id\na\n")
     defaults = {"--url": "http://127.0.0.1:9/item/{id}", "--schema": "name STRING"}
     argv = argv + [item for flag, value in defaults.items() if flag not in argv for item in (flag, value)]
-    done = subprocess.run([sys.executable, "-m", "aiospark.cli", *argv], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "aiospark.app.cli", *argv], capture_output=True, text=True,
                           timeout=120, env=no_java_env(), cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -215,7 +215,7 @@ def test_an_unknown_option_of_a_subcommand_shows_that_subcommands_usage(capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert err.startswith("usage: aiospark enrich") and "aiospark enrich: error: unrecognized arguments: --urll x" in err
-    done = subprocess.run([sys.executable, "-m", "aiospark.cli", "--version"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "aiospark.app.cli", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"aiospark {aiospark.__version__}"
 

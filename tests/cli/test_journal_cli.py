@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import aiospark
-from aiospark.cli import main
+from aiospark.app.cli import main
 from aiospark.journal import Manifest
 from aiospark.journal.directory import DirectoryStore
 from aiospark.journal.summary import drop_errors, summarize
@@ -168,7 +168,7 @@ def test_bad_locations_are_one_line_and_exit_2(tmp_path, redis_server, capsys):
 
 
 def test_the_command_exits_2_as_a_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "aiospark.cli", "journal", str(tmp_path / "nothing")],
+    proc = subprocess.run([sys.executable, "-m", "aiospark.app.cli", "journal", str(tmp_path / "nothing")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [f"aiospark journal: no journal at {tmp_path / 'nothing'}: "

@@ -11,8 +11,9 @@ import time
 import pytest
 
 import aiospark
-from aiospark.progress import Progress, ProgressOptions, check_progress, format_line
-from aiospark.progress_live import BOARD, attach, choose_sink
+from aiospark.app.progress import Progress
+from aiospark.spark.progress import ProgressOptions, check_progress, format_line
+from aiospark.spark.progress_live import BOARD, attach, choose_sink
 
 
 class FakeMetrics:

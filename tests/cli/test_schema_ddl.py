@@ -85,7 +85,7 @@ def test_missing_comma_refused_by_the_cli_before_spark(tmp_path):
 
     (tmp_path / "in.csv").write_text("id\na\n")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "aiospark.cli", "enrich", "in.csv", "out.parquet",
+    done = subprocess.run([sys.executable, "-m", "aiospark.app.cli", "enrich", "in.csv", "out.parquet",
                            "--url", "http://127.0.0.1:9/item/{id}", "--schema", "name STRING value BIGINT"],
                           capture_output=True, text=True, timeout=120, env=no_java_env(), cwd=tmp_path)
     elapsed = time.monotonic() - started

@@ -63,7 +63,7 @@ def test_wheel_contents_and_metadata(fresh):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "aiospark/py.typed" in names and "aiospark/demo_service.py" in names and "aiospark/spark_submit.py" in names
+    assert "aiospark/py.typed" in names and "aiospark/app/demo_service.py" in names and "aiospark/app/spark_submit.py" in names
     assert not [n for n in names if n.startswith(("aiospark/testing", "tests/"))], "test servers in the wheel"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in metadata.splitlines()

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from aiospark.demo_service import DemoService, item
+from aiospark.app.demo_service import DemoService, item
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -32,7 +32,7 @@ def readme_command() -> str:
 
 def test_launcher_runs_as_a_plain_file():
     """What spark-submit does with its application: ``python <file>`` outside any package."""
-    import aiospark.spark_submit as launcher
+    import aiospark.app.spark_submit as launcher
 
     done = subprocess.run([sys.executable, launcher.PATH, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -19,9 +19,9 @@ import urllib.request
 import psutil
 import pytest
 
-from aiospark.demo import explain
-from aiospark.demo_cpu import GROUPS, cpu_delta, cpu_snapshot
-from aiospark.demo_service import DemoService, item
+from aiospark.app.demo import explain
+from aiospark.app.demo_cpu import GROUPS, cpu_delta, cpu_snapshot
+from aiospark.app.demo_service import DemoService, item
 
 pytestmark = pytest.mark.timeout(120)
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -86,7 +86,7 @@ def test_keep_alive_pipelining_and_connection_close():
 
 
 def test_the_service_ends_with_its_parent_and_on_exit():
-    code = ("import sys, time; from aiospark.demo_service import DemoService\n"
+    code = ("import sys, time; from aiospark.app.demo_service import DemoService\n"
             "s = DemoService(latency=0.01, jitter=0.0).__enter__(); print(s.pid, flush=True); time.sleep(600)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

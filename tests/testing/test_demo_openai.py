@@ -1,4 +1,4 @@
-"""The demo OpenAI-compatible endpoint (``python -m aiospark.demo_service --openai``), driven by the real
+"""The demo OpenAI-compatible endpoint (``python -m aiospark.app.demo_service --openai``), driven by the real
 openai SDK: structured answers that fit nested / array / nullable schemas, determinism, the
 embeddings' shape, the header-advertised rate limit (429 + headers) and OpenAI-shaped errors.
 
@@ -20,8 +20,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from aiospark.demo_openai import DemoOpenAI, chat_answer, count_tokens, embedding, format_reset, schema_instance
-from aiospark.demo_openai_schema import SchemaError
+from aiospark.app.demo_openai import DemoOpenAI, chat_answer, count_tokens, embedding, format_reset, schema_instance
+from aiospark.app.demo_openai_schema import SchemaError
 
 
 class Address(BaseModel):
@@ -215,7 +215,7 @@ def test_reset_durations_are_written_like_openai():
 
 def test_the_command_line_binds_loopback_and_refuses_bad_settings(endpoint):
     assert endpoint.base_url.startswith("http://127.0.0.1:") and endpoint.base_url.endswith("/v1")
-    done = subprocess.run([sys.executable, "-m", "aiospark.demo_service", "--openai", "--rpm", "5", "--rps", "1"],
+    done = subprocess.run([sys.executable, "-m", "aiospark.app.demo_service", "--openai", "--rpm", "5", "--rps", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--rpm or --rps, not both" in done.stderr
     with pytest.raises(ValueError, match="tpm must be > 0"):

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from typing import Any, TextIO
 
-from . import __version__
+from .. import __version__
 from .cli_errors import short_error
 
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         from .journal_cli import run
 
         return run(args)
-    from .spark.session import use_this_python
+    from ..spark.session import use_this_python
 
     use_this_python()
     if args.command == "demo":

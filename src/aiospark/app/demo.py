@@ -20,7 +20,7 @@ import time
 import urllib.request
 from typing import Any
 
-from .core import AsyncFunction
+from ..core import AsyncFunction
 
 
 class HttpEnrich(AsyncFunction):
@@ -73,12 +73,12 @@ def run_demo(rows: int = 100_000, sample: int = 400, latency: float = 0.03, jitt
 
     from pyspark.sql import functions as F
 
+    from ..spark.metrics import Metrics
+    from ..spark.session import local_session
+    from ..spark.wait import unordered_wait
     from .demo_cpu import cpu_delta, cpu_snapshot
     from .demo_service import DemoService
     from .progress import Progress
-    from .spark.metrics import Metrics
-    from .spark.session import local_session
-    from .spark.wait import unordered_wait
 
     out(f"starting a service on 127.0.0.1 in its own process: {latency * 1000:.0f} ms +/- "
         f"{jitter * 1000:.0f} ms per call")
@@ -143,7 +143,7 @@ def explain(f: dict[str, Any], *, tasks: int, capacity: int, latency: float, out
 
     ``f`` needs ``rows``, ``seconds``, ``rows_per_s``, ``littles_law_bound``, ``service_p50_ms``,
     ``client_p50_ms``, ``service_cpu_seconds`` and ``cpu_seconds`` (CPU seconds per group of
-    :data:`aiospark.demo_cpu.GROUPS`, or None without ``/proc``). Returns ``cpu_bound_rows_per_s``
+    :data:`aiospark.app.demo_cpu.GROUPS`, or None without ``/proc``). Returns ``cpu_bound_rows_per_s``
     (the rate the machine's CPUs allow at the CPU per row measured; None without ``/proc``) and
     ``verdict``: ``"cpu"`` (calls waited for a CPU), ``"latency"`` (calls took the service's
     latency, as the bound assumes) or ``"other"``.

@@ -18,7 +18,7 @@ bucket per limit, advertised on every answer the way OpenAI does (``x-ratelimit-
 the ``-tokens`` ones); an empty bucket answers 429 with ``Retry-After`` and ``retry-after-ms``.
 Errors are OpenAI-shaped: ``{"error": {"message", "type", "param", "code"}}``.
 
-Command line (the README's): ``python -m aiospark.demo_service --openai --port 11434`` prints its
+Command line (the README's): ``python -m aiospark.app.demo_service --openai --port 11434`` prints its
 base URL (``http://127.0.0.1:11434/v1``) and serves until Ctrl-C. In a program::
 
     with DemoOpenAI(latency_ms=50, rps=200) as endpoint:
@@ -294,10 +294,10 @@ async def serve_openai(endpoint: Endpoint, port: int = 0, host: str = HOST, read
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiospark.demo_service --openai [--port N --latency-ms MS --rpm N|--rps N --tpm N]``."""
+    """``python -m aiospark.app.demo_service --openai [--port N --latency-ms MS --rpm N|--rps N --tpm N]``."""
     from .demo_process import run_until_stopped
 
-    parser = argparse.ArgumentParser(prog="python -m aiospark.demo_service --openai",
+    parser = argparse.ArgumentParser(prog="python -m aiospark.app.demo_service --openai",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0 = any free port (default)")
     parser.add_argument("--host", default=HOST, help="address to bind (default 127.0.0.1: this machine only)")

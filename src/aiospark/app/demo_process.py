@@ -1,6 +1,6 @@
 """How the demo's services run in a process of their own, tied to the process that started them.
 
-:class:`Child` starts ``python -m aiospark.demo_service <args> --exit-on-stdin-eof``, waits for the
+:class:`Child` starts ``python -m aiospark.app.demo_service <args> --exit-on-stdin-eof``, waits for the
 URL it prints once listening and stops it on exit (by closing its stdin, then killing it if it
 lingers). :func:`run_until_stopped` is the child's side: one event loop for the process's whole
 life, served until Ctrl-C or, with ``exit_on_stdin_eof``, until the parent closes our stdin.
@@ -26,7 +26,7 @@ START_TIMEOUT = 60.0  # seconds for the child to listen (a loaded machine starts
 
 
 class Child:
-    """``python -m aiospark.demo_service *args`` in a child process; a context manager with ``url``."""
+    """``python -m aiospark.app.demo_service *args`` in a child process; a context manager with ``url``."""
 
     def __init__(self, args: Sequence[str]) -> None:
         self.args: list[str] = list(args)
@@ -34,7 +34,7 @@ class Child:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Child:
-        cmd = [sys.executable, "-m", "aiospark.demo_service", *self.args, "--exit-on-stdin-eof"]
+        cmd = [sys.executable, "-m", "aiospark.app.demo_service", *self.args, "--exit-on-stdin-eof"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         # the child prints its URL once it listens; a child that never does must not hang the caller

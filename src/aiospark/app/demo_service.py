@@ -16,10 +16,10 @@ The server is plain asyncio (a ``Protocol`` speaking just enough HTTP/1.1: GET, 
 ``Connection: close``), about a third of the CPU per call of a full web framework, because on a
 2-core laptop the service's CPU is taken from the job it is there to demonstrate.
 
-Command line: ``python -m aiospark.demo_service --port 8080`` prints its URL, then serves until
+Command line: ``python -m aiospark.app.demo_service --port 8080`` prints its URL, then serves until
 Ctrl-C (``--exit-on-stdin-eof``: until its stdin closes, which is how :class:`DemoService` ties it
-to the parent process). ``python -m aiospark.demo_service --openai --port 11434`` serves the
-deterministic OpenAI-compatible endpoint of :mod:`aiospark.demo_openai` instead.
+to the parent process). ``python -m aiospark.app.demo_service --openai --port 11434`` serves the
+deterministic OpenAI-compatible endpoint of :mod:`aiospark.app.demo_openai` instead.
 """
 from __future__ import annotations
 
@@ -205,14 +205,14 @@ class DemoService:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiospark.demo_service [--latency S --jitter S --port N --seed N]``;
-    ``--openai ...``: the OpenAI-compatible endpoint of :mod:`aiospark.demo_openai` instead."""
+    """``python -m aiospark.app.demo_service [--latency S --jitter S --port N --seed N]``;
+    ``--openai ...``: the OpenAI-compatible endpoint of :mod:`aiospark.app.demo_openai` instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--openai" in argv:
         from .demo_openai import main as openai_main
 
         return openai_main([a for a in argv if a != "--openai"])
-    parser = argparse.ArgumentParser(prog="python -m aiospark.demo_service", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m aiospark.app.demo_service", description=__doc__.split("\n")[0],
                                      epilog="--openai [--help]: a deterministic OpenAI-compatible endpoint instead")
     parser.add_argument("--latency", type=float, default=0.03, help="seconds per call (default 0.03)")
     parser.add_argument("--jitter", type=float, default=0.01, help="+/- seconds, uniform (default 0.01)")

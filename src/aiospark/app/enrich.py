@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..lookup import LookupSource
 from .enrich_checks import ERROR_COLUMN, EnrichError, EnrichPlan, check_enrich, guess_format  # noqa: F401
 from .enrich_input import MALFORMED, read_marked, refuse_malformed
-from .lookup import LookupSource
 
 #: the lookup's mark on every row a response carried (dropped before writing)
 FOUND = "_aiospark_found"
@@ -78,7 +78,7 @@ def spark_session(master: str | None) -> Any:
 
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
         return SparkSession.builder.appName("aiospark-enrich").getOrCreate()
-    from .spark.session import local_session
+    from ..spark.session import local_session
 
     return local_session(master or "local[*]", app_name="aiospark-enrich")
 
@@ -166,19 +166,19 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from .connectors import is_retryable
-    from .core import RetryStrategy
-    from .lookup import LookupCache
+    from ..connectors import is_retryable
+    from ..core import RetryStrategy
+    from ..lookup import LookupCache
+    from ..spark.lookup_join import lookup_join
+    from ..spark.metrics import Metrics
     from .progress import Progress, format_rate, rate
-    from .spark.lookup_join import lookup_join
-    from .spark.metrics import Metrics
 
     retry = (RetryStrategy.exponential_backoff(retries, 0.1, 5.0, jitter=0.2, exception_predicate=is_retryable)
              if retries > 0 else None)
     cache = LookupCache(max_rows=cache_rows) if cache_rows > 0 else None
     spark = spark_session(master)
     try:  # Spark's own parser, naming only what the user wrote (the strict check up front should agree)
-        from .spark.schema import parse_schema as spark_schema
+        from ..spark.schema import parse_schema as spark_schema
 
         spark_schema(spark, schema, what="--schema")
     except ValueError as exc:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # imported when a plan is made: the CLI's --help must not load the connectors
-    from .connectors import HttpLookup
+    from ..connectors import HttpLookup
 
 FORMATS = ("parquet", "csv", "json")
 EXTENSIONS = (("parquet", (".parquet", ".pq")), ("csv", (".csv",)), ("json", (".json", ".jsonl")))
@@ -164,8 +164,8 @@ def check_enrich(input_path: str, output_path: str, *, url: str, schema: str, on
         check_enrich("in.json", "out.json", url="http://h/item/{id}", schema="name STRING",
                      on_error="row", overwrite=True).added   # ['name']
     """
-    from .connectors import HttpLookup
-    from .lookup.schema import parse_schema
+    from ..connectors import HttpLookup
+    from ..lookup.schema import parse_schema
 
     if is_local(input_path) and not os.path.exists(local_path(input_path)):
         raise EnrichError(f"the input {input_path!r} does not exist (looked in {os.getcwd()})")

@@ -24,7 +24,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from .journal.summary import QUIET_SECONDS, SAMPLES, JournalSummary
+from ..journal.summary import QUIET_SECONDS, SAMPLES, JournalSummary
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -90,7 +90,7 @@ def describe(summary: JournalSummary) -> list[str]:
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``aiospark journal``; returns the exit code (2: no journal there, or it cannot be read)."""
-    from .journal.summary import drop_errors, summarize
+    from ..journal.summary import drop_errors, summarize
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -113,6 +113,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 
 def _shown(location: str) -> str:
-    from .journal.redis_store import redacted
+    from ..journal.redis_store import redacted
 
     return redacted(location)

@@ -3,7 +3,7 @@
 ``spark-submit`` runs its application as a plain script, outside any package, so ``aiospark/cli.py``
 itself cannot be that script (its relative imports fail). This file only uses absolute imports::
 
-    spark-submit --master local[2] "$(python -c 'import aiospark.spark_submit as s; print(s.PATH)')" \\
+    spark-submit --master local[2] "$(python -c 'import aiospark.app.spark_submit as s; print(s.PATH)')" \\
         enrich in.parquet out.parquet --url 'http://127.0.0.1:8080/item/{id}' --schema 'name STRING'
 
 Arguments after the path are the ``aiospark`` command's; the session (master, conf) is spark-submit's.
@@ -24,7 +24,7 @@ def run(argv: list[str] | None = None) -> int:
 
         run(["enrich", "in.csv", "out.json", "--url", "http://127.0.0.1:8080/item/{id}", "--schema", "name STRING"])
     """
-    from aiospark.cli import main
+    from aiospark.app.cli import main
 
     return main(sys.argv[1:] if argv is None else argv)
 

@@ -3,7 +3,7 @@
 :func:`summarize` says what identifies a journal (its manifest), its size and its outcomes
 (results, kept errors with the first few texts); :func:`drop_errors` removes the kept errors, so
 a rerun calls only the rows that failed. Both work on directory and Redis journals; they print
-nothing (the ``aiospark journal`` command does, :mod:`aiospark.journal_cli`).
+nothing (the ``aiospark journal`` command does, :mod:`aiospark.app.journal_cli`).
 
 How errors are dropped (no tombstones: readers of older versions and the task's read path stay
 as they are):

@@ -290,3 +290,11 @@ def attach(metrics: Any, options: ProgressOptions, *, label: str = "", budget: A
         view.add(report)
 
     metrics.on_report(on_report)
+
+
+def watch(metrics: Any, options: ProgressOptions | None, *, label: str = "", budget: Any = None,
+          session: Any = None) -> None:
+    """Show the progress of every action ``metrics`` sees (``progress=`` of the entry points)."""
+    if options is None:
+        return
+    attach(metrics, options, label=label, budget=budget, session=session)

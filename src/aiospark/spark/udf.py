@@ -17,11 +17,12 @@ from pyspark.sql.types import DataType
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
 from ..journal import Manifest, ValuesIdentity
-from ..progress import check_progress, watch
 from .budget import Budget
 from .journaled import Durable, check_journal
 from .metrics import Metrics
 from .options import CallOptions
+from .progress import check_progress
+from .progress_live import watch
 from .udf_runner import UdfRunner
 
 ON_ERROR = ("fail", "null")

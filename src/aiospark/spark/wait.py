@@ -16,7 +16,6 @@ from ..core import RetryStrategy
 from ..core.durable import RecordedError
 from ..core.function import describe_function
 from ..journal import TaskView
-from ..progress import check_progress, watch
 from ..runtime import run_partition, worker_loop
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks
@@ -25,6 +24,8 @@ from .compat import DataFrameLike, DataFrameT
 from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
 from .metrics import Metrics, task_reporter
 from .options import CallOptions
+from .progress import check_progress
+from .progress_live import watch
 from .row_key import row_key
 from .schema import RowConverter, parse_schema, to_python
 
@@ -227,9 +228,9 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
     ``journal`` (an :class:`aiospark.Journal`) records each row's outcome as its call completes: a
     row already recorded (a task retry, a rerun) is not called again but emitted from the record,
     and rows with equal keys in one task are called once.
-    ``progress=True`` (or an ``aiospark.progress.ProgressOptions``) shows each action's progress while
+    ``progress=True`` (or an ``aiospark.ProgressOptions``) shows each action's progress while
     it runs: rows, rows/s, in flight, errors, retries, tokens, budget left, tasks done and ETA, in
-    place on a terminal or in Jupyter, one plain line every 30 s in a log (``aiospark.progress``).
+    place on a terminal or in Jupyter, one plain line every 30 s in a log (``aiospark.spark.progress``).
 
     Example::
 
