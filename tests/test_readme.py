@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TEXT = README.read_text()
 PY_BLOCKS: list[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
-LLM_COMMAND = re.search(r"`(python -m aiospark\.demo_service --openai[^`]*)`", TEXT)
+LLM_COMMAND = re.search(r"`(python -m aiospark\.app\.demo_service --openai[^`]*)`", TEXT)
 
 
 @contextmanager
