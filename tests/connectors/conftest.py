@@ -2,8 +2,10 @@
 
 import pytest
 
+from tests.support.openai_server import OpenAIServer
 from tests.support.servers import PostgresServer, RedisServer
 
+from ._openai_support import KEY
 from ._support import REDIS_PASSWORD, HttpStub
 
 
@@ -34,3 +36,17 @@ def pg_server():
             CREATE TABLE "Mixed Case" (id int);
         """)
         yield srv
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The OpenAI-compatible test server (tests/support/openai_server.py), one per module."""
+    with OpenAIServer(api_key=KEY) as srv:
+        yield srv
+
+
+@pytest.fixture
+def srv(server):
+    """The module's OpenAI test server, its counters and scripted answers reset."""
+    server.reset()
+    return server

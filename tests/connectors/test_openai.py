@@ -16,7 +16,7 @@ import time
 import cloudpickle
 import pytest
 
-from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
+from aiospark import AsyncFunctionError, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
 from aiospark.connectors.clients import SHARED
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
@@ -24,47 +24,7 @@ from aiospark.connectors.openai import function as openai_base
 from aiospark.lookup import LookupCache
 from tests.support.openai_server import OpenAIServer, answer, tokens, vector
 
-KEY = "sk-test-S3cretKey-0123456789"
-CLIENTS = ["aiohttp", "openai"]
-
-
-def run(coro, limit: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, limit))
-
-
-@pytest.fixture(scope="module")
-def server():
-    with OpenAIServer(api_key=KEY) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    return server
-
-
-async def invoke_all(fn, values):
-    await fn.open()
-    try:
-        return await asyncio.gather(*(fn.async_invoke(v) for v in values), return_exceptions=True)
-    finally:
-        await fn.close()
-
-
-async def through_operator(fn, values, **kwargs):
-    """Run ``values`` through the core operator; returns (outputs, operator)."""
-    out = []
-    op = AsyncWaitOperator(fn, lambda e: out.append(e.value), **kwargs)
-    await op.open()
-    try:
-        for v in values:
-            await op.process_element(v)
-        await op.finish()
-    finally:
-        await op.close()
-    return out, op
-
+from ._openai_support import CLIENTS, KEY, invoke_all, run, through_operator
 
 # --- embeddings -----------------------------------------------------------------------------
 

@@ -13,13 +13,12 @@ import math
 import pytest
 from multidict import CIMultiDict
 
-from aiospark import AsyncWaitOperator
 from aiospark.connectors import HttpStatusError
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry
 from aiospark.connectors.openai.pacing import Pacer, parse_duration, read_limits
 from tests.support.openai_server import OpenAIServer, answer
 
-CLIENTS = ["aiohttp", "openai"]
+from ._openai_support import CLIENTS, invoke_all, through_operator
 
 
 def run(coro, limit: float = 120):
@@ -213,18 +212,6 @@ def test_a_retry_after_pauses_the_pacer():
 
 # --- against the server, both transports ------------------------------------------------------
 
-async def through_operator(fn, values, **kwargs):
-    out = []
-    op = AsyncWaitOperator(fn, lambda e: out.append(e.value), **kwargs)
-    await op.open()
-    try:
-        for v in values:
-            await op.process_element(v)
-        await op.finish()
-    finally:
-        await op.close()
-    return out, op
-
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_the_endpoints_bucket_is_respected_and_ignoring_it_is_refused(client):
@@ -278,14 +265,6 @@ def test_token_headers_space_the_requests(client):
         assert results == [[answer(p)] for p in prompts]
         times = sorted(s["time"] for s in srv.seen)
         assert times[-1] - times[0] >= 0.45 and fn._pacer.waits >= 5
-
-
-async def invoke_all(fn, values):
-    await fn.open()
-    try:
-        return await asyncio.gather(*(fn.async_invoke(v) for v in values), return_exceptions=True)
-    finally:
-        await fn.close()
 
 
 def test_a_429_retry_after_pauses_the_pacer_without_per_minute_limits():

@@ -7,7 +7,6 @@ text the test wrote, so each bad-answer case goes through the real request path.
 """
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 from decimal import Decimal
@@ -35,15 +34,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aiospark import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
+from aiospark import AsyncFunctionError, RetryStrategy
 from aiospark.connectors import ConnectorError, is_retryable
 from aiospark.connectors.openai import OpenAIChat, default_retry
 from aiospark.connectors.openai.schema import json_schema, read_answer
-from tests.support.openai_server import OpenAIServer
 from tests.support.openai_structured import sample, strict_problem, structured_answer
 
-KEY = "sk-structured-S3cret-0123456789"
-CLIENTS = ["aiohttp", "openai"]
+from ._openai_support import CLIENTS, KEY, invoke_all, run, through_operator
 
 TAGS = StructType([StructField("key", StringType(), False), StructField("n", IntegerType(), True)])
 NESTED = StructType([
@@ -58,43 +55,6 @@ NESTED = StructType([
     StructField("meta", StructType([StructField("tags", ArrayType(TAGS, True), True),
                                     StructField("counts", MapType(StringType(), LongType(), False), True)]), True),
 ])
-
-
-def run(coro, limit: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, limit))
-
-
-@pytest.fixture(scope="module")
-def server():
-    with OpenAIServer(api_key=KEY) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    return server
-
-
-async def invoke_all(fn, values):
-    await fn.open()
-    try:
-        return await asyncio.gather(*(fn.async_invoke(v) for v in values), return_exceptions=True)
-    finally:
-        await fn.close()
-
-
-async def through_operator(fn, values, **kwargs):
-    out = []
-    op = AsyncWaitOperator(fn, lambda e: out.append(e.value), **kwargs)
-    await op.open()
-    try:
-        for v in values:
-            await op.process_element(v)
-        await op.finish()
-    finally:
-        await op.close()
-    return out, op
 
 
 def chat(srv, fmt, **kwargs):
