@@ -17,28 +17,8 @@ import tempfile
 from typing import Any, TextIO
 
 from .. import __version__
+from .arguments import count, positive_int, seconds
 from .cli_errors import short_error
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return value
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -81,12 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.commands = commands.choices  # type: ignore[attr-defined]  # read by _Parser.parse_args
     demo = commands.add_parser("demo", help="enrich 100k rows from a local HTTP service, vs a blocking UDF",
                                formatter_class=fmt)
-    demo.add_argument("--rows", type=_positive_int, default=100_000, help="rows to enrich")
-    demo.add_argument("--sample", type=_positive_int, default=400, help="rows for the blocking-UDF baseline")
-    demo.add_argument("--latency", type=_seconds, default=0.03, help="service latency in seconds")
-    demo.add_argument("--jitter", type=_seconds, default=0.01, help="+/- seconds around the latency")
-    demo.add_argument("--capacity", type=_positive_int, default=200, help="calls in flight per task")
-    demo.add_argument("--tasks", type=_positive_int, default=2, help="local Spark cores/partitions")
+    demo.add_argument("--rows", type=positive_int, default=100_000, help="rows to enrich")
+    demo.add_argument("--sample", type=positive_int, default=400, help="rows for the blocking-UDF baseline")
+    demo.add_argument("--latency", type=seconds, default=0.03, help="service latency in seconds")
+    demo.add_argument("--jitter", type=seconds, default=0.01, help="+/- seconds around the latency")
+    demo.add_argument("--capacity", type=positive_int, default=200, help="calls in flight per task")
+    demo.add_argument("--tasks", type=positive_int, default=2, help="local Spark cores/partitions")
     enrich = commands.add_parser(
         "enrich", help="enrich every row of a dataset from an HTTP endpoint", formatter_class=fmt,
         description="Look every row up at --url and write the input columns plus the --schema columns of the "
@@ -97,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="URL template with input columns as placeholders, e.g. http://127.0.0.1:8080/item/{id}")
     enrich.add_argument("--schema", required=True,
                         help="Spark DDL of the response fields to add, e.g. 'name STRING, price DOUBLE'")
-    enrich.add_argument("--concurrency", type=_positive_int, default=100, help="calls in flight per task")
-    enrich.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per row, retries included")
-    enrich.add_argument("--retries", type=_count, default=3, help="retries after the first call (5xx, 429, network)")
+    enrich.add_argument("--concurrency", type=positive_int, default=100, help="calls in flight per task")
+    enrich.add_argument("--timeout", type=seconds, default=30.0, help="seconds per row, retries included")
+    enrich.add_argument("--retries", type=count, default=3, help="retries after the first call (5xx, 429, network)")
     enrich.add_argument("--ordered", action="store_true", help="keep each partition's row order")
     enrich.add_argument("--how", choices=("left", "inner"), default="left",
                         help="left keeps rows the endpoint has no data for (404), with NULL columns")
@@ -115,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace an existing OUTPUT (only once the new one is complete)")
     enrich.add_argument("--allow-empty-columns", action="store_true",
                         help="accept a --schema column that is NULL in every response (else the job fails)")
-    enrich.add_argument("--cache-rows", type=_count, default=0, help="per-worker cache of responses (0 = off)")
+    enrich.add_argument("--cache-rows", type=count, default=0, help="per-worker cache of responses (0 = off)")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
     from .journal_cli import add_parser as add_journal

@@ -25,6 +25,7 @@ import sys
 from typing import TextIO
 
 from ..journal.summary import QUIET_SECONDS, SAMPLES, JournalSummary
+from .arguments import count, seconds
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -40,25 +41,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                                          "(with ?prefix= if the job used one)")
     parser.add_argument("--drop-errors", action="store_true",
                         help="remove the recorded errors (run it when no job is writing the journal)")
-    parser.add_argument("--errors", type=_count, default=SAMPLES, help="error texts to show")
-    parser.add_argument("--quiet", type=_seconds, default=QUIET_SECONDS,
+    parser.add_argument("--errors", type=count, default=SAMPLES, help="error texts to show")
+    parser.add_argument("--quiet", type=seconds, default=QUIET_SECONDS,
                         help="--drop-errors refuses a directory segment changed less than this many seconds ago "
                              "(a job may still be writing it)")
     return parser
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
-    return value
 
 
 def describe(summary: JournalSummary) -> list[str]:
