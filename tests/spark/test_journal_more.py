@@ -17,6 +17,10 @@ from tests.chaos import ITEM_SCHEMA, ServiceCall
 from tests.support.servers import RedisServer
 from tests.support.service import FaultService, ServiceConfig, item_value
 
+# what this file tests does not depend on the PySpark release: the main CI leg runs it, the
+# PySpark-version legs do not (.ci/run)
+pytestmark = pytest.mark.version_agnostic
+
 ROWS = 1000
 
 
