@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql.types import DataType
+from pyspark.sql.types import DataType, StructType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
@@ -64,7 +64,14 @@ class AsyncUDF:
 
     @property
     def returnType(self) -> DataType:
-        """The return type, parsed with the active session the first time it is needed."""
+        """The return type Spark is told (parsed with the active session the first time it is
+        needed). Where Spark runs the pandas iterator UDF (PySpark < 4.1), every nested field is
+        declared nullable: that path hands Spark struct fields as nullable whatever the type says,
+        and Spark 3.5 asserts they match. The declared NOT NULLs are still checked on every value."""
+        declared = self._declared_type()
+        return declared if ARROW_ITER is not None else _all_nullable(declared)
+
+    def _declared_type(self) -> DataType:
         if not isinstance(self._return_type, DataType):
             from pyspark.sql.types import _parse_datatype_string
 
@@ -79,8 +86,15 @@ class AsyncUDF:
     @property
     def func(self) -> UdfRunner:
         """The function Spark runs in every task."""
+        declared = self._declared_type()
+        if ARROW_ITER is None and self.on_error == "null" and isinstance(declared, StructType):
+            # a pandas UDF returns a struct column as a DataFrame, which has no NULL row: a failed
+            # call would come back as a row of made-up values
+            raise ValueError(f"async_udf {self.__name__!r}: on_error='null' with a STRUCT return type needs "
+                             "PySpark >= 4.1 (on older releases a NULL struct cannot be returned); use "
+                             "on_error='fail', or ordered_wait/unordered_wait with on_error='row'")
         runner = UdfRunner if ARROW_ITER is not None else _pandas_runner()
-        made = runner(self._options, self.on_error, self.returnType, _arity(self._function),
+        made = runner(self._options, self.on_error, self._declared_type(), _arity(self._function),
                       f"async_udf {self.__name__!r}")
         made.durable = self._durable
         return made
@@ -272,3 +286,17 @@ _NO_METRICS = Metrics("validation")
 
 async def _probe(value: Any) -> Any:  # stands in for the function when validating options early
     return value
+
+
+def _all_nullable(data_type: DataType) -> DataType:
+    """``data_type`` with every nested field, element and value nullable."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _all_nullable(f.dataType), True, f.metadata)
+                           for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_all_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(data_type.keyType, _all_nullable(data_type.valueType), True)
+    return data_type
