@@ -18,6 +18,7 @@ Example (what ``_wait`` does)::
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -155,8 +156,10 @@ def close_view(view: TaskView | None, failed: bool) -> None:
         return
     try:
         view.close()
-    except Exception:
-        pass
+    except Exception as exc:  # the task's own error is what it raises; this one is logged, not lost
+        logging.getLogger("aiospark").warning(
+            "aiospark: the journal of a failed task could not write its last outcomes (their rows will "
+            "be called again on a rerun): %r", exc)
 
 
 def run_journaled(durable: Durable | None, view: TaskView | None, results: Iterator[Any]) -> Iterator[Any]:
