@@ -123,14 +123,13 @@ def run_bare(client: str, loop: str, procs: int, args: argparse.Namespace) -> fl
     return sum(rates)
 
 
-def child_spark(args: argparse.Namespace) -> None:
-    """In a fresh process (the worker loop is chosen when the Python workers start)."""
+def spark_job(spark, variant: str, base: str, c: int, tasks: int, rows: int) -> object:
+    """The DataFrame of one Spark variant (``lookup_join[<transport>]``, ``unordered_wait[aiohttp]`` or
+    ``unordered_wait[HttpClient]``) GETting ``rows`` items of ``base`` in ``tasks`` partitions, ``c`` in flight."""
     import aiospark
     from aiospark.connectors import HttpLookup
     from aiospark.connectors.http import http_client
 
-    spark = aiospark.local_session("local[2]", conf={"spark.executorEnv.AIOSPARK_LOOP": args.loop})
-    base, c = args.base, args.concurrency
     schema = "name STRING, price DOUBLE"
 
     async def with_aiohttp(row: dict) -> dict:
@@ -146,14 +145,22 @@ def child_spark(args: argparse.Namespace) -> None:
         d = (await http_client(max_connections=c).get(f"{base}/item/{row['id']}")).json()
         return {"id": row["id"], "name": d["name"], "price": d["price"]}
 
+    df = spark.range(0, rows, numPartitions=tasks)
+    if variant.startswith("lookup_join"):
+        src = HttpLookup(base + "/item/{id}", schema, transport=variant.split("[")[1][:-1], max_connections=c)
+        return aiospark.lookup_join(df, src, on="id", capacity=c)
+    fn = with_aiohttp if "aiohttp" in variant else with_client
+    return aiospark.unordered_wait(df, fn, "id BIGINT, " + schema, capacity=c)
+
+
+def child_spark(args: argparse.Namespace) -> None:
+    """In a fresh process (the worker loop is chosen when the Python workers start)."""
+    import aiospark
+
+    spark = aiospark.local_session("local[2]", conf={"spark.executorEnv.AIOSPARK_LOOP": args.loop})
+
     def job(variant: str, tasks: int, rows: int) -> object:
-        df = spark.range(0, rows, numPartitions=tasks)
-        if variant.startswith("lookup_join"):
-            src = HttpLookup(base + "/item/{id}", schema, transport=variant.split("[")[1][:-1],
-                             max_connections=c)
-            return aiospark.lookup_join(df, src, on="id", capacity=c)
-        fn = with_aiohttp if "aiohttp" in variant else with_client
-        return aiospark.unordered_wait(df, fn, "id BIGINT, " + schema, capacity=c)
+        return spark_job(spark, variant, args.base, args.concurrency, tasks, rows)
 
     for variant in args.variants.split(","):  # warm-up: workers, JIT, pools
         for tasks in (1, 2):

@@ -145,13 +145,7 @@ def main(argv=None) -> None:
         runs["bare asyncio"].append((bare, bare, 1.0, bare / bare))
         for mode in modes:
             job = make_job(mode, _timed(latency, stamps, per_task), df)
-            for old in glob.glob(os.path.join(stamps, "*.json")):
-                os.remove(old)
-            t0 = time.perf_counter()
-            job()
-            wall = args.rows / (time.perf_counter() - t0)
-            marks = [json.load(open(f)) for f in glob.glob(os.path.join(stamps, "*.json"))]
-            active = args.rows / (max(m["last"] for m in marks) - min(m["first"] for m in marks))
+            wall, active = timed_rates(job, args.rows, stamps)
             runs[f"aiospark {mode}"].append((wall, active, active / bare, wall / bare))
     steal = _steal_share(steal0, _cpu_times())
 
@@ -175,6 +169,21 @@ def main(argv=None) -> None:
         print("rates are medians over the rounds; ratios are medians (min-max) of each round's ratio to the "
               "bare asyncio run of the same round")
     spark.stop()
+
+
+def timed_rates(job, rows: int, stamps: str) -> tuple[float, float]:
+    """Run ``job`` (a Spark action calling a :func:`_timed` function that writes to ``stamps``):
+    (wall rows/s, active rows/s), active = rows / (last call completed - first call started)."""
+    for old in glob.glob(os.path.join(stamps, "*.json")):
+        os.remove(old)
+    t0 = time.perf_counter()
+    job()
+    wall = rows / (time.perf_counter() - t0)
+    marks = []
+    for name in glob.glob(os.path.join(stamps, "*.json")):
+        with open(name) as f:
+            marks.append(json.load(f))
+    return wall, rows / (max(m["last"] for m in marks) - min(m["first"] for m in marks))
 
 
 def _median(values):
