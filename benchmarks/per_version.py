@@ -1,109 +1,193 @@
-"""The reference figures per Python version: no-op rows/s per task, capacity 1000 against bare
-asyncio, and the PyFlink ratio, each measured with that version's interpreter.
+"""Issue 29's engine-cost table per Python version and per worker event loop, in one run.
 
-Run (one venv per version, each with ``pip install -e .`` done; PyFlink in its own venv, see
-``benchmarks/pyflink_compare.py``)::
+Run (any venv with pyspark, pyarrow, aiohttp and uvloop; aiospark need not be installed in it: the
+children run with ``PYTHONPATH=<repo>/src:<repo>``)::
 
-    python benchmarks/per_version.py --python 3.10=/tmp/v310/bin/python --python 3.12=/tmp/v312/bin/python \\
-        [--pyflink-python /tmp/pyflink-venv/bin/python] [--quick]
+    python benchmarks/per_version.py --python 3.11=/work/venv/bin/python \\
+        --python 3.12=/tmp/aiospark-ci/py3.12/bin/python [--rounds 3] [--quick] [--loops uvloop,asyncio]
 
-For each version it runs, in this order and with that version's python as the Spark workers'
-python: ``spark_throughput.py --latency 0`` (no-op calls, one task), ``spark_throughput.py
---capacity 1000 --latency 0.02`` (one task, side by side with bare asyncio in the same run) and
-``pyflink_compare.py`` (aiospark on this version vs PyFlink); then prints one table, with the
-command that produced it. The machines here are shared and noisy: every ratio is taken inside one
-run, and the load average is printed with the table.
+For every round, every version and every loop it runs ``benchmarks/engine_cost.py --loop LOOP`` in a
+fresh process with that version's python as the driver's and the Spark workers' python and
+``AIOSPARK_LOOP=LOOP`` (the workers pick their loop when they start, so one process per loop): one
+Spark session measures all the workloads there, each ratio against its reference taken right before
+and after it (the bare references run plain ``asyncio.run`` whatever the loop). Then it prints one
+table: a row per workload; per version the value on each loop, the target, PASS/FAIL per round and
+loop, and the faster loop; with the command line and ``uptime``'s load averages before and after.
+A child that fails (e.g. while ``src/`` is being edited) is retried once a minute later.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import shlex
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from benchmarks.engine_cost import LOOPS, WORKLOADS, fmt, fmt_target, target, uptime  # noqa: E402
+
+SHORT = {"uvloop": "uv", "asyncio": "aio"}
 
 
-def table_rows(text: str) -> dict[str, list[str]]:
-    """The rows of the markdown tables in ``text``, keyed by their first cell."""
-    rows = {}
-    for line in text.splitlines():
-        if line.startswith("|") and not set(line) <= set("|-: "):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[cells[0]] = cells[1:]
-    return rows
+def child_env(python: str, loop: str) -> dict[str, str]:
+    """The environment of a child on ``python`` (driver and workers) with the workers on ``loop``."""
+    path = os.pathsep.join(p for p in (os.path.join(REPO, "src"), REPO, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python, PYTHONPATH=path,
+                AIOSPARK_LOOP=loop)
 
 
-def number(cell: str) -> float:
-    return float(re.sub(r"[^0-9.]", "", cell) or "nan")
+def run_engine_cost(python: str, loop: str, quick: bool, timeout: float, retry_after: float = 60.0) -> dict:
+    """``engine_cost.py --loop loop`` on ``python``: its figures (see ``engine_cost.measure``) plus
+    "seconds" (the child's wall time) and "table" (what it printed). Raises RuntimeError after two failures."""
+    fd, out = tempfile.mkstemp(prefix="aiospark-engine-cost-", suffix=".json")
+    os.close(fd)
+    cmd = [python, os.path.join(HERE, "engine_cost.py"), "--loop", loop, "--json", out, *(["--quick"] if quick else [])]
+    try:
+        for attempt in (1, 2):
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, cwd=REPO, env=child_env(python, loop), capture_output=True, text=True,
+                                  timeout=timeout)
+            if done.returncode == 0:
+                with open(out) as f:
+                    r = json.load(f)
+                r.update(seconds=time.perf_counter() - t0, table=done.stdout)
+                return r
+            tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+            print(f"  failed ({done.returncode}), attempt {attempt}:\n{tail}", file=sys.stderr, flush=True)
+            if attempt == 1:
+                time.sleep(retry_after)
+        raise RuntimeError(f"{' '.join(cmd)} failed twice")
+    finally:
+        os.remove(out)
 
 
-def run(python: str, args: list[str], timeout: float) -> str:
-    env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python,
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([python, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return done.stdout
+def cell_values(runs: list[dict | None], key: str) -> str:
+    """The value of ``key`` in every round (``error`` for a failed child), joined by ' · '."""
+    return " · ".join("error" if r is None or key not in r else fmt(key, r[key]["value"]) for r in runs)
 
 
-def measure(python: str, pyflink: str | None, quick: bool) -> dict[str, tuple[float, ...]]:
-    noop_rows, c1000_rows = ("300000", "100000") if quick else ("1000000", "200000")
-    warmup = ["--warmup", "2"] if quick else []
-    out: dict[str, tuple[float, ...]] = {}
-    noop = table_rows(run(python, ["benchmarks/spark_throughput.py", "--latency", "0", "--rows", noop_rows,
-                                   "--tasks", "1", *warmup], 1800))
-    for mode in ("unordered", "ordered", "udf"):
-        out[f"noop {mode}"] = (number(noop[f"aiospark {mode}"][1]),)  # active rows/s
-    out["noop bare"] = (number(noop["bare asyncio"][1]),)
-    c1000 = table_rows(run(python, ["benchmarks/spark_throughput.py", "--capacity", "1000", "--latency", "0.02",
-                                    "--rows", c1000_rows, "--tasks", "1", *warmup], 1800))
-    for mode in ("unordered", "ordered", "udf"):
-        cells = c1000[f"aiospark {mode}"]
-        out[f"c1000 {mode}"] = (number(cells[1]), number(cells[-1]))  # active rows/s, vs bare (active)
-    if pyflink:
-        flink = table_rows(run(python, ["-m", "benchmarks.pyflink_compare", "--pyflink-python", pyflink, *warmup],
-                               1800))
-        aio = next(v for k, v in flink.items() if k.startswith("aiospark"))
-        pf = next(v for k, v in flink.items() if k.startswith("PyFlink"))
-        out["pyflink"] = (number(aio[0]), number(pf[0]), number(pf[-1]))
-    return out
+def verdicts(per_loop: dict[str, list[dict | None]], key: str, version: str) -> str:
+    """PASS/FAIL per round and loop ('uv PASS, aio FAIL · ...'), or '—' for a row without a target."""
+    t = target(key, version)
+    if t is None:
+        return "—"
+    rounds = len(next(iter(per_loop.values())))
+    out = []
+    for i in range(rounds):
+        marks = []
+        for loop, runs in per_loop.items():
+            r = runs[i]
+            mark = "error" if r is None or key not in r else ("PASS" if r[key]["value"] >= t else "FAIL")
+            marks.append(f"{SHORT.get(loop, loop)} {mark}")
+        out.append(", ".join(marks))
+    return " · ".join(out)
+
+
+def faster(per_loop: dict[str, list[dict | None]], key: str) -> str:
+    """The loop with the higher median value over the rounds, and by how much."""
+    medians = {}
+    for loop, runs in per_loop.items():
+        values = [r[key]["value"] for r in runs if r is not None and key in r]
+        if values:
+            medians[loop] = statistics.median(values)
+    if len(medians) < 2:
+        return "—"
+    (best, b), (_, other) = sorted(medians.items(), key=lambda kv: -kv[1])[:2]
+    return f"{best} (+{(b / other - 1) * 100:.0f} %)" if other > 0 else best
+
+
+def print_table(results: dict[str, dict[str, list[dict | None]]], loops: list[str]) -> None:
+    header = ["workload", "unit"]
+    for version in results:
+        header += [f"{version} {loop}" for loop in loops] + [f"{version} target", f"{version} PASS/FAIL",
+                                                             f"{version} faster loop"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for key, (label, unit) in WORKLOADS.items():
+        cells = [label, unit]
+        for version, per_loop in results.items():
+            cells += [cell_values(per_loop[loop], key) for loop in loops]
+            # the scale rows (no target) do not run on the workers' loop: no winner to name
+            cells += [fmt_target(key, version), verdicts(per_loop, key, version),
+                      faster(per_loop, key) if target(key, version) is not None else "—"]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", action="append", required=True, metavar="VERSION=PATH",
-                        help="a version label and its venv's python (repeatable)")
-    parser.add_argument("--pyflink-python", help="PyFlink's venv python (skip the PyFlink column if omitted)")
-    parser.add_argument("--quick", action="store_true", help="fewer rows (a smoke run)")
+                        help="a version label (3.12) and its venv's python (repeatable)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of (every version x every loop)")
+    parser.add_argument("--loops", default=",".join(LOOPS), help="the workers' loops to measure (AIOSPARK_LOOP)")
+    parser.add_argument("--quick", action="store_true", help="smaller row counts (a smoke run)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds one child may take")
+    parser.add_argument("--tables", action="store_true", help="also print every child's own table")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    loops = [lp.strip() for lp in args.loops.split(",") if lp.strip()]
+    if not loops or set(loops) - {*LOOPS, "auto"}:
+        parser.error(f"--loops takes a comma-separated list of {', '.join((*LOOPS, 'auto'))}, got {args.loops!r}")
     pythons = []
     for item in args.python:
         label, sep, path = item.partition("=")
         if not sep or not os.path.exists(path):
             parser.error(f"--python takes VERSION=PATH to an existing interpreter, got {item!r}")
+        try:
+            tuple(map(int, label.split(".")[:2]))
+        except ValueError:
+            parser.error(f"--python's VERSION is a Python version like 3.12, got {label!r}")
         pythons.append((label, path))
 
-    command = "python benchmarks/per_version.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    results = {}
-    for label, path in pythons:
-        print(f"[{label}] measuring ...", file=sys.stderr, flush=True)
-        results[label] = measure(path, args.pyflink_python, args.quick)
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"command: `{command}`\n\nload average at the end: {load}\n")
-    print("| Python | no-op rows/s per task: unordered / ordered / udf (bare asyncio) "
-          "| capacity 1000, 20 ms: active rows/s, vs bare: unordered / ordered / udf | PyFlink: aiospark ÷ PyFlink |")
-    print("|---|---|---|---|")
-    for label, r in results.items():
-        noop = " / ".join(f"{r[f'noop {m}'][0]:,.0f}" for m in ("unordered", "ordered", "udf"))
-        c1000 = " / ".join(f"{r[f'c1000 {m}'][0]:,.0f} ({r[f'c1000 {m}'][1]:.2f})"
-                           for m in ("unordered", "ordered", "udf"))
-        flink = (f"{r['pyflink'][2]:.1f}x ({r['pyflink'][0]:,.0f} vs {r['pyflink'][1]:,.0f} rows/s)"
-                 if "pyflink" in r else "—")
-        print(f"| {label} | {noop} ({r['noop bare'][0]:,.0f}) | {c1000} | {flink} |")
+    command = "python benchmarks/per_version.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    load_before, t_start = uptime(), time.perf_counter()
+    results: dict[str, dict[str, list[dict | None]]] = {label: {lp: [] for lp in loops} for label, _ in pythons}
+    runs_log = []
+    for rnd in range(1, args.rounds + 1):
+        for label, path in pythons:
+            for loop in loops:
+                print(f"round {rnd}/{args.rounds}: {label} on {loop} ...", file=sys.stderr, flush=True)
+                try:
+                    r = run_engine_cost(path, loop, args.quick, args.timeout)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print(f"  {e}", file=sys.stderr, flush=True)
+                    r = None
+                results[label][loop].append(r)
+                runs_log.append((rnd, label, loop, r))
+                if r is not None:
+                    print(f"  {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+    load_after = uptime()
+
+    print(f"command: `{command}`\n")
+    print(f"uptime load averages (1, 5, 15 min) before: {load_before}; after: {load_after}; "
+          f"{os.cpu_count()} cores; {args.rounds} round(s), {'--quick row counts' if args.quick else 'full row counts'}; "
+          f"{(time.perf_counter() - t_start) / 60:.1f} min in all\n")
+    print_table(results, loops)
+    print("\nValues per round are separated by ' · '. Ratios are the Spark job over its reference measured right "
+          "before and after it (the mean of the two); the bare references run plain asyncio.run. PASS/FAIL per "
+          "round and loop (uv = uvloop, aio = asyncio); 'faster loop' compares the medians over the rounds.\n")
+    for rnd, label, loop, r in runs_log:
+        if r is None:
+            print(f"- round {rnd}, {label} {loop}: failed twice")
+            continue
+        figures = "; ".join(f"{k} {r[k]['rate']:,.0f} vs {r[k]['before']:,.0f}/{r[k]['after']:,.0f} rows/s"
+                            for k in WORKLOADS if k in r and "rate" in r[k])
+        print(f"- round {rnd}, {label} {loop}: python {r['python']}, workers ran {', '.join(r['worker_loop'])}, "
+              f"HttpLookup auto = {r.get('transport')}, {r['seconds']:.0f} s, uptime {r['uptime'][0]} -> "
+              f"{r['uptime'][1]}; {figures}")
+    if args.tables:
+        for rnd, label, loop, r in runs_log:
+            if r is not None:
+                print(f"\n### round {rnd}, {label}, {loop}\n\n{r['table']}")
     return 0
 
 
