@@ -16,8 +16,10 @@ The life of an element's call, top-down:
    callback, ``report(call, results, error, what)``; the operator completes the entry (or fails) and
    emits through its one emit path.
 
-Only public asyncio APIs are used: ``loop.create_task`` and, on Python 3.12+,
-``asyncio.eager_task_factory`` (a call that needs no I/O completes without a loop round trip).
+Only public asyncio APIs are used: ``loop.create_task`` and, on Python 3.12+, ``asyncio.Task(coro,
+loop=loop, eager_start=True)`` -- what ``asyncio.eager_task_factory`` makes, without its Python
+frame per call -- when the loop has no task factory of its own (a call that needs no I/O then
+completes without a loop round trip).
 
 Example (what the operator does for each element)::
 
@@ -34,6 +36,7 @@ import contextvars
 import functools
 import math
 import numbers
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,12 +61,14 @@ TIMEOUT_RESULTS = "timeout results"
 #: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
 PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
-#: asyncio's eager task factory (3.12+): the task's first step runs inside ``create_task``.
-_eager_task_factory = getattr(asyncio, "eager_task_factory", None)
+#: eager tasks (3.12+): the task's first step runs inside ``asyncio.Task()``
+_EAGER_TASKS = sys.version_info >= (3, 12)
 
 #: (deadline in loop time, the loop) of the call running in this task; read through ``time_left()``
 current_deadline: contextvars.ContextVar[tuple[float, asyncio.AbstractEventLoop] | None] = \
     contextvars.ContextVar("aiospark_call_deadline", default=None)
+#: latencies are noted in a list and folded into the histogram this many at a time
+FOLD_LATENCIES = 1024
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
 _clock = time.monotonic
 
@@ -158,8 +163,8 @@ class Caller:
         """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run."""
         self._loop = loop
         self._inflight = inflight
-        if _eager_task_factory is not None and loop.get_task_factory() is None:
-            self._create_task = functools.partial(_eager_task_factory, loop)
+        if _EAGER_TASKS and loop.get_task_factory() is None:
+            self._create_task = functools.partial(asyncio.Task, loop=loop, eager_start=True)
         else:
             self._create_task = loop.create_task
 
@@ -171,7 +176,10 @@ class Caller:
                                                 call.identity))
         call.task = task
         if task.done():  # an eager task that needed no I/O: its outcome is here already
-            self._finished(call, task)
+            if task.cancelled() or task.exception() is not None or self.stopped:
+                self._finished(call, task)
+            else:  # _finished's outcome for a result, without its frame: most calls of a cache hit
+                self._report(call, task.result(), None, "")
         else:
             task.add_done_callback(functools.partial(self._finished, call))
 
@@ -216,7 +224,10 @@ class Caller:
             else:
                 latency = _clock() - begun
                 metrics.successes += 1
-                metrics.record_latency(latency)
+                latencies = metrics.pending_latencies
+                latencies.append(latency)
+                if len(latencies) >= FOLD_LATENCIES:
+                    metrics.fold_latencies()
                 if adaptive is not None:
                     adaptive.on_success(latency, self._inflight())
                 results = self._results_of(result) if self.takes_list else [result]

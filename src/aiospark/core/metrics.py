@@ -74,7 +74,8 @@ class OperatorMetrics:
     :meth:`quantile`, :meth:`summary` or ``str()``.
     """
 
-    __slots__ = COUNTERS + ("inflight_peak", "usage", "_counts", "_count", "_sum", "_min", "_max")
+    __slots__ = COUNTERS + ("inflight_peak", "usage", "pending_latencies", "_counts", "_count", "_sum", "_min",
+                            "_max")
 
     def __init__(self) -> None:
         self.calls = self.successes = self.retries = self.timeouts = 0
@@ -85,6 +86,9 @@ class OperatorMetrics:
         self._sum = 0.0
         self._min = math.inf
         self._max = 0.0
+        #: latencies noted by the operator's calls and not yet in the histogram: appending a float
+        #: costs a tenth of a ``record_latency`` call; :meth:`fold_latencies` adds them in bulk
+        self.pending_latencies: list[float] = []
 
     # ------------------------------------------------------------------ recording (hot path)
     def record_latency(self, seconds: float) -> None:
@@ -127,6 +131,25 @@ class OperatorMetrics:
         if high > self._max:
             self._max = high
 
+    def fold_latencies(self) -> None:
+        """Move :attr:`pending_latencies` into the histogram (on the thread that appends them)."""
+        pending = self.pending_latencies
+        if pending:
+            taken = pending[:]
+            del pending[:len(taken)]
+            self.record_latencies(taken)
+
+    def _settled(self) -> OperatorMetrics:
+        """These metrics with the pending latencies in the histogram, for a reader: ``self`` when
+        none are pending, else a copy, so that a reader on another thread (the Spark task's, while
+        the loop's calls run) never writes what the loop writes."""
+        if not self.pending_latencies:
+            return self
+        view = OperatorMetrics()
+        view._add(self)
+        view.record_latencies(self.pending_latencies[:])
+        return view
+
     def record_call(self) -> None:
         self.calls += 1
 
@@ -160,19 +183,22 @@ class OperatorMetrics:
     @property
     def latency_count(self) -> int:
         """How many latencies were recorded."""
-        return self._count
+        return self._count + len(self.pending_latencies)
 
     @property
     def latency_mean(self) -> float | None:
-        return self._sum / self._count if self._count else None
+        m = self._settled()
+        return m._sum / m._count if m._count else None
 
     @property
     def latency_min(self) -> float | None:
-        return self._min if self._count else None
+        m = self._settled()
+        return m._min if m._count else None
 
     @property
     def latency_max(self) -> float | None:
-        return self._max if self._count else None
+        m = self._settled()
+        return m._max if m._count else None
 
     def quantile(self, q: float) -> float | None:
         """The ``q``-quantile (0..1) of the recorded latencies in seconds; ``None`` if there are none.
@@ -183,6 +209,8 @@ class OperatorMetrics:
         """
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
             raise ValueError(f"q must be a number between 0 and 1 (e.g. 0.99), got {q!r}")
+        if self.pending_latencies:
+            return self._settled().quantile(q)
         n = self._count
         if not n:
             return None
@@ -206,6 +234,8 @@ class OperatorMetrics:
     def summary(self) -> dict[str, Any]:
         """Counters plus latency in milliseconds: ``p50_ms``, ``p95_ms``, ``p99_ms``, ``mean_ms``,
         ``max_ms`` (``None`` when nothing was recorded) and ``latency_count``."""
+        if self.pending_latencies:
+            return self._settled().summary()
         out: dict[str, Any] = {name: getattr(self, name) for name in COUNTERS}
         out["inflight_peak"] = self.inflight_peak
         out["usage"] = dict(self.usage)
@@ -217,6 +247,8 @@ class OperatorMetrics:
         return out
 
     def __str__(self) -> str:
+        if self.pending_latencies:
+            return str(self._settled())
         p = [_fmt_ms(self.quantile(q)) for q in (0.5, 0.95, 0.99)]
         return (f"calls={self.calls} ok={self.successes} retries={self.retries} "
                 f"timeouts={self.timeouts} failed={self.failures} error_rows={self.error_rows} "
@@ -231,6 +263,10 @@ class OperatorMetrics:
         """Add ``other`` into this one (sums counters and histograms, max of peaks); returns self."""
         if not isinstance(other, OperatorMetrics):
             raise TypeError(f"can only merge OperatorMetrics, got {type(other).__name__}")
+        return self._add(other._settled())
+
+    def _add(self, other: OperatorMetrics) -> OperatorMetrics:
+        """:meth:`merge` without ``other``'s pending latencies."""
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.inflight_peak > self.inflight_peak:
@@ -261,6 +297,10 @@ class OperatorMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (counters, peak, sparse histogram); :meth:`from_dict` inverts it."""
+        if self.pending_latencies:
+            return self._settled().to_dict()
+        counts = self._counts[:]  # one copy: count and counts agree even while the loop thread records
+        count = sum(counts)
         return {
             "version": FORMAT_VERSION,
             **{name: getattr(self, name) for name in COUNTERS},
@@ -268,9 +308,9 @@ class OperatorMetrics:
             "usage": dict(self.usage),
             "latency": {
                 "min_seconds": HISTOGRAM_MIN, "factor": HISTOGRAM_FACTOR, "buckets": HISTOGRAM_BUCKETS,
-                "count": self._count, "sum": self._sum,
-                "min": self._min if self._count else None, "max": self._max if self._count else None,
-                "counts": [[i, c] for i, c in enumerate(self._counts) if c],
+                "count": count, "sum": self._sum,
+                "min": self._min if count else None, "max": self._max if count else None,
+                "counts": [[i, c] for i, c in enumerate(counts) if c],
             },
         }
 

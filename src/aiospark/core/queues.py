@@ -5,8 +5,9 @@ completion order, with watermarks as barriers: a watermark splits the queue into
 emitted only after every record before it, and no record after it is emitted before it.
 
 Both hold at most ``capacity`` entries (watermarks count). ``try_put`` never blocks; the operator
-waits for space itself. Completion of an entry calls ``on_complete(entry)`` (if set), which is how
-the operator learns, without polling, that something may be emittable or that a call failed.
+waits for space itself. Completion of an entry calls ``on_complete(entry)`` (if given when the queue
+is made), which is how the operator learns, without polling, that something may be emittable or
+that a call failed.
 
 Example::
 
@@ -23,6 +24,9 @@ from collections.abc import Callable, Iterator
 
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
+
+#: builds a Record without NamedTuple's Python-level ``__new__`` (once per emitted result)
+_new = tuple.__new__
 
 #: ``on_complete(entry)``: an entry completed (normally or exceptionally)
 Listener = Callable[[ResultFuture], None] | None
@@ -65,12 +69,8 @@ class OrderedQueue:
     def add(self, entry: ResultFuture) -> None:
         """Hold a record's ``entry`` made by the caller (a :class:`ResultFuture`, or a subclass
         carrying more state, as the operator's calls do). The caller has checked for room."""
-        entry._listener = self._completed
+        entry._listener = self.on_complete  # order is kept by the deque: nothing to note on completion
         self._entries.append(entry)
-
-    def _completed(self, entry: ResultFuture) -> None:
-        if self.on_complete is not None:
-            self.on_complete(entry)
 
     def has_completed(self) -> bool:
         """True when the head entry is done (so ``pop_completed`` emits something)."""
@@ -93,8 +93,12 @@ class OrderedQueue:
         while entries and entries[0]._done:
             entry = entries.popleft()
             count += 1
-            for element in entry.emitted():
-                output(element)
+            results = entry._results
+            if results is not None and len(results) == 1:  # what emitted() gives, without its list
+                output(_new(Record, (results[0], entry.element[1])))
+            else:
+                for element in entry.emitted():
+                    output(element)
         return count
 
     def values(self) -> list[StreamElement]:
@@ -219,8 +223,12 @@ class UnorderedQueue:
                 entry = completed.popleft()
                 self._size -= 1
                 count += 1
-                for element in entry.emitted():
-                    output(element)
+                results = entry._results
+                if results is not None and len(results) == 1:  # what emitted() gives, without its list
+                    output(_new(Record, (results[0], entry.element[1])))
+                else:
+                    for element in entry.emitted():
+                        output(element)
             if head.incomplete or len(segments) == 1:
                 break
             segments.popleft()
