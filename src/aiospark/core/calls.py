@@ -83,13 +83,13 @@ class Call(ResultFuture):
 
     __slots__ = ("task", "started", "timed_out", "identity")
 
-    def __init__(self, element: Any):
+    def __init__(self, element: Any, started: float = 0.0):
         # ResultFuture's state set here, not through its __init__: one frame less per element
         self.element = element
         self._results = self._exception = self._listener = self._segment = None
         self._done = False
         self.task: asyncio.Task[Any] | None = None
-        self.started = 0.0
+        self.started = started
         self.timed_out = False
         self.identity: str | None = None
 

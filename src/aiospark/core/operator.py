@@ -3,8 +3,8 @@
 Asyncio-native rewrite of Flink's ``AsyncWaitOperator`` (FLIP-12, FLIP-232 retries). An element's
 life, top-down:
 
-1. ``process_element`` waits while the queue is full (backpressure), then the element enters the
-   queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
+1. ``process_element`` waits while the queue is full (backpressure), then (``try_process``) the
+   element enters the queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
    attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` the call
    is that of the element's batch (:mod:`aiospark.core.batches`); with ``key`` it waits until
    the element before it with an equal key is over (:mod:`aiospark.core.key_order`).
@@ -196,9 +196,8 @@ class AsyncWaitOperator:
     async def process_element(self, value: Any, timestamp: Any = None) -> None:
         """Start the call for ``value``; waits only while the queue is full (backpressure)."""
         self._check()
-        while not self._has_room():
+        while not self.try_process(value, timestamp):
             await self._wait_for_space()
-        self._start(value, timestamp)
 
     def try_process(self, value: Any, timestamp: Any = None) -> bool:
         """Start the call for ``value`` now if there is room; ``False`` when there is none.
@@ -212,7 +211,20 @@ class AsyncWaitOperator:
             self._check()
         if len(self._queue) >= self.capacity or (self.adaptive is not None and self.inflight >= self.adaptive.limit):
             return False  # the room test of _has_room, inlined: once per element
-        self._start(value, timestamp)
+        # the element enters the queue, then its call starts
+        call = Call(_new_record(Record, (value, timestamp)), self._loop.time())  # type: ignore[union-attr]
+        self._queue.add(call)
+        self.inflight = inflight = self.inflight + 1
+        metrics = self._caller.metrics
+        if inflight > metrics.inflight_peak:
+            metrics.inflight_peak = inflight
+        if self._deadlines is not None:
+            self._deadlines.started(call)
+        if self._identify is not None and self._identified(call):
+            return True  # its outcome is recorded, or an equal element's call will be its own
+        if self._turns is not None and not self._take_turn(call):
+            return True  # it waits behind the call under way for its key
+        self._caller.start(call)
         return True
 
     async def process_watermark(self, timestamp: Any) -> None:
@@ -230,8 +242,8 @@ class AsyncWaitOperator:
             await self._wait_for_space()
 
     def on_room(self, listener: Callable[[], None] | None) -> None:
-        """Call ``listener()`` on the loop whenever room may have appeared (elements were emitted),
-        and when the operator fails or closes.
+        """Call ``listener()`` on the loop after every emission (room may have appeared), and when
+        the operator fails or closes.
 
         A driver holding its input in memory can then start the next calls in the same loop step
         that ended the previous ones, instead of waking a coroutine in ``wait_for_space()`` one
@@ -258,23 +270,6 @@ class AsyncWaitOperator:
         return len(self._queue)
 
     # ------------------------------------------------------------------ an element's call
-    def _start(self, value: Any, timestamp: Any) -> None:
-        """The element enters the queue, then its call starts."""
-        call = Call(_new_record(Record, (value, timestamp)))
-        call.started = self._loop.time()  # type: ignore[union-attr]
-        self._queue.add(call)
-        self.inflight = inflight = self.inflight + 1
-        metrics = self._caller.metrics
-        if inflight > metrics.inflight_peak:
-            metrics.inflight_peak = inflight
-        if self._deadlines is not None:
-            self._deadlines.started(call)
-        if self._identify is not None and self._identified(call):
-            return  # its outcome is recorded, or an equal element's call will be its own
-        if self._turns is not None and not self._take_turn(call):
-            return  # it waits behind the call under way for its key
-        self._caller.start(call)
-
     def _identified(self, call: Call) -> bool:
         """Give ``call`` its identity; True when it needs no call of its own: it completed from
         the journal, or it waits for the call of an equal element in flight."""
@@ -422,7 +417,7 @@ class AsyncWaitOperator:
         idle = self._idle_waiter
         if idle is not None and not idle.done() and self._queue.is_empty():
             idle.set_result(None)
-        if self._room_listener is not None and self._failure is None and self._has_room():
+        if self._room_listener is not None and self._failure is None:
             self._room_listener()
 
     def _wake_all(self) -> None:

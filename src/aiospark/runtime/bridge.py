@@ -66,7 +66,8 @@ class _Pump:
         self._feeding = False  # _fill runs (it is re-entered through the operator's room listener)
         self._error: BaseException | None = None
         self._waiter: asyncio.Future | None = None
-        self._out: list[Any] = []
+        #: the operator's output: emitted Records, appended by the operator (no frame of ours per row)
+        self._out: list[Record] = []
         self._flush_timer: asyncio.TimerHandle | None = None
         self.operator: AsyncWaitOperator | None = None
 
@@ -127,27 +128,30 @@ class _Pump:
         if self._error is not None or (self._input_ended and self._fed_all()):
             self._wake_run()
 
-    def _collect(self, element: Record) -> None:
-        # only records reach here: the bridge never sends watermarks
-        out = self._out
-        out.append(element.value)
-        pending = len(out)
-        if pending == 1:
-            self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
-        elif pending >= self._post_rows:
+    def _emitted(self) -> None:
+        """The operator's room listener, called after each of its emissions: post the output once
+        a chunk is pending (else make sure it goes within FLUSH_SECONDS), then refill."""
+        pending = len(self._out)
+        if pending >= self._post_rows:
             self._flush()
+        elif pending and self._flush_timer is None:
+            self._flush_timer = self._loop.call_later(FLUSH_SECONDS, self._flush)
+        self._fill()
 
     def _flush(self) -> None:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        if self._out:
-            out, self._out = self._out, []
-            self._post((OUT, out))
+        out = self._out
+        if out:
+            # only records reach here: the bridge never sends watermarks
+            values = [record[0] for record in out]
+            out.clear()  # in place: the operator holds its append
+            self._post((OUT, values))
 
     async def run(self) -> None:
         try:
-            operator = self.operator = await self._make_operator(self._collect)
+            operator = self.operator = await self._make_operator(self._out.append)
         except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
             self._post((ERROR, exc))
             raise
@@ -155,7 +159,7 @@ class _Pump:
         try:
             await operator.open()
             # calls that end make room: the next ones start in the same loop step
-            operator.on_room(self._fill)
+            operator.on_room(self._emitted)
             self._request_more()
             while True:
                 self._fill()
