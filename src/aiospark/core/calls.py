@@ -61,8 +61,6 @@ TIMEOUT_RESULTS = "timeout results"
 #: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
 PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
-#: eager tasks (3.12+): the task's first step runs inside ``asyncio.Task()``
-_EAGER_TASKS = sys.version_info >= (3, 12)
 
 #: (deadline in loop time, the loop) of the call running in this task; read through ``time_left()``
 current_deadline: contextvars.ContextVar[tuple[float, asyncio.AbstractEventLoop] | None] = \
@@ -163,7 +161,7 @@ class Caller:
         """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run."""
         self._loop = loop
         self._inflight = inflight
-        if _EAGER_TASKS and loop.get_task_factory() is None:
+        if sys.version_info >= (3, 12) and loop.get_task_factory() is None:  # eager tasks
             self._create_task = functools.partial(asyncio.Task, loop=loop, eager_start=True)
         else:
             self._create_task = loop.create_task

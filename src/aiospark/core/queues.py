@@ -95,7 +95,7 @@ class OrderedQueue:
             count += 1
             results = entry._results
             if results is not None and len(results) == 1:  # what emitted() gives, without its list
-                output(_new(Record, (results[0], entry.element[1])))
+                output(_new(Record, (results[0], entry.element[1])))  # type: ignore[misc]  # a Record's timestamp
             else:
                 for element in entry.emitted():
                     output(element)
@@ -225,7 +225,7 @@ class UnorderedQueue:
                 count += 1
                 results = entry._results
                 if results is not None and len(results) == 1:  # what emitted() gives, without its list
-                    output(_new(Record, (results[0], entry.element[1])))
+                    output(_new(Record, (results[0], entry.element[1])))  # type: ignore[misc]  # a Record's timestamp
                 else:
                     for element in entry.emitted():
                         output(element)
