@@ -256,3 +256,66 @@ def test_record_latencies_in_one_bucket_and_on_bucket_bounds():
             one.record_latency(v)
         bulk.record_latencies(list(values))
         assert bulk.to_dict()["latency"]["counts"] == one.to_dict()["latency"]["counts"], values
+
+
+def test_pending_latencies_count_for_every_reader_before_they_are_folded():
+    # what the operator's calls do: append, and fold 1,024 at a time (the rest stays pending)
+    rng = random.Random(7)
+    values = [rng.lognormvariate(-4, 1) for _ in range(1500)]
+    pending, direct = OperatorMetrics(), OperatorMetrics()
+    pending.pending_latencies.extend(values)
+    for v in values:
+        direct.record_latency(v)
+    assert pending.latency_count == 1500
+    for q in (0.0, 0.5, 0.99, 1.0):
+        assert pending.quantile(q) == direct.quantile(q)
+    assert _same(pending.to_dict(), direct.to_dict()) and str(pending) == str(direct)
+    assert pending.latency_mean == pytest.approx(direct.latency_mean)
+    assert (pending.latency_min, pending.latency_max) == (direct.latency_min, direct.latency_max)
+    assert _same(OperatorMetrics().merge(pending).to_dict(), direct.to_dict())
+    assert _same(pickle.loads(pickle.dumps(pending)).to_dict(), direct.to_dict())
+    assert len(pending.pending_latencies) == 1500  # a reader never folds (it may be on another thread)
+    pending.fold_latencies()
+    assert pending.pending_latencies == [] and _same(pending.to_dict(), direct.to_dict())
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Equal metrics dicts; the latency sum only up to float rounding (summed in another order)."""
+    sum_a, sum_b = a["latency"].pop("sum"), b["latency"].pop("sum")
+    return a == b and sum_a == pytest.approx(sum_b)
+
+
+def test_to_dict_counts_the_buckets_it_sends():
+    m = OperatorMetrics()
+    m.record_latency(0.01)
+    m._count += 1  # what a reader on another thread could see between a bucket's and the count's update
+    data = m.to_dict()
+    assert data["latency"]["count"] == 1
+    assert OperatorMetrics.from_dict(data).latency_count == 1
+
+
+def test_the_operators_calls_note_latencies_and_fold_them_in_bulk():
+    import asyncio
+
+    from aiospark.core import AsyncWaitOperator
+    from aiospark.core.calls import FOLD_LATENCIES
+
+    async def main():
+        async def f(x):
+            await asyncio.sleep(0)
+            return x
+
+        out = []
+        op = AsyncWaitOperator(f, out.append, capacity=50, timeout=10)
+        await op.open()
+        for i in range(FOLD_LATENCIES + 100):
+            await op.process_element(i)
+        await op.finish()
+        await op.close()
+        m = op.metrics
+        assert len(out) == FOLD_LATENCIES + 100
+        assert m.latency_count == FOLD_LATENCIES + 100 == m.calls == m.successes
+        assert 0 < len(m.pending_latencies) < FOLD_LATENCIES  # folded once, the rest still pending
+        assert m.to_dict()["latency"]["count"] == FOLD_LATENCIES + 100
+
+    asyncio.run(main())
