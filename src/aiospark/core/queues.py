@@ -25,9 +25,6 @@ from collections.abc import Callable, Iterator
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
 
-#: builds a Record without NamedTuple's Python-level ``__new__`` (once per emitted result)
-_new = tuple.__new__
-
 #: ``on_complete(entry)``: an entry completed (normally or exceptionally)
 Listener = Callable[[ResultFuture], None] | None
 
@@ -93,12 +90,7 @@ class OrderedQueue:
         while entries and entries[0]._done:
             entry = entries.popleft()
             count += 1
-            results = entry._results
-            if results is not None and len(results) == 1:  # what emitted() gives, without its list
-                output(_new(Record, (results[0], entry.element[1])))  # type: ignore[misc]  # a Record's timestamp
-            else:
-                for element in entry.emitted():
-                    output(element)
+            entry.emit_to(output)
         return count
 
     def values(self) -> list[StreamElement]:
@@ -223,12 +215,7 @@ class UnorderedQueue:
                 entry = completed.popleft()
                 self._size -= 1
                 count += 1
-                results = entry._results
-                if results is not None and len(results) == 1:  # what emitted() gives, without its list
-                    output(_new(Record, (results[0], entry.element[1])))  # type: ignore[misc]  # a Record's timestamp
-                else:
-                    for element in entry.emitted():
-                        output(element)
+                entry.emit_to(output)
             if head.incomplete or len(segments) == 1:
                 break
             segments.popleft()

@@ -75,6 +75,16 @@ class ResultFuture:
         ts = element.timestamp
         return [_new(Record, (r, ts)) for r in results]
 
+    def emit_to(self, output: Callable[[StreamElement], object]) -> None:
+        """Pass what :meth:`emitted` returns to ``output``, in order: the queues' emit path (one
+        result, the common case, without building ``emitted()``'s list)."""
+        results = self._results
+        if results is not None and len(results) == 1:
+            output(_new(Record, (results[0], self.element[1])))  # type: ignore[misc]  # a Record's timestamp
+            return
+        for element in self.emitted():
+            output(element)
+
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"
         return f"<ResultFuture {state} {self.element!r}>"
