@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from aiospark.core import AsyncWaitOperator
+from tests.support.operator import drive
 
 KEY = "sk-test-S3cretKey-0123456789"
 CLIENTS = ["aiohttp", "openai"]
@@ -29,11 +30,5 @@ async def through_operator(fn: Any, values: list[Any], **kwargs: Any) -> tuple[l
     """Run ``values`` through the core operator; returns (outputs, operator)."""
     out: list[Any] = []
     op = AsyncWaitOperator(fn, lambda e: out.append(e.value), **kwargs)
-    await op.open()
-    try:
-        for v in values:
-            await op.process_element(v)
-        await op.finish()
-    finally:
-        await op.close()
+    await drive(op, values)
     return out, op

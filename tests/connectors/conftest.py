@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.support.openai_server import OpenAIServer
+from tests.support.openai_fixtures import openai_fixtures
 from tests.support.servers import PostgresServer, RedisServer
 
 from ._openai_support import KEY
@@ -38,15 +38,4 @@ def pg_server():
         yield srv
 
 
-@pytest.fixture(scope="module")
-def server():
-    """The OpenAI-compatible test server (tests/support/openai_server.py), one per module."""
-    with OpenAIServer(api_key=KEY) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    """The module's OpenAI test server, its counters and scripted answers reset."""
-    server.reset()
-    return server
+server, srv = openai_fixtures(KEY)  # the OpenAI test server, one per module, reset per test

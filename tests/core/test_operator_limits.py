@@ -7,20 +7,11 @@ import time
 import pytest
 
 from aiospark import AdaptiveConcurrency, AsyncWaitOperator, RateLimit, RetryStrategy
+from tests.support.operator import drive
 
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 20))
-
-
-async def drive(op, values):
-    await op.open()
-    try:
-        for v in values:
-            await op.process_element(v)
-        await op.finish()
-    finally:
-        await op.close()
 
 
 async def echo(x):

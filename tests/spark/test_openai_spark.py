@@ -13,21 +13,13 @@ import pytest
 
 import aiospark
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry
-from tests.support.openai_server import OpenAIServer, answer, tokens, vector
+from tests.support.openai_fixtures import openai_fixtures
+from tests.support.openai_server import answer, tokens, vector
 
 KEY = "sk-spark-S3cret-abcdef"
 
 
-@pytest.fixture(scope="module")
-def server():
-    with OpenAIServer(api_key=KEY) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    return server
+server, srv = openai_fixtures(KEY)
 
 
 def texts_df(spark, n: int, partitions: int = 2):

@@ -15,23 +15,14 @@ import pytest
 import aiospark
 from aiospark.connectors.openai import OpenAIChat, default_retry
 from aiospark.spark.udf import ARROW_ITER
-from tests.support.openai_server import OpenAIServer
+from tests.support.openai_fixtures import openai_fixtures
 
 KEY = "sk-structured-spark-S3cret"
 DDL = ("label STRING NOT NULL, score INT, day DATE, "
        "meta STRUCT<tags: ARRAY<STRING>, counts: MAP<STRING, BIGINT>>")
 
 
-@pytest.fixture(scope="module")
-def server():
-    with OpenAIServer(api_key=KEY) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    return server
+server, srv = openai_fixtures(KEY)
 
 
 def chat(srv, fmt=DDL, **kwargs):
