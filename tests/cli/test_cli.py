@@ -169,11 +169,14 @@ def test_unknown_url_column_is_found_before_spark_starts(tmp_path, fmt):
         src.write_text('{"sku": "a"}\n{"sku": "b", "qty": 2}\n')
     else:
         pq.write_table(pa.table({"sku": ["a"], "qty": [1]}), src)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     done = run_cli("enrich", str(src), str(tmp_path / "o.json"), "--url", "http://127.0.0.1:9/item/{id}",
-                   "--schema", "name STRING", env=no_java_env())
+                   "--schema", "name STRING", env=dict(no_java_env(), TMPDIR=str(temp)))
     assert done.returncode == 2, done.stderr
     assert "--url uses ['id'], not a column of" in done.stderr and "'sku'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    assert list(temp.iterdir()) == []  # no Spark log kept for an error that names what to change
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -159,7 +159,9 @@ def _run_enrich(args: argparse.Namespace) -> int:
             with console:
                 run_enrich(args.input, args.output, out=print, warn=lambda line: print(line, file=sys.stderr),
                            **options)
-    except EnrichError as exc:
+    except EnrichError as exc:  # the message says what to change: Spark's log is not needed
+        if console is not None:
+            os.unlink(console.path)
         print(f"aiospark enrich: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:

@@ -1,0 +1,10 @@
+"""The CLI's subprocesses keep Spark's log in a temporary file when a run fails (the message names
+it): each test gets its own TMPDIR so those files go away with the test's tmp_path."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
