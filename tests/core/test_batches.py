@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, RetryStrategy
+from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, Record, RetryStrategy
 
 from ._util import Collector, expect_failure, feed_all, run, run_operator, safe_close
 
@@ -245,3 +245,138 @@ def test_many_values_flow_through_batches_with_backpressure():
     out, metrics = run(main())
     assert sorted(out.values()) == [v * 10 for v in range(2000)]
     assert metrics.inflight_peak <= 40
+
+
+# ---------------------------------------------------------------- a batch is one queue entry
+# What a batch entry must keep of the per-element contract: timestamps, watermarks as barriers,
+# capacity counted in elements, snapshots of every element held, journal outcomes per element.
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_each_element_of_a_batch_keeps_its_timestamp_and_watermarks_stay_barriers(ordered):
+    fn = Recorder(delay=0.0)
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, ordered=ordered, capacity=20, batch_size=10, batch_delay=30.0)
+        await op.open()
+        for v in (1, 2, 3):
+            await op.process_element(v, timestamp=100 + v)
+        await op.process_watermark(200)  # starts the partial batch: no 30 s wait for it to fill
+        for v in (4, 5):
+            await op.process_element(v, timestamp=300 + v)
+        await op.finish()
+        await op.close()
+        return out
+
+    out = run(main())
+    pairs = [(e.value, e.timestamp) if isinstance(e, Record) else ("wm", e.timestamp) for e in out]
+    assert pairs == [(10, 101), (20, 102), (30, 103), ("wm", 200), (40, 304), (50, 305)]
+    assert fn.batches == [[1, 2, 3], [4, 5]]  # nothing after a watermark joins a batch before it
+
+
+def test_capacity_counts_elements_not_batches():
+    async def main():
+        release = asyncio.Event()
+        started = []
+
+        async def fn(values):
+            started.append(list(values))
+            await release.wait()
+            return values
+
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, capacity=8, batch_size=4, batch_delay=30.0)
+        await op.open()
+        admitted = 0
+        while op.try_process(admitted):
+            admitted += 1
+        await asyncio.sleep(0)  # the batches' tasks take their first step (not eager before 3.12)
+        held, batches = len(op), list(started)
+        release.set()
+        await op.wait_for_space()
+        room_after = op.try_process(admitted)
+        await op.finish()
+        await op.close()
+        return admitted, held, batches, room_after, op.metrics.inflight_peak, out.values()
+
+    admitted, held, batches, room_after, peak, values = run(main())
+    assert admitted == 8 and held == 8 and peak == 8  # two batches of 4: the ninth element waits
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert room_after and sorted(values) == list(range(9))
+
+
+def test_a_snapshot_holds_every_element_of_batches_filling_and_running():
+    async def main():
+        release = asyncio.Event()
+
+        async def fn(values):
+            await release.wait()
+            return values
+
+        op = AsyncWaitOperator(fn, Collector(), ordered=True, capacity=10, batch_size=3, batch_delay=30.0)
+        await op.open()
+        for v in range(5):  # [0, 1, 2] runs, [3, 4] is being filled
+            await op.process_element(v, timestamp=v)
+        snap = op.snapshot_state()
+        out = Collector()
+        restored = AsyncWaitOperator(fn, out, ordered=True, capacity=10, batch_size=3, batch_delay=30.0)
+        release.set()
+        await restored.open(snap)
+        await restored.finish()
+        await restored.close()
+        await op.close()
+        return snap, out
+
+    snap, out = run(main())
+    assert snap == [Record(v, v) for v in range(5)]
+    assert [(e.value, e.timestamp) for e in out] == [(v, v) for v in range(5)]
+
+
+def test_a_timeout_after_a_split_keeps_the_results_of_the_half_that_answered():
+    class Half(AsyncFunction):
+        def __init__(self):
+            self.batches = []
+
+        async def async_invoke(self, values):
+            self.batches.append(list(values))
+            if len(values) == 4:
+                raise ValueError("the whole batch fails")
+            if 0 in values:
+                return [[v * 10] for v in values]
+            await asyncio.sleep(30)  # the other half hangs until the batch's deadline
+
+        def timeout(self, value):
+            return [f"late {value}"]
+
+    fn = Half()
+    out = run(run_operator(fn, range(4), ordered=True, capacity=4, batch_size=4, timeout=0.2))
+    assert out.values() == [0, 10, "late 2", "late 3"]
+    assert fn.batches == [[0, 1, 2, 3], [0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_with_a_journal_recorded_elements_leave_the_batch_and_equal_ones_share_a_call(ordered):
+    from aiospark.core.durable import Recorded
+
+    from .test_durable import MemoryJournal
+
+    fn = Recorder(delay=0.001)
+    journal = MemoryJournal({"k2": Recorded([20]), "k5": Recorded([50, 51])})
+    out = run(run_operator(fn, [0, 1, 2, 3, 1, 5, 6, 3], ordered=ordered, capacity=8, batch_size=4,
+                           batch_delay=30.0, identify=lambda v: f"k{v}", journal=journal))
+    expected = [0, 10, 20, 30, 10, 50, 51, 60, 30]
+    assert (out.values() if ordered else sorted(out.values())) == (expected if ordered else sorted(expected))
+    assert [v for b in fn.batches for v in b] == [0, 1, 3, 6]  # recorded ones and repeats not called
+    assert sorted(k for k, _, _ in journal.records) == ["k0", "k1", "k3", "k6"]
+
+
+def test_a_batch_whose_elements_are_all_recorded_makes_no_call():
+    from aiospark.core.durable import Recorded
+
+    from .test_durable import MemoryJournal
+
+    fn = Recorder(delay=0.0)
+    journal = MemoryJournal({f"k{v}": Recorded([v]) for v in range(6)})
+    out = run(run_operator(fn, range(6), ordered=True, capacity=6, batch_size=3, identify=lambda v: f"k{v}",
+                           journal=journal))
+    assert out.values() == list(range(6)) and fn.batches == []

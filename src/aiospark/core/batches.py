@@ -1,32 +1,41 @@
 """Batched calls: many elements per call of a function that takes a list and returns a list.
 
-Beyond Flink (FLINK-38825 "async batch operator" is still open there). Each element is still its
-own queue entry -- capacity counts elements, ordered output stays in input order, and every
-element's outcome leaves through the operator's one report path. What changes is how calls start:
+Beyond Flink (FLINK-38825 "async batch operator" is still open there). A batch is one queue
+entry (:class:`Batch`) holding up to ``batch_size`` elements: capacity still counts elements,
+ordered output stays in input order, and a batch's elements leave through the operator's one
+emit path, each with its own timestamp. The life of a batch, top-down:
 
-1. :meth:`BatchCaller.start` adds the element to the batch being filled; the batch starts when it
-   holds ``batch_size`` elements, ``batch_delay`` seconds after its first element arrived (one
-   loop timer per batch), or at the end of input (:meth:`BatchCaller.flush`).
+1. The operator puts the first element that finds no batch being filled into a new
+   :class:`Batch` (:meth:`BatchCaller.open_batch`), which enters the queue at once -- its deadline
+   counts from there. Later elements join it until it holds ``batch_size`` elements,
+   ``batch_delay`` seconds have passed (one loop timer per batch), a watermark comes, or input ends
+   (:meth:`BatchCaller.flush`).
 2. The batch runs as one call (:meth:`~aiospark.core.calls.Caller._attempts`, in one real
    ``asyncio.Task``): rate-limit wait (charged the sum of the elements' costs), attempts, retries
    and back-offs apply to the batch as a whole.
-3. When the batch's Task is over (:meth:`BatchCaller._batch_finished`):
+3. When the call is over (:meth:`BatchCaller._run_over`):
 
-   * results -- exactly one per element, in order -- are reported element by element; a list of
-     another length fails every element of the batch with an error naming both numbers;
-   * an exception (after retries) splits the batch in halves, each run as a batch of its own, so
-     a single bad element ends up failing alone and its neighbours succeed;
-   * a timeout (the deadline of the batch's oldest element) times out every element of the batch:
-     each gets ``function.timeout(value)``'s results (or ``AsyncTimeoutError``). A timeout says the
-     service is slow, not that an element is bad, so it is not split.
+   * results -- exactly one per element, in order -- go to the operator in one report for the
+     whole batch (no object per element); a list of another length fails every element of the
+     batch with an error naming both numbers;
+   * an exception (after retries) splits the batch in halves, each run as a call of its own, so a
+     single bad element ends up failing alone and its neighbours succeed;
+   * a timeout (the batch's deadline: its first element's) times out every element still waiting
+     for an outcome: each gets ``function.timeout(value)``'s results (or ``AsyncTimeoutError``). A
+     timeout says the service is slow, not that an element is bad, so it is not split.
+
+Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
+timeout results, its journal record or recorded outcome -- goes through a per-element handle
+(:class:`BatchRow`, a :class:`~aiospark.core.calls.Call`) and the operator's per-element report,
+made only when it is needed.
 
 Example (what the operator does for each element)::
 
-    caller = BatchCaller(embed_many, report=operator_report, timeout=30.0, retry=None,
-                         batch_size=64, batch_delay=0.01)
+    caller = BatchCaller(embed_many, report=operator_report, report_rows=operator_rows, timeout=30.0,
+                         retry=None, batch_size=64, batch_delay=0.01)
     caller.bind(loop, inflight=lambda: 1)
-    queue.add(call)
-    caller.start(call)      # joins the batch being filled
+    batch = caller.filling or caller.open_batch(loop.time())   # a new one enters the queue
+    batch.add(value, timestamp)
     ...
     caller.flush()          # end of input: start the last, partial batch now
 """
@@ -36,9 +45,18 @@ import asyncio
 import functools
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
+from .elements import Record, StreamElement
+from .result_future import ResultFuture
+
+_new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
+
+#: ``report_rows(batch, indices, results, single)``: a call of ``batch`` gave ``results`` for
+#: its elements at ``indices`` (None: all of them); ``single``: one output per element, else a list.
+ReportRows = Callable[["Batch", "list[int] | None", list[Any], bool], None]
 
 
 def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[int | None, float]:
@@ -62,66 +80,232 @@ class BatchError(ValueError):
     """A batch function broke its contract (e.g. returned the wrong number of results)."""
 
 
+class Batch(Call):
+    """One batch: a queue entry holding several elements (values and timestamps side by side).
+
+    ``outputs`` holds each element's outcome once known: one output per element when ``single``
+    (the whole batch answered by one call), else a list of outputs per element (None: pending).
+    The entry completes once it is closed (no element joins any more) and every element has an
+    outcome.
+    """
+
+    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped")
+
+    def __init__(self, started: float):
+        super().__init__(None, started)
+        self.values: list[Any] = []
+        self.stamps: list[Any] = []
+        self.left = 0  # elements without an outcome
+        self.outputs: list[Any] | None = None
+        self.single = False
+        self.closed = False
+        self.tasks: list[asyncio.Task[Any]] = []  # its calls running (more than one after a split)
+        self.rows: dict[int, BatchRow] | None = None  # per-element handles, made when needed
+        self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
+
+    # ------------------------------------------------------------------ filling
+    def add(self, value: Any, timestamp: Any) -> int:
+        """Add an element; returns its index in the batch."""
+        self.values.append(value)
+        self.stamps.append(timestamp)
+        self.left += 1
+        return len(self.values) - 1
+
+    def row(self, index: int) -> BatchRow:
+        """The handle of element ``index`` (made on first use)."""
+        rows = self.rows
+        if rows is None:
+            rows = self.rows = {}
+        handle = rows.get(index)
+        if handle is None:
+            handle = rows[index] = BatchRow(self, index)
+        return handle
+
+    def skip(self, index: int) -> None:
+        """Element ``index`` gets its outcome without this batch's call."""
+        if self.skipped is None:
+            self.skipped = set()
+        self.skipped.add(index)
+
+    def to_call(self) -> list[int] | None:
+        """Indices of the elements the batch's call is for (None: all of them)."""
+        if self.skipped is None:
+            return None
+        return [i for i in range(len(self.values)) if i not in self.skipped]
+
+    def close(self) -> None:
+        self.closed = True
+        self._complete_if_settled()
+
+    # ------------------------------------------------------------------ outcomes
+    def set_outputs(self, indices: list[int] | None, results: list[Any], single: bool) -> None:
+        """Outcomes of the elements at ``indices`` (None: all): one output each when ``single``,
+        else a list of outputs each."""
+        if indices is None and self.outputs is None:
+            self.outputs, self.single = results, single
+            self.left -= len(results)
+        else:
+            outputs = self._per_element()
+            if indices is None:
+                indices = list(range(len(self.values)))
+            for i, result in zip(indices, results):
+                outputs[i] = [result] if single else result
+            self.left -= len(results)
+        self._complete_if_settled()
+
+    def row_done(self, index: int, results: list[Any]) -> None:
+        self._per_element()[index] = results
+        self.left -= 1
+        self._complete_if_settled()
+
+    def _per_element(self) -> list[Any]:
+        outputs = self.outputs
+        if outputs is None:
+            outputs = self.outputs = []
+        if len(outputs) < len(self.values):  # elements joined since (it is still being filled)
+            outputs.extend([None] * (len(self.values) - len(outputs)))
+        return outputs
+
+    def _complete_if_settled(self) -> None:
+        if self.closed and self.left == 0 and not self._done:
+            ResultFuture.complete(self, [])
+
+    # ------------------------------------------------------------------ the queue's view
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        """Elements held: what the batch counts against capacity."""
+        return len(self.values)
+
+    def inputs(self) -> list[StreamElement]:
+        return [_new(Record, (v, ts)) for v, ts in zip(self.values, self.stamps)]
+
+    def emitted(self) -> list[StreamElement]:
+        out: list[StreamElement] = []
+        self.emit_to(out.append)
+        return out
+
+    def emit_to(self, output: Callable[[StreamElement], object]) -> None:
+        """Every element's outputs, in element order, each with its element's timestamp."""
+        if self.single:
+            for result, ts in zip(self.outputs, self.stamps):  # type: ignore[arg-type]
+                output(_new(Record, (result, ts)))
+            return
+        for results, ts in zip(self.outputs or (), self.stamps):
+            for result in results:
+                output(_new(Record, (result, ts)))
+
+    def running_tasks(self) -> list[asyncio.Task[Any]]:
+        tasks = list(self.tasks)
+        for row in (self.rows or {}).values():
+            tasks += row.running_tasks()
+        return tasks
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "filling" if not self.closed else "running"
+        return f"<Batch {state} of {len(self.values)}>"
+
+
+class BatchRow(Call):
+    """One element of a :class:`Batch`, as a call of its own for the per-element paths (its
+    error, its timeout, its identity). Completing it settles that element in the batch."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: Batch, index: int):
+        super().__init__(_new(Record, (batch.values[index], batch.stamps[index])), batch.started)
+        self.batch = batch
+        self.index = index
+
+    def complete(self, results: Any) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.batch.row_done(self.index, results if type(results) is list else list(results))
+
+
 class BatchCaller(Caller):
     """Makes the calls of one operator in batches (see the module docstring).
 
     ``function`` is an ``async def f(values: list) -> list`` (one result per value: the output of
     that value) or an :class:`~aiospark.core.AsyncFunction` whose ``async_invoke(values)`` returns
-    one list of outputs per value. The other arguments are :class:`~aiospark.core.calls.Caller`'s.
+    one list of outputs per value. ``report_rows`` takes the results of a whole call; the other
+    arguments are :class:`~aiospark.core.calls.Caller`'s.
     """
 
-    def __init__(self, function: Any, *, batch_size: int, batch_delay: float, **kwargs: Any):
+    def __init__(self, function: Any, *, batch_size: int, batch_delay: float, report_rows: ReportRows,
+                 **kwargs: Any):
         super().__init__(function, **kwargs)
         self.takes_list = True  # a batch's result is a list, whatever the kind of function
         self.batch_size = batch_size
         self.batch_delay = batch_delay
+        self._report_rows = report_rows
         self.batches = 0
-        self._filling: list[Call] = []
+        #: the batch elements join (already in the queue), None until the next element comes
+        self.filling: Batch | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ the batch being filled
-    def start(self, call: Call) -> None:
-        """``call`` joins the batch being filled, which starts once it is full."""
-        filling = self._filling
-        filling.append(call)
-        if len(filling) >= self.batch_size:
-            self.flush()
-        elif self._timer is None:
-            self._timer = self._loop.call_later(self.batch_delay, self.flush)  # type: ignore[union-attr]
+    def open_batch(self, now: float) -> Batch:
+        """A new batch to fill, entering the queue at ``now``; it starts at the latest
+        ``batch_delay`` seconds from now."""
+        batch = self.filling = Batch(now)
+        self._timer = self._loop.call_later(self.batch_delay, self.flush)  # type: ignore[union-attr]
+        return batch
 
     def flush(self) -> None:
-        """Start the batch being filled now (its delay passed, it is full, or input ended)."""
+        """Start the batch being filled now (it is full, its delay passed, a watermark came or
+        input ended)."""
+        batch = self._take_filling()
+        if batch is None or self.stopped:
+            return
+        indices = batch.to_call()
+        if indices is None or indices:
+            self._run(batch, indices)
+
+    def _take_filling(self) -> Batch | None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batch, self._filling = self._filling, []
-        if batch and not self.stopped:
-            self._run(batch)
+        batch, self.filling = self.filling, None
+        if batch is not None:
+            batch.close()
+        return batch
 
     def time_out(self, call: Call) -> None:
-        """``call``'s deadline passed: if its batch runs, the batch is cancelled (every element of
-        it times out once it has unwound); if it still waits in the batch being filled, it leaves
-        that batch and times out alone."""
-        if call.task is None and call in self._filling:
-            self._filling.remove(call)
-            call.timed_out = True
-            self.metrics.timeouts += 1
-            self.on_timeout(call)
+        """The batch's deadline passed: cancel its calls (every element still waiting times out
+        once they have unwound); a batch still being filled is closed and its elements time out
+        without a call."""
+        batch: Batch = call  # type: ignore[assignment]  # the operator's entries are batches
+        if batch.timed_out:
             return
-        super().time_out(call)
+        batch.timed_out = True
+        if self.adaptive is not None:
+            self.adaptive.on_overload(self.timeout)
+        if batch is self.filling:
+            self._take_filling()
+            self._time_out_rows(batch, batch.to_call())
+            return
+        for task in list(batch.tasks):
+            task.cancel()
 
-    # ------------------------------------------------------------------ one batch's call
-    def _run(self, batch: list[Call]) -> None:
+    def _time_out_rows(self, batch: Batch, indices: list[int] | None) -> None:
+        for i in _each(batch, indices):
+            row = batch.row(i)
+            row.timed_out = True
+            self.metrics.timeouts += 1
+            self.on_timeout(row)
+
+    # ------------------------------------------------------------------ one call of a batch
+    def _run(self, batch: Batch, indices: list[int] | None) -> None:
         self.batches += 1
-        # the batch's deadline is its oldest row's: the one its timeout acts on
-        deadline = min(call.started for call in batch) + self.timeout if self.timeout else None
-        task = self._create_task(self._attempts([call.element[0] for call in batch], deadline))
-        for call in batch:
-            call.task = task
+        values = batch.values if indices is None else [batch.values[i] for i in indices]
+        deadline = batch.started + self.timeout if self.timeout else None
+        task = self._create_task(self._attempts(values, deadline))
+        batch.tasks.append(task)
         if task.done():
-            self._batch_finished(batch, task)
+            self._run_over(batch, indices, task)
         else:
-            task.add_done_callback(functools.partial(self._batch_finished, batch))
+            task.add_done_callback(functools.partial(self._run_over, batch, indices))
 
     def cost_of(self, values: list[Any]) -> float:
         """A batch is charged the sum of its elements' costs."""
@@ -131,58 +315,68 @@ class BatchCaller(Caller):
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _batch_finished(self, batch: list[Call], task: asyncio.Task[Any]) -> None:
-        if self.stopped:
+    def _run_over(self, batch: Batch, indices: list[int] | None, task: asyncio.Task[Any]) -> None:
+        batch.tasks.remove(task)
+        if self.stopped or batch.timed_out:
             if not task.cancelled():
-                task.exception()
-            return
-        if any(call.timed_out for call in batch):
-            if not task.cancelled():
-                task.exception()  # it ended anyway: the deadline decides
-            for call in batch:
-                if not call.timed_out:  # its own deadline is near: the batch's oldest decides
-                    call.timed_out = True
-                    self.metrics.timeouts += 1
-                self.on_timeout(call)
+                task.exception()  # abandoned, or it ended anyway: the deadline decides
+            if not self.stopped:
+                self._time_out_rows(batch, indices)
             return
         if task.cancelled():
-            self._report_all(batch, asyncio.CancelledError("the batch call was cancelled"), CALL)
+            self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
             return
         exc = task.exception()
         if exc is None:
-            self._distribute(batch, task.result())
+            self._distribute(batch, indices, task.result())
         elif type(exc) is _PredicateError:
-            self._report_all(batch, exc.cause, exc.what)
-        elif isinstance(exc, (_NotAList, BatchError)) or len(batch) == 1:
-            self._report_all(batch, exc, CALL)
+            self._report_each(batch, indices, exc.cause, exc.what)
+        elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1:
+            self._report_each(batch, indices, exc, CALL)
         else:  # split: a bad element ends alone, its neighbours get their results
-            half = len(batch) // 2
-            self._run(batch[:half])
-            self._run(batch[half:])
+            every = list(_each(batch, indices))
+            half = len(every) // 2
+            self._run(batch, every[:half])
+            self._run(batch, every[half:])
 
-    def _distribute(self, batch: list[Call], results: list[Any]) -> None:
-        if len(results) != len(batch):
-            error = BatchError(f"batch function {_describe(self.function)} returned {len(results)} results "
-                               f"for a batch of {len(batch)} inputs: return exactly one per input, in order")
-            self._report_all(batch, error, CALL)
+    def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
+        count = len(batch.values) if indices is None else len(indices)
+        if len(results) != count:
+            self._report_each(batch, indices, BatchError(
+                f"batch function {_describe(self.function)} returned {len(results)} results for a batch of "
+                f"{count} inputs: return exactly one per input, in order"), CALL)
             return
-        report = self._report
-        if not self.returns_list:
-            for call, result in zip(batch, results):
-                report(call, [result], None, "")
-            return
-        for call, outputs in zip(batch, results):  # an AsyncFunction: a list of outputs per input
+        lists = self.returns_list
+        if lists and not all(type(outputs) is list for outputs in results):
+            self._distribute_lists(batch, indices, results)
+        elif batch.rows is None:  # nothing per element: the whole call in one report
+            self._report_rows(batch, indices, results, not lists)
+        else:
+            report = self._report
+            for i, result in zip(_each(batch, indices), results):
+                report(batch.row(i), result if lists else [result], None, "")
+
+    def _distribute_lists(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
+        """An AsyncFunction's per-element lists, one of which (at least) is not a list."""
+        for i, outputs in zip(_each(batch, indices), results):
             if isinstance(outputs, (list, tuple)):
-                report(call, list(outputs), None, "")
+                self._report(batch.row(i), list(outputs), None, "")
             else:
-                report(call, None, BatchError(
+                self._report(batch.row(i), None, BatchError(
                     f"{type(self.function).__name__}.async_invoke must return one list of outputs per "
                     f"input, got {type(outputs).__name__} for this input"), CALL)
 
-    def _report_all(self, batch: list[Call], error: BaseException, what: str) -> None:
-        for call in batch:
-            self._report(call, None, error, what)
+    def _report_each(self, batch: Batch, indices: list[int] | None, error: BaseException, what: str) -> None:
+        for i in _each(batch, indices):
+            self._report(batch.row(i), None, error, what)
+
+
+def _each(batch: Batch, indices: list[int] | None) -> range | list[int]:
+    return range(len(batch.values)) if indices is None else indices
 
 
 def _describe(function: Any) -> str:
     return repr(getattr(function, "__qualname__", None) or type(function).__name__)
+
+
+__all__ = ["Batch", "BatchCaller", "BatchError", "BatchRow", "ReportRows", "check_batching"]

@@ -96,6 +96,11 @@ class Call(ResultFuture):
         """The input value of this element."""
         return self.element[0]
 
+    def running_tasks(self) -> list[asyncio.Task[Any]]:
+        """Its tasks not done yet (what closing the operator cancels)."""
+        task = self.task
+        return [] if task is None or task.done() else [task]
+
     def __repr__(self) -> str:
         state = "done" if self._done else "timed out" if self.timed_out else "running"
         return f"<Call {state} {self.element!r}>"

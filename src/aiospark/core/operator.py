@@ -5,9 +5,10 @@ life, top-down:
 
 1. ``process_element`` waits while the queue is full (backpressure), then (``try_process``) the
    element enters the queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
-   attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` the call
-   is that of the element's batch (:mod:`aiospark.core.batches`); with ``key`` it waits until
-   the element before it with an equal key is over (:mod:`aiospark.core.key_order`).
+   attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` it joins
+   the batch being filled, one queue entry whose call starts once it is full
+   (:mod:`aiospark.core.batches`); with ``key`` it waits until the element before it with an
+   equal key is over (:mod:`aiospark.core.key_order`).
 2. When the call is over, the caller reports it (:meth:`AsyncWaitOperator._call_over`): its
    results complete the queue entry, or its error fails the operator (or becomes error rows with
    ``on_error``).
@@ -41,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
-from .batches import BatchCaller, check_batching
+from .batches import Batch, BatchCaller, check_batching
 from .calls import PREDICATES, TIMEOUT_RESULTS, Call, Caller
 from .deadlines import Deadlines
 from .durable import BudgetExhausted, BudgetGate, Identify, TaskJournal, recorded_outcome
@@ -126,8 +127,14 @@ class AsyncWaitOperator:
         self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
         calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
                       "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget}
-        self._caller = Caller(function, **calls) if self.batch_size is None else \
-            BatchCaller(function, batch_size=self.batch_size, batch_delay=self.batch_delay, **calls)
+        #: the batch caller, with batch_size (it also keeps the batch being filled)
+        self._batches: BatchCaller | None = None
+        if self.batch_size is not None:
+            self._caller: Caller = BatchCaller(function, batch_size=self.batch_size, batch_delay=self.batch_delay,
+                                               report_rows=self._rows_over, **calls)
+            self._batches = self._caller
+        else:
+            self._caller = Caller(function, **calls)
         self._deadlines: Deadlines | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: AsyncFunctionError | None = None
@@ -139,6 +146,8 @@ class AsyncWaitOperator:
         self._room_listener: Callable[[], None] | None = None
         #: elements whose call is not over yet
         self.inflight = 0
+        #: elements (and watermarks) held: in flight, or completed and not emitted yet
+        self._held = 0
 
     @property
     def metrics(self) -> OperatorMetrics:
@@ -209,15 +218,19 @@ class AsyncWaitOperator:
         """
         if self._failure is not None or self._closed or self._loop is None:
             self._check()
-        if len(self._queue) >= self.capacity or (self.adaptive is not None and self.inflight >= self.adaptive.limit):
+        if self._held >= self.capacity or (self.adaptive is not None and self.inflight >= self.adaptive.limit):
             return False  # the room test of _has_room, inlined: once per element
-        # the element enters the queue, then its call starts
-        call = Call(_new_record(Record, (value, timestamp)), self._loop.time())  # type: ignore[union-attr]
-        self._queue.add(call)
+        self._held += 1
         self.inflight = inflight = self.inflight + 1
         metrics = self._caller.metrics
         if inflight > metrics.inflight_peak:
             metrics.inflight_peak = inflight
+        if self._batches is not None:
+            self._join_batch(value, timestamp)
+            return True
+        # the element enters the queue, then its call starts
+        call = Call(_new_record(Record, (value, timestamp)), self._loop.time())  # type: ignore[union-attr]
+        self._queue.add(call)
         if self._deadlines is not None:
             self._deadlines.started(call)
         if self._identify is not None and self._identified(call):
@@ -230,9 +243,12 @@ class AsyncWaitOperator:
     async def process_watermark(self, timestamp: Any) -> None:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
-        while len(self._queue) >= self.capacity:
+        while self._held >= self.capacity:
             await self._wait_for_space()
+        if self._batches is not None:
+            self._batches.flush()  # the elements before the watermark are not batched with those after it
         self._queue.try_put(Watermark(timestamp))
+        self._held += 1
         self._emit_completed()
 
     async def wait_for_space(self) -> None:
@@ -267,9 +283,30 @@ class AsyncWaitOperator:
 
     def __len__(self) -> int:
         """Elements currently held by the queue."""
-        return len(self._queue)
+        return self._held
 
     # ------------------------------------------------------------------ an element's call
+    def _join_batch(self, value: Any, timestamp: Any) -> None:
+        """The element joins the batch being filled (a new one enters the queue if there is none)."""
+        batches = self._batches
+        batch = batches.filling  # type: ignore[union-attr]
+        if batch is None:
+            batch = batches.open_batch(self._loop.time())  # type: ignore[union-attr]
+            self._queue.add(batch)
+            if self._deadlines is not None:
+                self._deadlines.started(batch)
+        index = batch.add(value, timestamp)
+        if self._identify is not None and self._identified(batch.row(index)):
+            batch.skip(index)  # recorded, or it shares the call of an equal element
+        if len(batch.values) >= self.batch_size:  # type: ignore[operator]
+            batches.flush()  # type: ignore[union-attr]
+
+    def _rows_over(self, batch: Batch, indices: list[int] | None, results: list[Any], single: bool) -> None:
+        """The batch caller's report of a whole call's results (nothing per element to do)."""
+        self.inflight -= len(results)
+        if self._failure is None and not self._closed:
+            batch.set_outputs(indices, results, single)  # -> the queue -> _emit_completed
+
     def _identified(self, call: Call) -> bool:
         """Give ``call`` its identity; True when it needs no call of its own: it completed from
         the journal, or it waits for the call of an equal element in flight."""
@@ -378,8 +415,7 @@ class AsyncWaitOperator:
         self._caller.stopped = True
         if self._deadlines is not None:
             self._deadlines.stop()
-        running = [call.task for call in self._running_calls()
-                   if call.task is not None and not call.task.done()]
+        running = [task for call in self._running_calls() for task in call.running_tasks()]
         for task in running:
             task.cancel()
         return running
@@ -400,7 +436,7 @@ class AsyncWaitOperator:
             return
         self._emitting = True
         try:
-            self._queue.emit_completed(self._output)
+            self._held -= self._queue.emit_completed(self._output)
         except BaseException as exc:
             self.fail("(the element being emitted)", exc, "the output callable")
         finally:
@@ -408,7 +444,7 @@ class AsyncWaitOperator:
         self._room_may_have_appeared()
 
     def _has_room(self) -> bool:
-        return len(self._queue) < self.capacity and (self.adaptive is None or self.inflight < self.adaptive.limit)
+        return self._held < self.capacity and (self.adaptive is None or self.inflight < self.adaptive.limit)
 
     def _room_may_have_appeared(self) -> None:
         waiter = self._space_waiter

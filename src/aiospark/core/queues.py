@@ -81,7 +81,8 @@ class OrderedQueue:
         return entries.popleft().emitted()
 
     def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
-        """Pop every emittable entry, passing what each emits to ``output``; returns how many.
+        """Pop every emittable entry, passing what each emits to ``output``; returns how many
+        input elements they held (an entry may hold a batch of them: ``entry.size``).
 
         Same as looping on ``pop_completed()``, in one call (the operator's hot path).
         """
@@ -89,13 +90,13 @@ class OrderedQueue:
         count = 0
         while entries and entries[0]._done:
             entry = entries.popleft()
-            count += 1
+            count += entry.size
             entry.emit_to(output)
         return count
 
     def values(self) -> list[StreamElement]:
         """Input elements of every held entry, in insertion order (for snapshots)."""
-        return [entry.element for entry in self._entries]
+        return [element for entry in self._entries for element in entry.inputs()]
 
     def pending(self) -> Iterator[ResultFuture]:
         """Held record entries not completed yet, in insertion order (do not change the queue
@@ -199,7 +200,8 @@ class UnorderedQueue:
         return entry.emitted()
 
     def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
-        """Pop every emittable entry, passing what each emits to ``output``; returns how many."""
+        """Pop every emittable entry, passing what each emits to ``output``; returns how many
+        input elements they held (an entry may hold a batch of them: ``entry.size``)."""
         segments = self._segments
         count = 0
         while segments:
@@ -214,7 +216,7 @@ class UnorderedQueue:
             while completed:
                 entry = completed.popleft()
                 self._size -= 1
-                count += 1
+                count += entry.size
                 entry.emit_to(output)
             if head.incomplete or len(segments) == 1:
                 break
@@ -233,8 +235,8 @@ class UnorderedQueue:
             if segment.watermark is not None:
                 out.append(segment.watermark.element)
             else:
-                out.extend(entry.element for entry in segment.completed)
-                out.extend(entry.element for entry in segment.incomplete)
+                out.extend(element for entry in segment.completed for element in entry.inputs())
+                out.extend(element for entry in segment.incomplete for element in entry.inputs())
         return out
 
     def __len__(self) -> int:

@@ -26,6 +26,9 @@ class ResultFuture:
 
     __slots__ = ("element", "_results", "_exception", "_done", "_listener", "_segment")
 
+    #: elements this entry holds (what it counts against the operator's capacity)
+    size = 1
+
     def __init__(self, element: StreamElement, listener: Callable[[ResultFuture], None] | None = None):
         self.element = element
         self._results: list[Any] | None = None
@@ -74,6 +77,10 @@ class ResultFuture:
             return [_new(Record, (results[0], element[1]))]  # type: ignore[misc]
         ts = element.timestamp
         return [_new(Record, (r, ts)) for r in results]
+
+    def inputs(self) -> list[StreamElement]:
+        """The input elements this entry holds (for snapshots)."""
+        return [self.element]
 
     def emit_to(self, output: Callable[[StreamElement], object]) -> None:
         """Pass what :meth:`emitted` returns to ``output``, in order: the queues' emit path (one
