@@ -296,7 +296,8 @@ class AsyncWaitOperator:
             if self._deadlines is not None:
                 self._deadlines.started(batch)
         index = batch.add(value, timestamp)
-        if self._identify is not None and self._identified(batch.row(index)):
+        # identities matter to a journal only: a batch call has no idempotency key of one element
+        if self._journal is not None and self._identified(batch.row(index)):
             batch.skip(index)  # recorded, or it shares the call of an equal element
         if len(batch.values) >= self.batch_size:  # type: ignore[operator]
             batches.flush()  # type: ignore[union-attr]
