@@ -12,7 +12,7 @@ life, top-down:
 2. When the call is over, the caller reports it (:meth:`AsyncWaitOperator._call_over`): its
    results complete the queue entry, or its error fails the operator (or becomes error rows with
    ``on_error``).
-   With a journal (:mod:`aiospark.core.durable`), an element whose outcome is recorded completes
+   With a journal (:mod:`aiospark.core.identities`), an element whose outcome is recorded completes
    from the record instead, and one whose identity equals an element's in flight shares its call.
 3. A completed entry makes the queue call :meth:`AsyncWaitOperator._emit_completed`, the one emit
    path: everything the ordering policy allows is passed to ``output``, and the room this frees
@@ -43,12 +43,13 @@ from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import Batch, BatchCaller, check_batching
-from .calls import PREDICATES, TIMEOUT_RESULTS, Call, Caller
+from .calls import PREDICATES, Call, Caller
 from .deadlines import Deadlines
-from .durable import BudgetExhausted, BudgetGate, Identify, TaskJournal, recorded_outcome
+from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
+from .identities import Identities
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics, bind_usage
 from .queues import OrderedQueue, UnorderedQueue
@@ -64,9 +65,6 @@ _new_record = tuple.__new__
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
-#: ``what`` of an outcome that came from the journal, or from the call of an equal element
-RECORDED = "recorded outcome"
-SHARED = "shared call"
 
 
 class AsyncWaitOperator:
@@ -116,10 +114,8 @@ class AsyncWaitOperator:
             raise TypeError(f"identify must be a callable value -> str, got {type(identify).__name__}")
         if journal is not None and identify is None:
             raise ValueError("a journal needs identify=: the identity its outcomes are recorded under")
-        self._identify = identify
         self._journal = journal
-        #: identity -> the elements waiting for the call of the first one in flight (journal only)
-        self._sharing: dict[str, list[Call]] | None = {} if journal is not None else None
+        self._identities = None if identify is None else Identities(identify, journal, self._call_over, self.fail)
         self._output = output
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
@@ -166,7 +162,7 @@ class AsyncWaitOperator:
         self._caller.bind(loop, lambda: self.inflight)
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
         if self.timeout is not None:
-            expired = self._caller.time_out if self._sharing is None else self._expired
+            expired = self._caller.time_out if self._journal is None else self._expired
             self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
@@ -233,7 +229,7 @@ class AsyncWaitOperator:
         self._queue.add(call)
         if self._deadlines is not None:
             self._deadlines.started(call)
-        if self._identify is not None and self._identified(call):
+        if self._identities is not None and self._identities.admit(call):
             return True  # its outcome is recorded, or an equal element's call will be its own
         if self._turns is not None and not self._take_turn(call):
             return True  # it waits behind the call under way for its key
@@ -297,7 +293,7 @@ class AsyncWaitOperator:
                 self._deadlines.started(batch)
         index = batch.add(value, timestamp)
         # identities matter to a journal only: a batch call has no idempotency key of one element
-        if self._journal is not None and self._identified(batch.row(index)):
+        if self._journal is not None and self._identities.admit(batch.row(index)):  # type: ignore[union-attr]
             batch.skip(index)  # recorded, or it shares the call of an equal element
         if len(batch.values) >= self.batch_size:  # type: ignore[operator]
             batches.flush()  # type: ignore[union-attr]
@@ -308,32 +304,10 @@ class AsyncWaitOperator:
         if self._failure is None and not self._closed:
             batch.set_outputs(indices, results, single)  # -> the queue -> _emit_completed
 
-    def _identified(self, call: Call) -> bool:
-        """Give ``call`` its identity; True when it needs no call of its own: it completed from
-        the journal, or it waits for the call of an equal element in flight."""
-        try:
-            identity = call.identity = self._identify(call.element[0])  # type: ignore[misc]
-            if self._journal is None:
-                return False
-            recorded = self._journal.recorded(identity)
-        except Exception as exc:  # identify() or the journal's read raised: this element's error
-            self._call_over(call, None, exc, "row identity" if call.identity is None else "journal")
-            return True
-        if recorded is not None:
-            results, error = recorded_outcome(recorded)
-            self._call_over(call, results, error, RECORDED)
-            return True
-        sharing = self._sharing.get(identity)  # type: ignore[union-attr]
-        if sharing is not None:
-            sharing.append(call)
-            return True
-        self._sharing[identity] = []  # type: ignore[index]
-        return False
-
     def _expired(self, call: Call) -> None:
         """A deadline passed (journal mode): an element sharing another's call gets that call's
         outcome, which has a deadline no later than its own (it entered the queue first)."""
-        if call.task is None and call.identity is not None and call in self._sharing.get(call.identity, ()):  # type: ignore[union-attr]
+        if self._identities.waits(call):  # type: ignore[union-attr]
             call.timed_out = True  # not expired again; completed with the call it shares
             return
         self._caller.time_out(call)
@@ -362,8 +336,8 @@ class AsyncWaitOperator:
         self.inflight -= 1
         if self._failure is not None or self._closed:
             return
-        if self._sharing is not None and what not in (RECORDED, SHARED) and call.identity is not None:
-            self._settle_identity(call, results, error, what)
+        if self._journal is not None and self._identities.settles(call, what):  # type: ignore[union-attr]
+            self._identities.settle(call, results, error, what)  # type: ignore[union-attr]
         if error is not None:
             self._caller.metrics.failures += 1
             if self._on_error is None or what in PREDICATES:
@@ -381,22 +355,6 @@ class AsyncWaitOperator:
         call.complete(results)  # type: ignore[arg-type]  # -> the queue -> _emit_completed
         if self._turns is not None:  # after complete(): equal keys complete in input order
             self._next_turn(call)
-
-    def _settle_identity(self, call: Call, results: list[Any] | None, error: BaseException | None,
-                         what: str) -> None:
-        """Journal mode: record the outcome of ``call``'s own call (not a timeout handler's results,
-        not a budget refusal: neither is what the service answered), then hand it to the elements
-        that shared the call."""
-        identity, journal, sharing = call.identity, self._journal, self._sharing
-        assert identity is not None and journal is not None and sharing is not None  # journal mode
-        if what != TIMEOUT_RESULTS and not isinstance(error, (BudgetExhausted, asyncio.CancelledError)):
-            try:
-                journal.record(identity, results, error)
-            except Exception as exc:
-                self.fail(call.value, exc, "journal")
-                return
-        for other in sharing.pop(identity, ()):
-            self._call_over(other, results, error, SHARED)
 
     def fail(self, value: Any, exc: BaseException, what: str = "async call") -> None:
         """Fail the operator: nothing more is emitted, calls still running are cancelled."""
