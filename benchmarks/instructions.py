@@ -12,7 +12,8 @@ the difference in elements is what one element costs (start-up and imports cance
   60 s) on ``asyncio.run``'s loop, fed with ``try_process`` / ``wait_for_space``;
 * ``spark runner``: the function ``unordered_wait`` gives ``mapInArrow``, over in-memory Arrow batches
   of one LONG column (Arrow in, the worker loop's thread and the bridge, Arrow out), no JVM, on the
-  worker's default loop (``AIOSPARK_LOOP``).
+  worker's default loop (``AIOSPARK_LOOP``);
+* ``batched runner``: the same with ``batch_size=256``, capacity 1024 and a no-op batch function.
 
 The gen-0 GC threshold is 50,000 in every workload, as the Spark worker sets it while partitions run
 (``aiospark.runtime.gc_policy``). ``--src`` puts another checkout's ``src`` first on ``sys.path``
@@ -29,11 +30,15 @@ import subprocess
 import sys
 
 WORKLOADS = {"bare": (2_000, 22_000), "unordered": (2_000, 22_000), "ordered": (2_000, 22_000),
-             "spark runner": (10_000, 50_000)}
+             "spark runner": (10_000, 50_000), "batched runner": (20_000, 220_000)}
 
 
 async def _noop(x: object) -> object:
     return x
+
+
+async def _noop_batch(xs: list) -> list:
+    return xs
 
 
 async def _bare(n: int) -> None:
@@ -78,16 +83,17 @@ async def _operator(n: int, ordered: bool) -> None:
     assert len(out) == n
 
 
-def _spark_runner(n: int) -> None:
+def _spark_runner(n: int, batch_size: int | None = None) -> None:
     import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
     from aiospark.spark.options import CallOptions
     from aiospark.spark.wait import _PartitionRunner
 
-    options = CallOptions.create(_noop, ordered=False, timeout=60.0, capacity=100, retry=None, rate_limit=None,
-                                 metrics=None, name="unordered_wait", batch_size=None, batch_delay=0.01,
-                                 order_key=None, budget=None)
+    function, capacity = (_noop, 100) if batch_size is None else (_noop_batch, 4 * batch_size)
+    options = CallOptions.create(function, ordered=False, timeout=60.0, capacity=capacity, retry=None,
+                                 rate_limit=None, metrics=None, name="unordered_wait", batch_size=batch_size,
+                                 batch_delay=0.01, order_key=None, budget=None)
     schema = StructType([StructField("id", LongType(), True)])
     runner = _PartitionRunner(options, schema, "fail", "_error", "_input", 10_000, "instructions")
     batches = [pa.record_batch([pa.array(range(s, min(n, s + 10_000)), pa.int64())], names=["id"])
@@ -101,6 +107,8 @@ def child(workload: str, n: int) -> None:
         asyncio.run(_bare(n))
     elif workload in ("unordered", "ordered"):
         asyncio.run(_operator(n, workload == "ordered"))
+    elif workload == "batched runner":
+        _spark_runner(n, batch_size=256)
     else:
         _spark_runner(n)
 
@@ -121,6 +129,8 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="the interpreter to count")
     parser.add_argument("--src", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                       "src"), help="the aiospark source tree to count")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated subset of: {', '.join(WORKLOADS)}")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -132,7 +142,12 @@ def main() -> None:
     print(f"python {version}, src {args.src}, AIOSPARK_LOOP={os.environ.get('AIOSPARK_LOOP', 'auto')}\n")
     print("| workload | instructions per element |")
     print("|---|---:|")
-    for workload, (small, large) in WORKLOADS.items():
+    chosen = [w.strip() for w in args.workloads.split(",")]
+    unknown = sorted(set(chosen) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}: choose from {', '.join(WORKLOADS)}")
+    for workload in chosen:
+        small, large = WORKLOADS[workload]
         per = (count(args.python, args.src, workload, large) - count(args.python, args.src, workload, small)) \
             / (large - small)
         print(f"| {workload} | {per:,.0f} |")

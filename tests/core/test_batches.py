@@ -380,3 +380,66 @@ def test_a_batch_whose_elements_are_all_recorded_makes_no_call():
     out = run(run_operator(fn, range(6), ordered=True, capacity=6, batch_size=3, identify=lambda v: f"k{v}",
                            journal=journal))
     assert out.values() == list(range(6)) and fn.batches == []
+
+
+# ---------------------------------------------------------------- bulk admission
+@pytest.mark.parametrize("batch_size", [None, 1, 4, 7])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_try_process_many_takes_what_try_process_would_and_no_more(batch_size, ordered):
+    async def one(v):
+        await asyncio.sleep(0.001 * (v % 3))
+        return v * 10
+
+    async def many(values):
+        await asyncio.sleep(0.001 * (len(values) % 3))
+        return [v * 10 for v in values]
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(one if batch_size is None else many, out, ordered=ordered, capacity=10,
+                               batch_size=batch_size, batch_delay=0.005)
+        await op.open()
+        values, pos, takes = list(range(103)), 0, []
+        while pos < len(values):
+            taken = op.try_process_many(values, pos)
+            takes.append(taken)
+            assert len(op) <= 10 and op.metrics.inflight_peak <= 10
+            pos += taken
+            if pos < len(values):
+                await op.wait_for_space()
+        await op.finish()
+        await op.close()
+        return out.values(), takes
+
+    values, takes = run(main())
+    expected = [v * 10 for v in range(103)]
+    assert (values if ordered else sorted(values)) == expected
+    assert takes[0] == 10 and sum(takes) == 103  # the first call fills the capacity, no more
+
+
+def test_try_process_many_on_a_failed_operator_raises_its_failure():
+    fn = Recorder(bad={3})
+
+    async def main():
+        op = AsyncWaitOperator(fn, Collector(), capacity=8, batch_size=4)
+        await op.open()
+        try:
+            op.try_process_many(list(range(8)))
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+            with pytest.raises(AsyncFunctionError) as info:
+                op.try_process_many([8, 9])
+            return info.value
+        finally:
+            await safe_close(op)
+
+    assert "3" in str(run(main()))
+
+
+def test_try_process_many_before_open_says_so():
+    async def fn(values):
+        return values
+
+    op = AsyncWaitOperator(fn, Collector(), capacity=8, batch_size=4)
+    with pytest.raises(RuntimeError, match="open"):
+        op.try_process_many([1, 2])

@@ -45,7 +45,7 @@ import asyncio
 import functools
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
@@ -110,6 +110,12 @@ class Batch(Call):
         self.stamps.append(timestamp)
         self.left += 1
         return len(self.values) - 1
+
+    def extend(self, values: Sequence[Any]) -> None:
+        """Add elements without timestamps."""
+        self.values.extend(values)
+        self.stamps += [None] * len(values)
+        self.left += len(values)
 
     def row(self, index: int) -> BatchRow:
         """The handle of element ``index`` (made on first use)."""

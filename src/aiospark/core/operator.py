@@ -38,7 +38,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
@@ -236,6 +236,48 @@ class AsyncWaitOperator:
         self._caller.start(call)
         return True
 
+    def try_process_many(self, values: Sequence[Any], start: int = 0) -> int:
+        """Start the calls for ``values[start:]`` (no timestamps) while there is room; returns
+        how many were taken (0 when there is no room).
+
+        The same as calling :meth:`try_process` for each value until it returns ``False``; with
+        ``batch_size`` (and no journal or adaptive capacity) the values join batches a slice at a
+        time instead of one by one. For drivers holding input in memory::
+
+            pos = 0
+            while pos < len(values):
+                pos += op.try_process_many(values, pos)
+                if pos < len(values):
+                    await op.wait_for_space()
+        """
+        end = len(values)
+        batches = self._batches
+        if batches is None or self._journal is not None or self.adaptive is not None:
+            taken, try_process = start, self.try_process
+            while taken < end and try_process(values[taken]):
+                taken += 1
+            return taken - start
+        size, metrics, first = self.batch_size, self._caller.metrics, start
+        while start < end:
+            if self._failure is not None or self._closed or self._loop is None:
+                self._check()  # raises (a batch started below may have failed the operator)
+            room = self.capacity - self._held
+            if room <= 0:
+                break
+            batch = batches.filling
+            if batch is None:
+                batch = self._open_batch()
+            count = min(room, size - len(batch.values), end - start)  # type: ignore[operator]
+            batch.extend(values[start:start + count])
+            start += count
+            self._held += count
+            self.inflight += count
+            if self.inflight > metrics.inflight_peak:
+                metrics.inflight_peak = self.inflight
+            if len(batch.values) >= size:  # type: ignore[operator]
+                batches.flush()
+        return start - first
+
     async def process_watermark(self, timestamp: Any) -> None:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
@@ -285,18 +327,21 @@ class AsyncWaitOperator:
     def _join_batch(self, value: Any, timestamp: Any) -> None:
         """The element joins the batch being filled (a new one enters the queue if there is none)."""
         batches = self._batches
-        batch = batches.filling  # type: ignore[union-attr]
-        if batch is None:
-            batch = batches.open_batch(self._loop.time())  # type: ignore[union-attr]
-            self._queue.add(batch)
-            if self._deadlines is not None:
-                self._deadlines.started(batch)
+        batch = batches.filling or self._open_batch()  # type: ignore[union-attr]
         index = batch.add(value, timestamp)
         # identities matter to a journal only: a batch call has no idempotency key of one element
         if self._journal is not None and self._identities.admit(batch.row(index)):  # type: ignore[union-attr]
             batch.skip(index)  # recorded, or it shares the call of an equal element
         if len(batch.values) >= self.batch_size:  # type: ignore[operator]
             batches.flush()  # type: ignore[union-attr]
+
+    def _open_batch(self) -> Batch:
+        """A new batch to fill enters the queue (its deadline counts from now)."""
+        batch = self._batches.open_batch(self._loop.time())  # type: ignore[union-attr]
+        self._queue.add(batch)
+        if self._deadlines is not None:
+            self._deadlines.started(batch)
+        return batch
 
     def _rows_over(self, batch: Batch, indices: list[int] | None, results: list[Any], single: bool) -> None:
         """The batch caller's report of a whole call's results (nothing per element to do)."""

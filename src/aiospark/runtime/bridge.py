@@ -108,7 +108,7 @@ class _Pump:
         self._feeding = True
         chunk, pos = self._chunk, self._pos
         try:
-            try_process = operator.try_process
+            try_process_many = operator.try_process_many
             while True:
                 if pos == len(chunk):
                     if not self._chunks:
@@ -116,10 +116,11 @@ class _Pump:
                     chunk, pos = self._chunks.popleft(), 0
                     self._queued -= len(chunk)
                     self._request_more()
-                elif try_process(chunk[pos]):
-                    pos += 1
-                else:
+                    continue
+                taken = try_process_many(chunk, pos)
+                if not taken:
                     break
+                pos += taken
         except BaseException as exc:  # the operator failed meanwhile: run() raises it
             self._error = exc
         finally:
