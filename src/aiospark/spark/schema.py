@@ -76,6 +76,9 @@ def _has_map(data_type: pa.DataType) -> bool:
     return any(_has_map(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
+_DICT_ONLY = {dict}
+
+
 class RowConverter:
     """Python rows (dict / tuple / Row) -> one Arrow RecordBatch of ``schema``, in bulk, losing nothing.
 
@@ -102,7 +105,7 @@ class RowConverter:
     def to_batch(self, rows: list[Any]) -> pa.RecordBatch:
         if not rows:
             return pa.RecordBatch.from_pylist([], schema=self.arrow_schema)
-        if not all(type(r) is dict for r in rows):
+        if set(map(type, rows)) != _DICT_ONLY:  # one C-level pass: half a generator's cost
             rows = [self._as_dict(r) for r in rows]
         else:
             # every row's keys, in one C-level pass (a per-row Python test cost 3x as much)
