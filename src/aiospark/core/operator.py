@@ -66,7 +66,6 @@ _new_record = tuple.__new__
 CLOSE_GRACE_SECONDS = 5.0
 
 
-
 class AsyncWaitOperator:
     """Runs ``function`` for every element with at most ``capacity`` elements held at once.
 
