@@ -443,3 +443,16 @@ def test_try_process_many_before_open_says_so():
     op = AsyncWaitOperator(fn, Collector(), capacity=8, batch_size=4)
     with pytest.raises(RuntimeError, match="open"):
         op.try_process_many([1, 2])
+
+
+def test_a_batch_call_cancelled_by_its_own_code_is_an_error_for_each_element_not_a_split():
+    calls = []
+
+    async def gives_up(values):
+        calls.append(list(values))
+        raise asyncio.CancelledError  # the user's code cancels its own call (not a timeout)
+
+    out = run(run_operator(gives_up, range(6), ordered=True, capacity=6, batch_size=3,
+                           on_error=lambda v, e: [f"error {v}: {type(e).__name__}"]))
+    assert out.values() == [f"error {v}: CancelledError" for v in range(6)]
+    assert calls == [[0, 1, 2], [3, 4, 5]]  # never split: a cancellation is no element's fault
