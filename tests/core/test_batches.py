@@ -456,3 +456,28 @@ def test_a_batch_call_cancelled_by_its_own_code_is_an_error_for_each_element_not
                            on_error=lambda v, e: [f"error {v}: {type(e).__name__}"]))
     assert out.values() == [f"error {v}: CancelledError" for v in range(6)]
     assert calls == [[0, 1, 2], [3, 4, 5]]  # never split: a cancellation is no element's fault
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_elements_with_several_outputs_or_none_keep_their_timestamps_in_element_order(ordered):
+    """After a split the batch's outcomes are per element: a bad element's ``on_error`` gives two
+    rows, another none; every output leaves with its own element's timestamp, in element order."""
+    async def fn(values):
+        if 3 in values or 5 in values:
+            raise ValueError("bad")
+        return [v * 10 for v in values]
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, ordered=ordered, capacity=8, batch_size=8, batch_delay=30.0,
+                               on_error=lambda v, e: [] if v == 5 else [f"a{v}", f"b{v}"])
+        await op.open()
+        for v in range(8):
+            await op.process_element(v, timestamp=100 + v)
+        await op.finish()
+        await op.close()
+        return out
+
+    out = run(main())
+    expected = [(0, 100), (10, 101), (20, 102), ("a3", 103), ("b3", 103), (40, 104), (60, 106), (70, 107)]
+    assert [(e.value, e.timestamp) for e in out] == expected

@@ -45,7 +45,9 @@ import asyncio
 import functools
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 from .calls import CALL, Call, Caller, _NotAList, _PredicateError
@@ -53,6 +55,12 @@ from .elements import Record, StreamElement
 from .result_future import ResultFuture
 
 _new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
+
+
+def _drain(iterator: Iterable[Any]) -> None:
+    """Run ``iterator`` to its end in C, keeping nothing."""
+    deque(iterator, maxlen=0)
+
 
 #: ``report_rows(batch, indices, results, single)``: a call of ``batch`` gave ``results`` for
 #: its elements at ``indices`` (None: all of them); ``single``: one output per element, else a list.
@@ -193,12 +201,12 @@ class Batch(Call):
     def emit_to(self, output: Callable[[StreamElement], object]) -> None:
         """Every element's outputs, in element order, each with its element's timestamp."""
         if self.single:
-            for result, ts in zip(self.outputs, self.stamps):  # type: ignore[arg-type]
-                output(_new(Record, (result, ts)))
-            return
-        for results, ts in zip(self.outputs or (), self.stamps):
-            for result in results:
-                output(_new(Record, (result, ts)))
+            pairs: Iterable[tuple[Any, Any]] = zip(self.outputs, self.stamps)  # type: ignore[arg-type]
+        else:  # (output, its element's timestamp) for every output of every element
+            pairs = chain.from_iterable(map(zip, self.outputs or (), map(repeat, self.stamps)))
+        # the loop over the batch runs in C (map, drained by a zero-length deque): per element it
+        # is only the Record and the output call, which a Python loop costs twice over
+        _drain(map(output, map(_new, repeat(Record), pairs)))
 
     def running_tasks(self) -> list[asyncio.Task[Any]]:
         tasks = list(self.tasks)
