@@ -250,3 +250,28 @@ def test_nested_values_that_do_not_fit_through_spark(spark):
     with pytest.raises(Exception) as info:
         df.select(halves("id")).collect()
     assert "OutputSchemaError" in str(info.value) and "value[]" in str(info.value)
+
+
+def test_rows_converted_column_by_column_keep_from_pylists_meaning():
+    """A key a row lacks is NULL; an unknown key is an error even when it stands in for a missing
+    one (same number of keys); rows of mixed kinds (dict, tuple, Row) convert alike."""
+    schema = StructType([StructField("a", IntegerType()), StructField("b", StringType())])
+    converter = RowConverter(schema, "fn")
+    assert converter.to_batch([{"a": 1}, {"b": "x"}, {}, {"a": 4, "b": "y"}]).to_pylist() == [
+        {"a": 1, "b": None}, {"a": None, "b": "x"}, {"a": None, "b": None}, {"a": 4, "b": "y"}]
+    with pytest.raises(aiospark.OutputSchemaError, match=r"\['c'\]"):
+        converter.to_batch([{"a": 1, "b": "x"}, {"a": 2, "c": "typo"}])
+    from pyspark.sql import Row
+    assert converter.to_batch([{"a": 1, "b": "x"}, (2, "y"), Row(a=3, b="z")]).to_pylist() == [
+        {"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "z"}]
+
+
+def test_values_whose_equality_raises_are_never_compared():
+    """NumPy arrays (whose ``==`` is elementwise and whose truth raises) in a NOT NULL array
+    column: the checks look at values by identity and type only, so Arrow converts them."""
+    numpy = pytest.importorskip("numpy")
+    schema = StructType([StructField("xs", ArrayType(IntegerType()), nullable=False)])
+    rows = [{"xs": numpy.array([1, 2])}, {"xs": numpy.array([3])}]
+    assert RowConverter(schema, "fn").to_batch(rows).to_pylist() == [{"xs": [1, 2]}, {"xs": [3]}]
+    with pytest.raises(aiospark.OutputSchemaError, match="NOT NULL"):
+        RowConverter(schema, "fn").to_batch(rows + [{}])

@@ -12,7 +12,7 @@ values) and STRUCT columns are checked the same way (:func:`plan_of`), and named
 Example::
 
     checks = ExactChecks(StructType.fromDDL("n INT NOT NULL"))
-    checks.problem([{"n": 1.5}])    # ("n", 1.5, "1.5 is not a whole number: ...")
+    checks.problem([[1.5]])    # ("n", 1.5, "1.5 is not a whole number: ...")
     column_problem([1, 2.5], kind_of(IntegerType()), "value", {})   # (2.5, "...")
     value_problem([[1, 2.5]], plan_of(ArrayType(IntegerType())), "xs", {})   # (2.5, "at xs[]: ...")
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from itertools import repeat
+from operator import is_
 from typing import Any
 
 from pyspark.sql.types import (
@@ -133,21 +134,21 @@ class ExactChecks:
     """
 
     def __init__(self, schema: StructType):
-        self.columns = [(f.name, p) for f in schema.fields if (p := plan_of(f.dataType)) is not None]
+        #: (index, name, plan) of every column with values to check
+        self.columns = [(i, f.name, p) for i, f in enumerate(schema.fields) if (p := plan_of(f.dataType)) is not None]
         self.not_null = [(i, f.name) for i, f in enumerate(schema.fields) if not f.nullable]
         self.aware: dict[str, bool] = {}
 
-    def problem(self, rows: list[dict[str, Any]]) -> Problem | None:
-        """The first value of ``rows`` (dicts) that does not fit its column exactly, or None."""
-        for name, plan in self.columns:
-            # a column's values in one C-level pass (dict.get of every row): 40 % less than a comprehension on 3.11
-            why = value_problem(list(map(dict.get, rows, repeat(name))), plan, name, self.aware)
+    def problem(self, columns: list[list[Any]]) -> Problem | None:
+        """The first value of ``columns`` (every column's values, in schema order) that does not
+        fit its column exactly, or None."""
+        for index, name, plan in self.columns:
+            why = value_problem(columns[index], plan, name, self.aware)
             if why is not None:
                 return (name, *why)
-        for _, name in self.not_null:
-            for r in rows:
-                if r.get(name) is None:
-                    return name, None, "the column is NOT NULL: return a value, or declare it nullable"
+        for index, name in self.not_null:
+            if any(map(is_, columns[index], repeat(None))):  # by identity: a value's __eq__ may raise
+                return name, None, "the column is NOT NULL: return a value, or declare it nullable"
         return None
 
     def nulls_in(self, batch: Any) -> bool:
@@ -160,6 +161,8 @@ def column_problem(values: list[Any], kind: str | None, name: str,
     """The first of ``values`` (of a column of ``kind``, see :func:`kind_of`) that does not fit
     exactly, with why; ``aware_seen`` remembers per column whether its datetimes are aware."""
     if kind == "int":
+        if float not in set(map(type, values)):  # the usual case, in one C-level pass
+            return None
         for v in values:
             if type(v) is float and not v.is_integer():
                 return v, f"{v!r} is not a whole number: round it (or declare a DOUBLE column)"

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
+from operator import is_
 from typing import Any
 
 import pyarrow as pa
@@ -77,6 +78,7 @@ def _has_map(data_type: pa.DataType) -> bool:
 
 
 _DICT_ONLY = {dict}
+_MISSING = object()  # what dict.get gives for a key a row lacks
 
 
 class RowConverter:
@@ -107,19 +109,41 @@ class RowConverter:
             return pa.RecordBatch.from_pylist([], schema=self.arrow_schema)
         if set(map(type, rows)) != _DICT_ONLY:  # one C-level pass: half a generator's cost
             rows = [self._as_dict(r) for r in rows]
-        else:
-            # every row's keys, in one C-level pass (a per-row Python test cost 3x as much)
-            if not self._name_set.issuperset(chain.from_iterable(rows)):
-                self._unknown_keys(set(chain.from_iterable(rows)) - self._name_set)
+        columns = self._columns(rows)
         if self.exact.columns:
-            self._check_exact(rows)
+            self._check_exact(columns)
         try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=self.arrow_schema)
+            # what RecordBatch.from_pylist does, on the columns already taken out for the checks
+            batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, self.arrow_schema)],
+                                               schema=self.arrow_schema)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            raise self._blame(rows, exc) from None
+            raise self._blame(columns, exc) from None
         if self.exact.not_null and self.exact.nulls_in(batch):
-            self._check_exact(rows)
+            self._check_exact(columns)
         return batch
+
+    def _columns(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
+        """Each column's values, in schema order (a key a row lacks is NULL, as in Arrow's
+        ``from_pylist``); an :class:`OutputSchemaError` when a row has a key that is no column.
+
+        One C-level pass per column, compared by identity only (a value's own ``__eq__`` is never
+        called: a NumPy array's would raise). A row has a key that is no column exactly when the rows
+        hold more keys than the columns found in them.
+        """
+        columns = []
+        found = 0
+        for name in self.names:
+            column = list(map(dict.get, rows, repeat(name), repeat(_MISSING)))
+            if any(map(is_, column, repeat(_MISSING))):
+                missing = list(map(is_, column, repeat(_MISSING))).count(True)
+                column = [None if v is _MISSING else v for v in column]
+                found += len(column) - missing
+            else:
+                found += len(column)
+            columns.append(column)
+        if sum(map(len, rows)) != found:
+            self._unknown_keys(set(chain.from_iterable(rows)) - self._name_set)
+        return columns
 
     def problem(self, row: Any) -> str | None:
         """Why one output row does not fit the schema (the error text), or None when it fits.
@@ -137,8 +161,8 @@ class RowConverter:
         :class:`OutputSchemaError` when it is none of those or has keys that are not columns."""
         return self._as_dict(row)
 
-    def _check_exact(self, rows: list[dict[str, Any]]) -> None:
-        found = self.exact.problem(rows)
+    def _check_exact(self, columns: list[list[Any]]) -> None:
+        found = self.exact.problem(columns)
         if found is not None:
             column, value, why = found
             raise OutputSchemaError(f"{self.what} returned {_short(value)} for output column {column!r} "
@@ -166,9 +190,8 @@ class RowConverter:
         raise OutputSchemaError(f"{self.what} returned keys {sorted(map(str, extra))} that are not columns of "
                                 f"the schema {self.names}: fix the key names or add the columns")
 
-    def _blame(self, rows: list[dict[str, Any]], exc: BaseException) -> OutputSchemaError:
-        for field, arrow_field in zip(self.schema.fields, self.arrow_schema):
-            column = [r.get(field.name) for r in rows]
+    def _blame(self, columns: list[list[Any]], exc: BaseException) -> OutputSchemaError:
+        for field, arrow_field, column in zip(self.schema.fields, self.arrow_schema, columns):
             try:
                 pa.array(column, type=arrow_field.type)
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
