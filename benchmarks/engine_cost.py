@@ -109,13 +109,17 @@ def adjacent(reference, measured) -> dict[str, float]:
     return {"value": rate / ((before + after) / 2), "rate": rate, "before": before, "after": after}
 
 
-def measure(loop: str, quick: bool, log=lambda msg: None) -> dict:
+def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | None = None) -> dict:
     """All workloads in one Spark session on the workers' ``loop``: {key: {"value": ..., ...}}, plus
-    "worker_loop" (the loop module the workers really ran) and "transport" (what HttpLookup's auto chose)."""
+    "worker_loop" (the loop module the workers really ran) and "transport" (what HttpLookup's auto chose).
+    ``batched_rows`` overrides the rows of the batched jobs (the reference's per-job overhead weighs
+    less in longer jobs)."""
     import aiospark
     from aiospark.connectors.http.transports import resolve_transport
 
     n = sizes(quick)
+    if batched_rows is not None:
+        n["batched"] = batched_rows
     os.environ["AIOSPARK_LOOP"] = loop
     spark = aiospark.local_session("local[2]", conf={"spark.executorEnv.AIOSPARK_LOOP": loop,
                                                      "spark.sql.execution.arrow.maxRecordsPerBatch": 10000})
@@ -242,10 +246,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Spark workers' event loop (AIOSPARK_LOOP); bare references use asyncio.run")
     parser.add_argument("--quick", action="store_true", help="smaller row counts (a smoke run)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    parser.add_argument("--batched-rows", type=int, metavar="N",
+                        help="rows of each batched and mapInArrow job (default 4,000,000)")
     args = parser.parse_args(argv)
+    if args.batched_rows is not None and args.batched_rows < 100_000:
+        parser.error("--batched-rows must be at least 100000 (two tasks of whole Arrow batches)")
     command = "python benchmarks/engine_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     before = uptime()
-    r = measure(args.loop, args.quick, log=lambda msg: print(f"[{args.loop}] {msg}", file=sys.stderr, flush=True))
+    r = measure(args.loop, args.quick, log=lambda msg: print(f"[{args.loop}] {msg}", file=sys.stderr, flush=True),
+                batched_rows=args.batched_rows)
     load = (before, uptime())
     r["uptime"] = load
     print_table(r, command, load)

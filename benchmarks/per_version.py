@@ -44,12 +44,14 @@ def child_env(python: str, loop: str) -> dict[str, str]:
                 AIOSPARK_LOOP=loop)
 
 
-def run_engine_cost(python: str, loop: str, quick: bool, timeout: float, retry_after: float = 60.0) -> dict:
+def run_engine_cost(python: str, loop: str, quick: bool, timeout: float, retry_after: float = 60.0,
+                    batched_rows: int | None = None) -> dict:
     """``engine_cost.py --loop loop`` on ``python``: its figures (see ``engine_cost.measure``) plus
     "seconds" (the child's wall time) and "table" (what it printed). Raises RuntimeError after two failures."""
     fd, out = tempfile.mkstemp(prefix="aiospark-engine-cost-", suffix=".json")
     os.close(fd)
-    cmd = [python, os.path.join(HERE, "engine_cost.py"), "--loop", loop, "--json", out, *(["--quick"] if quick else [])]
+    cmd = [python, os.path.join(HERE, "engine_cost.py"), "--loop", loop, "--json", out, *(["--quick"] if quick else []),
+           *(["--batched-rows", str(batched_rows)] if batched_rows else [])]
     try:
         for attempt in (1, 2):
             t0 = time.perf_counter()
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller row counts (a smoke run)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one child may take")
     parser.add_argument("--tables", action="store_true", help="also print every child's own table")
+    parser.add_argument("--batched-rows", type=int, metavar="N", help="engine_cost.py's --batched-rows")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             for loop in loops:
                 print(f"round {rnd}/{args.rounds}: {label} on {loop} ...", file=sys.stderr, flush=True)
                 try:
-                    r = run_engine_cost(path, loop, args.quick, args.timeout)
+                    r = run_engine_cost(path, loop, args.quick, args.timeout, batched_rows=args.batched_rows)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     print(f"  {e}", file=sys.stderr, flush=True)
                     r = None
