@@ -112,8 +112,7 @@ def adjacent(reference, measured) -> dict[str, float]:
 def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | None = None) -> dict:
     """All workloads in one Spark session on the workers' ``loop``: {key: {"value": ..., ...}}, plus
     "worker_loop" (the loop module the workers really ran) and "transport" (what HttpLookup's auto chose).
-    ``batched_rows`` overrides the rows of the batched jobs (the reference's per-job overhead weighs
-    less in longer jobs)."""
+    ``batched_rows`` overrides the rows of the batched job and of its ``mapInArrow`` reference."""
     import aiospark
     from aiospark.connectors.http.transports import resolve_transport
 
