@@ -275,3 +275,13 @@ def test_values_whose_equality_raises_are_never_compared():
     assert RowConverter(schema, "fn").to_batch(rows).to_pylist() == [{"xs": [1, 2]}, {"xs": [3]}]
     with pytest.raises(aiospark.OutputSchemaError, match="NOT NULL"):
         RowConverter(schema, "fn").to_batch(rows + [{}])
+
+
+def test_a_column_name_given_twice_takes_the_rows_value_in_both_columns():
+    """A repeated column name is not an unknown key: both columns get the row's value, as Arrow's
+    ``from_pylist`` gives them."""
+    schema = StructType([StructField("a", IntegerType()), StructField("a", IntegerType())])
+    batch = RowConverter(schema, "fn").to_batch([{"a": 1}, {}])
+    assert [c.to_pylist() for c in batch.columns] == [[1, None], [1, None]]
+    with pytest.raises(aiospark.OutputSchemaError, match=r"\['b'\]"):
+        RowConverter(schema, "fn").to_batch([{"a": 1}, {"b": 2}])

@@ -81,6 +81,19 @@ _DICT_ONLY = {dict}
 _MISSING = object()  # what dict.get gives for a key a row lacks
 
 
+def _column(rows: list[dict[str, Any]], name: str) -> tuple[list[Any], int]:
+    """``name``'s value in every row (None where a row lacks it) and how many rows have it.
+
+    One C-level pass, compared by identity only (a value's own ``__eq__`` is never called: a NumPy
+    array's would raise); counting the missing ones is a second pass, made only when there are any.
+    """
+    column = list(map(dict.get, rows, repeat(name), repeat(_MISSING)))
+    if not any(map(is_, column, repeat(_MISSING))):
+        return column, len(column)
+    missing = list(map(is_, column, repeat(_MISSING))).count(True)
+    return [None if v is _MISSING else v for v in column], len(column) - missing
+
+
 class RowConverter:
     """Python rows (dict / tuple / Row) -> one Arrow RecordBatch of ``schema``, in bulk, losing nothing.
 
@@ -124,26 +137,12 @@ class RowConverter:
 
     def _columns(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
         """Each column's values, in schema order (a key a row lacks is NULL, as in Arrow's
-        ``from_pylist``); an :class:`OutputSchemaError` when a row has a key that is no column.
-
-        One C-level pass per column, compared by identity only (a value's own ``__eq__`` is never
-        called: a NumPy array's would raise). A row has a key that is no column exactly when the rows
-        hold more keys than the columns found in them.
-        """
-        columns = []
-        found = 0
-        for name in self.names:
-            column = list(map(dict.get, rows, repeat(name), repeat(_MISSING)))
-            if any(map(is_, column, repeat(_MISSING))):
-                missing = list(map(is_, column, repeat(_MISSING))).count(True)
-                column = [None if v is _MISSING else v for v in column]
-                found += len(column) - missing
-            else:
-                found += len(column)
-            columns.append(column)
-        if sum(map(len, rows)) != found:
+        ``from_pylist``); an :class:`OutputSchemaError` when a row has a key that is no column:
+        exactly when the rows hold more keys than the distinct columns found in them."""
+        taken = {name: _column(rows, name) for name in dict.fromkeys(self.names)}  # a repeated name once
+        if sum(map(len, rows)) != sum(found for _, found in taken.values()):
             self._unknown_keys(set(chain.from_iterable(rows)) - self._name_set)
-        return columns
+        return [taken[name][0] for name in self.names]
 
     def problem(self, row: Any) -> str | None:
         """Why one output row does not fit the schema (the error text), or None when it fits.
