@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.batched_rows is not None and args.batched_rows < 100_000:
+        parser.error("--batched-rows must be at least 100000 (engine_cost.py refuses fewer)")
     loops = [lp.strip() for lp in args.loops.split(",") if lp.strip()]
     if not loops or set(loops) - {*LOOPS, "auto"}:
         parser.error(f"--loops takes a comma-separated list of {', '.join((*LOOPS, 'auto'))}, got {args.loops!r}")
