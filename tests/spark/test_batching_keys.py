@@ -34,6 +34,15 @@ async def too_few(rows):
     return [{"id": r["id"], "doubled": 0, "batch": 0} for r in rows[1:]]
 
 
+async def double_arrow(batch):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    await asyncio.sleep(0.002)
+    ids = batch.column("id")
+    return pa.record_batch({"id": ids, "doubled": pc.multiply(ids, 2), "batch": pa.array([len(ids)] * len(ids))})
+
+
 async def upper_batch(names, ids):
     await asyncio.sleep(0.002)
     return [f"{n.upper()}-{i}" for n, i in zip(names, ids)]
@@ -207,5 +216,12 @@ def test_streaming_batches_and_key_order(spark, tmp_path):
     batched = aiospark.ordered_wait(stream.selectExpr("CAST(seq AS LONG) AS id"), double_batch,
                                     "id LONG, doubled LONG, batch INT", capacity=64, batch_size=16)
     rows = _run_stream(spark, batched, tmp_path / "batched", "aiospark_batches")
+    assert sorted(r.id for r in rows) == list(range(600))
+    assert all(r.doubled == 2 * r.id for r in rows) and max(r.batch for r in rows) == 16
+
+    columnar = aiospark.unordered_wait(stream.selectExpr("CAST(seq AS LONG) AS id"), double_arrow,
+                                       "id LONG, doubled LONG, batch INT", capacity=64, batch_size=16,
+                                       batch_format="pyarrow")
+    rows = _run_stream(spark, columnar, tmp_path / "columnar", "aiospark_columnar")
     assert sorted(r.id for r in rows) == list(range(600))
     assert all(r.doubled == 2 * r.id for r in rows) and max(r.batch for r in rows) == 16

@@ -64,10 +64,12 @@ class LeaseGate:
     """A task's budget gate (see the module docstring). Used on one event loop."""
 
     def __init__(self, source: LeaseSource, cost: Callable[[Any], Any] | None = None,
-                 batched: bool = False):
+                 batched: bool = False, count: Callable[[Any], int] | None = None):
         self.source = source
         self._cost = cost
         self._batched = batched
+        #: the rows of a batch call whose value is not a list (a columnar batch; only without ``cost``)
+        self._count = count
         self._lease = 0.0
         self.used = 0.0          # units of the attempts let through
         self.refused = 0         # attempts refused (budget spent)
@@ -99,6 +101,8 @@ class LeaseGate:
         """Units of one attempt for ``value`` (a batch: the sum over its rows; no cost: 1 a row)."""
         if self._batched and isinstance(value, list):
             return float(len(value)) if self._cost is None else sum(self._one_cost(v) for v in value)
+        if self._count is not None and self._cost is None:
+            return float(self._count(value))
         return 1.0 if self._cost is None else self._one_cost(value)
 
     def _one_cost(self, value: Any) -> float:

@@ -38,12 +38,12 @@ class BudgetTicket:
         where = self._redis[3] if self._redis else self.address
         return f"<aiospark budget {self.name!r} limit={self.limit:g} at {where}>"
 
-    def gate(self, task: str, batched: bool = False) -> LeaseGate:
-        """A new gate for one task attempt (its own lease)."""
+    def gate(self, task: str, batched: bool = False, count: Callable[[Any], int] | None = None) -> LeaseGate:
+        """A new gate for one task attempt (its own lease); ``count``: see :class:`LeaseGate`."""
         if self._redis is not None:
             url, password, username, key, where = self._redis
             source: Any = RedisLeases(url, password, username, key=key, limit=self.limit, where=where)
         else:
             source = HttpLeases(self.address or "", self.budget_id, self._secret,
                                 f"{task}/{uuid.uuid4().hex[:8]}")
-        return LeaseGate(source, self.cost, batched)
+        return LeaseGate(source, self.cost, batched, count)

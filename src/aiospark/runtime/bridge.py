@@ -194,7 +194,8 @@ Report = Callable[[AsyncWaitOperator, int, bool], None]
 
 def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, capacity: int,
                   out_rows: int = 10_000, loop: WorkerLoop | None = None,
-                  report: Report | None = None) -> Iterator[list[Any]]:
+                  report: Report | None = None, post_rows: int = POST_ROWS,
+                  count: Callable[[list[Any]], int] = len) -> Iterator[list[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator that
     ``await make_operator(output)`` builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
@@ -202,11 +203,13 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
     The generator returns only once every input has been emitted (``finish()``); closing it early
     (a failed or cancelled task) cancels the calls still in flight. ``report(operator, rows_out,
     final)`` is called on the feeder thread whenever output arrives, and once more at the end
-    (``final=True``, also after a failure).
+    (``final=True``, also after a failure), with the rows output so far: ``count(values)`` of
+    every output list (an output value may stand for several rows). The loop posts output to this
+    thread once ``max(post_rows, out_rows)`` values are pending (or after FLUSH_SECONDS).
     """
     wl = loop or worker_loop()
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    pump = _Pump(make_operator, capacity, inbox, wl, max(POST_ROWS, out_rows))
+    pump = _Pump(make_operator, capacity, inbox, wl, max(post_rows, out_rows))
     source = iter(chunks)
     future = wl.submit(pump.run())
     finished = False
@@ -217,7 +220,7 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
             kind, payload = inbox.get()
             if kind == OUT:
                 buffered += payload
-                rows += len(payload)
+                rows += count(payload)
                 if report is not None and pump.operator is not None:
                     report(pump.operator, rows, False)
                 if len(buffered) >= out_rows:

@@ -174,13 +174,14 @@ def check_budget(budget: Any) -> Budget | None:
     return budget
 
 
-def task_gate(ticket: Any, batched: bool) -> Any:
-    """This task's budget gate (None without a budget); close it with :func:`close_gate`."""
+def task_gate(ticket: Any, batched: bool, count: Any = None) -> Any:
+    """This task's budget gate (None without a budget); close it with :func:`close_gate`.
+    ``count(value)``: the rows of a call whose value is a columnar batch."""
     if ticket is None:
         return None
     from .metrics import task_name
 
-    return ticket.gate(task_name(), batched)
+    return ticket.gate(task_name(), batched, count)
 
 
 def close_gate(wl: Any, gate: Any) -> None:

@@ -72,6 +72,18 @@ def _tag_one(value: Any, result: Any) -> Any:
     return None if result is None else Output(_Call(value, 1), 0, result)  # None: no row
 
 
+def untagged_retry(options: Any, untag: Callable[[list[Any]], list[Any]]) -> Any:
+    """``options`` (CallOptions) with a retry strategy whose result predicate sees ``untag(results)``:
+    the function's own outputs, not the tags an entry point put on them."""
+    retry = options.retry
+    if retry is None or retry.result_predicate is None:
+        return options
+    predicate = retry.result_predicate
+    untagged = copy.copy(retry)
+    untagged.result_predicate = lambda results: predicate(untag(results))
+    return dataclasses.replace(options, retry=untagged)
+
+
 class OutputChecks:
     """The error-row checks of one task: tags outputs at the call, settles them chunk by chunk.
 
@@ -109,13 +121,7 @@ class OutputChecks:
     @staticmethod
     def options(options: Any) -> Any:
         """``options`` with a retry strategy whose result predicate sees the untagged rows."""
-        retry = options.retry
-        if retry is None or retry.result_predicate is None:
-            return options
-        predicate = retry.result_predicate
-        untagged = copy.copy(retry)
-        untagged.result_predicate = lambda results: predicate(_untag(results))
-        return dataclasses.replace(options, retry=untagged)
+        return untagged_retry(options, _untag)
 
     # ------------------------------------------------------------------ at the task's output
     def settle(self, values: list[Any]) -> list[Any]:

@@ -13,6 +13,7 @@ from ..core.ratelimit import RateLimit
 from ..core.settings import check_capacity, check_retry, check_timeout
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
+from .arrow_lane import PYARROW, ROWS, check_batch_format
 from .budget import check_budget
 from .metrics import Metrics
 
@@ -53,12 +54,15 @@ class CallOptions:
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: an aiospark.Budget (a BudgetTicket once pickled to a worker): see aiospark.spark.budget
     budget: Any = None
+    #: what a batch call gets: "rows" (a list of dicts) or "pyarrow" (see aiospark.spark.arrow_lane)
+    batch_format: str = ROWS
 
     @classmethod
     def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
                rate_limit: Any = None, metrics: Any = None, what: str = "function",
                name: str = "aiospark", batch_size: Any = None, batch_delay: Any = 0.01,
-               order_key: Callable[[Any], Any] | None = None, budget: Any = None) -> CallOptions:
+               order_key: Callable[[Any], Any] | None = None, budget: Any = None,
+               batch_format: Any = ROWS, journal: Any = None) -> CallOptions:
         check_async_function(function, what)
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
@@ -70,13 +74,19 @@ class CallOptions:
         if order_key is not None and batch_size is not None:
             raise ValueError(f"{name}: key= and batch_size= do not go together (calls of one key run one at a "
                              "time, a batch would run them at once); use one or the other")
+        rate_limit, budget = check_rate_limit(rate_limit), check_budget(budget)
+        batch_format = check_batch_format(batch_format, batch_size=batch_size, capacity=adaptive or queue_capacity,
+                                          rate_limit=rate_limit, budget=budget, journal=journal, name=name)
         return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
-                   check_retry(retry), check_rate_limit(rate_limit), check_metrics(metrics, name),
+                   check_retry(retry), rate_limit, check_metrics(metrics, name),
                    batch_size=batch_size, batch_delay=batch_delay, order_key=order_key,
-                   budget=check_budget(budget))
+                   budget=budget, batch_format=batch_format)
 
     @property
     def max_capacity(self) -> int:
+        """The most queue entries in flight per task: rows, or slices in the pyarrow lane."""
+        if self.batch_format == PYARROW:
+            return max(1, self.capacity // self.batch_size)
         return check_capacity(self.capacity)[0]
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[Any], None],
@@ -91,8 +101,11 @@ class CallOptions:
         rate_limit = self.rate_limit
         if callable(getattr(rate_limit, "acquire", None)) and callable(getattr(rate_limit, "open", None)):
             rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
+        # the pyarrow lane's slices are the operator's elements: it batches nothing itself
+        columnar = self.batch_format == PYARROW
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
-                                 timeout=self.timeout, capacity=self.capacity, retry=self.retry,
-                                 on_error=on_error, rate_limit=rate_limit, batch_size=self.batch_size,
+                                 timeout=self.timeout, capacity=self.max_capacity if columnar else self.capacity,
+                                 retry=self.retry, on_error=on_error, rate_limit=rate_limit,
+                                 batch_size=None if columnar else self.batch_size,
                                  batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False,
                                  budget=budget, identify=identify, journal=journal)

@@ -17,6 +17,7 @@ from ..core.durable import RecordedError
 from ..core.function import describe_function
 from ..journal import TaskView
 from ..runtime import run_partition, worker_loop
+from .arrow_lane import PYARROW, ROWS, run_lane
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks
 from .checked import _Call as _OutputsOf
@@ -71,6 +72,11 @@ class _PartitionRunner:
         self.durable: Durable | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if self.options.batch_format == PYARROW:
+            return run_lane(self, batches, self._error_dict if self.on_error == "row" else None, error_text)
+        return self._rows_lane(batches)
+
+    def _rows_lane(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         wl = worker_loop()
         converter = RowConverter(self.schema, self.what)
         options = self.options
@@ -120,11 +126,11 @@ class _PartitionRunner:
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
         if error_mode:
-            rows = [self._error_dict(r) if type(r) is ErrorRow else r for r in rows]
+            rows = [self._error_dict(r.input, r.error) if type(r) is ErrorRow else r for r in rows]
         return rows
 
-    def _error_dict(self, row: ErrorRow) -> dict[str, Any]:
-        return {self.error_column: row.error, self.input_column: row.input}
+    def _error_dict(self, input: dict[str, Any], error: str) -> dict[str, Any]:
+        return {self.error_column: error, self.input_column: input}
 
 
 def _error_row(value: Any, exc: BaseException) -> list[Any]:
@@ -150,7 +156,8 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
           retry: RetryStrategy | None, on_error: str, error_column: str, input_column: str,
           output_batch_rows: int, rate_limit: Any = None, metrics: Metrics | None = None,
           name: str | None = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Budget | None = None, journal: Any = None, progress: Any = False) -> Any:
+          budget: Budget | None = None, journal: Any = None, progress: Any = False,
+          batch_format: str = ROWS) -> Any:
     name = name or ("ordered_wait" if ordered else "unordered_wait")
     progress_options = check_progress(progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
@@ -158,7 +165,8 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     order_key = row_key(df, key, name) if key is not None else None
     options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
                                  rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
-                                 batch_delay=batch_delay, order_key=order_key, budget=budget)
+                                 batch_delay=batch_delay, order_key=order_key, budget=budget,
+                                 batch_format=batch_format, journal=journal)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
@@ -199,7 +207,7 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
                  rate_limit: Any = None, metrics: Metrics | None = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
                  batch_delay: float = 0.01, budget: Budget | None = None, journal: Any = None,
-                 progress: Any = False) -> DataFrameT:
+                 progress: Any = False, batch_format: str = ROWS) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -222,6 +230,10 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
     order (an AsyncFunction: one list of rows per row). ``capacity`` still counts rows; timeout,
     retries and rate limit apply per batch; a batch that fails is split in halves until the row
     that fails is alone (its neighbours succeed).
+    ``batch_format="pyarrow"`` (with ``batch_size``) is the columnar lane: the function gets a
+    ``pyarrow.RecordBatch`` of up to ``batch_size`` input rows and returns a ``RecordBatch`` or
+    ``Table`` with one row per input row, in order; no Python object is made per row. A batch
+    succeeds or fails as a whole (see :mod:`aiospark.spark.arrow_lane`).
     ``budget`` (an :class:`aiospark.Budget`) caps the units of calls started in the whole job,
     retries included; once spent, the rows not started fail with ``BudgetExhausted`` (error rows
     with ``on_error="row"``).
@@ -242,7 +254,7 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
     """
     return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                 budget=budget, journal=journal, progress=progress)
+                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)
 
 
 def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
@@ -251,7 +263,8 @@ def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, t
                    rate_limit: Any = None, metrics: Metrics | None = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
                    batch_delay: float = 0.01, key: str | list[str] | None = None,
-                   budget: Budget | None = None, journal: Any = None, progress: Any = False) -> DataFrameT:
+                   budget: Budget | None = None, journal: Any = None, progress: Any = False,
+                   batch_format: str = ROWS) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
@@ -267,4 +280,4 @@ def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, t
     """
     return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
                  output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
-                 budget=budget, journal=journal, progress=progress)
+                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)

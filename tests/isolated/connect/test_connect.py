@@ -443,6 +443,23 @@ def test_batches_split_to_one_error_row(spark):
     assert sorted(r.id for r in out if r._error is None) == [i for i in range(300) if i != 77]
 
 
+async def squares_arrow(batch):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if 77 in batch.column("id").to_pylist():
+        raise ValueError("77 is refused")
+    return pa.record_batch({"id": batch.column("id"), "sq": pc.multiply(batch.column("id"), batch.column("id"))})
+
+
+def test_columnar_batches_fail_as_a_whole_into_error_rows(spark):
+    out = aiospark.ordered_wait(spark.range(0, 300, 1, 2), squares_arrow, "id LONG, sq LONG", capacity=64,
+                                batch_size=32, batch_format="pyarrow", on_error="row").collect()
+    # partition 0 holds 0..149: its slice of 32 rows holding 77 is 64..95
+    assert [r._input.id for r in out if r._error is not None] == list(range(64, 96))
+    assert [(r.id, r.sq) for r in out if r._error is None] == [(i, i * i) for i in range(300) if not 64 <= i < 96]
+
+
 def test_async_udf_batches_with_null_on_error(spark):
     rows = spark.range(0, 200, 1, 2).select("id", squares_udf("id").alias("sq")).collect()
     assert {r.id: r.sq for r in rows} == {i: (None if i == 77 else i * i) for i in range(200)}
