@@ -16,7 +16,8 @@ workers' loop set by ``AIOSPARK_LOOP`` (``spark.executorEnv.AIOSPARK_LOOP`` and 
   ``auto``) against nginx on 127.0.0.1, 1 task, capacity 100: rows / wall time of the action over bare
   asyncio + aiohttp in one process (``http_transport.run_bare``);
 * a batched no-op (``batch_size=256``, capacity 1024) over an identity ``mapInArrow`` of the same rows, 2 tasks, both
-  rows/s per task to the ``noop`` sink.
+  rows/s per task to the ``noop`` sink: in the rows lane (a list of dicts per call) and in the columnar lane
+  (``batch_format="pyarrow"``: a RecordBatch per call), each between two runs of the reference.
 
 Every ratio is taken against its reference measured adjacent in time: the reference runs right before
 and right after the Spark job (in this process, the JVM idle) and the job is divided by the mean of the
@@ -56,6 +57,7 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     "aiohttp": ("user's aiohttp GET (unordered_wait), nginx, capacity 100, 1 task", "x bare aiohttp"),
     "lookup": ("`lookup_join` + `HttpLookup`, nginx, capacity 100, 1 task", "x bare aiohttp"),
     "batched": (f"batched no-op (batch_size={BATCH}, capacity {BATCH_CAPACITY}), 2 tasks", "x identity mapInArrow"),
+    "batched_arrow": (f"same, `batch_format=\"pyarrow\"` (columnar lane)", "x identity mapInArrow"),
     "map_in_arrow": ("identity `mapInArrow`, 2 tasks (scale)", "rows/s per task"),
 }
 
@@ -65,7 +67,8 @@ def target(key: str, version: str) -> float | None:
     The no-op bound is given for 3.11 (75k) and 3.12 (160k); older take 3.11's, newer 3.12's."""
     if key == "noop":
         return 75_000.0 if tuple(map(int, version.split(".")[:2])) < (3, 12) else 160_000.0
-    return {"sleep_c1000": 0.92, "sleep_c100": 0.97, "aiohttp": 0.95, "lookup": 2.5, "batched": 0.40}.get(key)
+    return {"sleep_c1000": 0.92, "sleep_c100": 0.97, "aiohttp": 0.95, "lookup": 2.5, "batched": 0.40,
+            "batched_arrow": 0.40}.get(key)
 
 
 def sizes(quick: bool) -> dict[str, int]:
@@ -83,6 +86,10 @@ async def _noop(row):
 
 async def _noop_batch(rows):
     return rows
+
+
+async def _noop_arrow(batch):
+    return batch
 
 
 async def _loop_name(row):
@@ -134,12 +141,16 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
             return aiospark.unordered_wait(spark.range(0, rows, 1, 2), _noop_batch, "id LONG", batch_size=BATCH,
                                            capacity=BATCH_CAPACITY)
 
+        def columnar_df(rows):
+            return aiospark.unordered_wait(spark.range(0, rows, 1, 2), _noop_arrow, "id LONG", batch_size=BATCH,
+                                           capacity=BATCH_CAPACITY, batch_format="pyarrow")
+
         def arrow_df(rows):
             df = spark.range(0, rows, 1, 2)
             return df.mapInArrow(_identity, df.schema)
 
         log("warm-up")
-        for make in (noop_df, batched_df, arrow_df):
+        for make in (noop_df, batched_df, columnar_df, arrow_df):
             for _ in range(n["warmup_jobs"]):
                 _noop_sink(make(n["warmup"]))
 
@@ -187,12 +198,19 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
                 out[key]["rows"] = rows
                 reference.append(out[key]["after"])  # the next job's "before"
 
-        log("batched")
         rows = n["batched"]
-        out["batched"] = adjacent(lambda: rows / 2 / _noop_sink(arrow_df(rows)),
-                                  lambda: rows / 2 / _noop_sink(batched_df(rows)))
-        out["batched"]["rows"] = rows
-        out["map_in_arrow"] = {"value": (out["batched"]["before"] + out["batched"]["after"]) / 2, "rows": rows}
+        kept: list[float] = []  # reference, rows lane, reference, columnar lane, reference
+
+        def map_in_arrow() -> float:
+            return kept.pop() if kept else rows / 2 / _noop_sink(arrow_df(rows))
+
+        for key, make in (("batched", batched_df), ("batched_arrow", columnar_df)):
+            log(key)
+            out[key] = adjacent(map_in_arrow, lambda m=make: rows / 2 / _noop_sink(m(rows)))
+            out[key]["rows"] = rows
+            kept.append(out[key]["after"])  # the next job's "before"
+        references = [out["batched"]["before"], out["batched"]["after"], out["batched_arrow"]["after"]]
+        out["map_in_arrow"] = {"value": sum(references) / 3, "rows": rows}
     finally:
         spark.stop()
     return out
