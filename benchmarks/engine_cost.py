@@ -57,7 +57,7 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     "aiohttp": ("user's aiohttp GET (unordered_wait), nginx, capacity 100, 1 task", "x bare aiohttp"),
     "lookup": ("`lookup_join` + `HttpLookup`, nginx, capacity 100, 1 task", "x bare aiohttp"),
     "batched": (f"batched no-op (batch_size={BATCH}, capacity {BATCH_CAPACITY}), 2 tasks", "x identity mapInArrow"),
-    "batched_arrow": (f"same, `batch_format=\"pyarrow\"` (columnar lane)", "x identity mapInArrow"),
+    "batched_arrow": ("same, `batch_format=\"pyarrow\"` (columnar lane)", "x identity mapInArrow"),
     "map_in_arrow": ("identity `mapInArrow`, 2 tasks (scale)", "rows/s per task"),
 }
 
