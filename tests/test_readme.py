@@ -112,6 +112,7 @@ def check_beyond_flink(out: str, tmp: Path) -> None:
     keyed = re.search(r"\[Row\(account=3, seq=3\), Row\(account=3, seq=13\), Row\(account=3, seq=23\), "
                       r"Row\(account=3, seq=33\), Row\(account=3, seq=43\)\]", out)
     assert keyed, out
+    assert "[Row(sum(score)=49950.0)]" in out, out  # the columnar lane: every row, each id / 10
 
 
 def check_llm(out: str, tmp: Path) -> None:

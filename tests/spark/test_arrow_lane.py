@@ -121,7 +121,8 @@ def test_a_failed_slice_fails_the_task_naming_its_input(spark):
 def test_one_row_per_input_row_is_the_contract(spark):
     df = spark.range(0, 100, numPartitions=1)
     out = aiospark.ordered_wait(df, one_row_short, "id LONG", batch_size=10, batch_format="pyarrow")
-    with pytest.raises(Exception, match="returned 9 rows for a batch of 10 inputs"):
+    with pytest.raises(Exception, match=r"returned 9 rows for a batch of 10 inputs.*; for the batch of 10 input "
+                                        r"rows starting with \[\{'id': 0\}\]"):
         out.collect()
     rows = aiospark.ordered_wait(df, one_row_short, "id LONG", batch_size=10, batch_format="pyarrow",
                                  on_error="row").collect()
@@ -130,7 +131,8 @@ def test_one_row_per_input_row_is_the_contract(spark):
 
 def test_an_output_that_does_not_fit_fails_or_becomes_error_rows_of_its_slice(spark):
     df = spark.range(0, 200, numPartitions=1)
-    with pytest.raises(Exception, match=r"output column 'id' \(int64\), which does not fit exactly"):
+    with pytest.raises(Exception, match=r"output column 'id' \(int64\), which does not fit exactly.*starting with "
+                                        r"\[\{'id': 0\}\]"):
         aiospark.ordered_wait(df, bad_output_for_13, "id LONG", batch_size=20, batch_format="pyarrow").collect()
     rows = aiospark.ordered_wait(df, bad_output_for_13, "id LONG", batch_size=20, batch_format="pyarrow",
                                  on_error="row").collect()

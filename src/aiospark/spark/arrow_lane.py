@@ -32,7 +32,6 @@ Example::
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
@@ -41,10 +40,11 @@ import pyarrow as pa
 
 from ..core import AsyncFunction
 from ..core.batches import BatchError
+from ..core.errors import describe_input
 from ..runtime import run_partition, worker_loop
 from .arrow_conform import Conform
 from .budget import close_gate, task_gate
-from .checked import untagged_retry
+from .checked import TaggedFunction, untagged_retry
 from .metrics import task_reporter
 from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
 
@@ -105,7 +105,7 @@ def slices(batch: pa.RecordBatch, size: int) -> list[pa.RecordBatch]:
 def tagged(function: Any) -> Any:
     """The function as the operator calls it: its outputs tagged with the slice they answer."""
     if isinstance(function, AsyncFunction):
-        return _TaggedArrowFunction(function)
+        return TaggedFunction(function, _tag)
 
     async def call(batch: pa.RecordBatch) -> Piece:
         return Piece(batch, [await function(batch)])
@@ -117,29 +117,6 @@ def tagged(function: Any) -> Any:
 def untag(results: list[Any]) -> list[Any]:
     """What a retry's result predicate sees: the function's own outputs."""
     return list(chain.from_iterable(r.outputs if type(r) is Piece else [r] for r in results))
-
-
-class _TaggedArrowFunction(AsyncFunction):
-    """An opened AsyncFunction whose list of outputs for a slice is tagged with it."""
-
-    def __init__(self, function: AsyncFunction):
-        self.function = function
-
-    async def async_invoke(self, value: Any) -> Any:
-        return _tag(value, await self.function.async_invoke(value))
-
-    def timeout(self, value: Any) -> Any:
-        results = self.function.timeout(value)
-        if asyncio.iscoroutine(results):
-            return self._tag_later(value, results)
-        return _tag(value, results)
-
-    @staticmethod
-    async def _tag_later(value: Any, results: Any) -> Any:
-        return _tag(value, await results)
-
-    def __repr__(self) -> str:
-        return repr(self.function)
 
 
 def _tag(value: Any, results: Any) -> Any:
@@ -171,8 +148,9 @@ class Settle:
         try:
             return self._checked(value)
         except (OutputSchemaError, BatchError) as exc:
-            if self.error_row is None:
-                raise
+            if self.error_row is None:  # the task fails naming the input, as a failed call does
+                raise type(exc)(f"{exc}; for the batch of {value.input.num_rows} input rows starting with "
+                                f"{describe_input(to_python(value.input.slice(0, 1))[:1])}") from None
             return self._error_table(value.input, self.error_text(exc))
 
     def _checked(self, piece: Piece) -> pa.Table:

@@ -101,8 +101,8 @@ class OutputChecks:
     def invoke(self, function: Any, batch: bool = False) -> Any:
         """An ``invoke`` wrapper: the function, whose outputs are tagged with their input.
         ``batch``: the function takes a list of inputs and returns one result per input."""
-        if isinstance(function, AsyncFunction):
-            return _TaggedFunction(function, batch)
+        if isinstance(function, AsyncFunction):  # a batch's timeout is called per input
+            return TaggedFunction(function, _tag_each if batch else _tag, _tag)
 
         async def call_batch(values: list[Any]) -> Any:
             results = await function(values)
@@ -188,30 +188,34 @@ class OutputChecks:
                 o.call.problem = problem(o.row)
 
 
-class _TaggedFunction(AsyncFunction):
-    """An opened AsyncFunction whose outputs are tagged; ``timeout`` is the function's own."""
+class TaggedFunction(AsyncFunction):
+    """An opened AsyncFunction whose outputs are tagged: ``tag(value, outputs)`` of each call, and
+    ``timeout_tag(value, outputs)`` (default ``tag``) of its own ``timeout``'s."""
 
-    def __init__(self, function: AsyncFunction, batch: bool = False):
+    def __init__(self, function: AsyncFunction, tag: Callable[[Any, Any], Any],
+                 timeout_tag: Callable[[Any, Any], Any] | None = None):
         self.function = function
-        self.batch = batch
+        self.tag = tag
+        self.timeout_tag = timeout_tag or tag
 
     async def async_invoke(self, value: Any) -> Any:
-        results = await self.function.async_invoke(value)
-        if not self.batch:
-            return _tag(value, results)
-        if not isinstance(results, (list, tuple)) or len(results) != len(value):
-            return results  # the operator reports the broken contract
-        return [_tag(v, r) for v, r in zip(value, results)]
+        return self.tag(value, await self.function.async_invoke(value))
 
     def timeout(self, value: Any) -> Any:
         results = self.function.timeout(value)
         if asyncio.iscoroutine(results):
             return self._tag_later(value, results)
-        return _tag(value, results)
+        return self.timeout_tag(value, results)
 
-    @staticmethod
-    async def _tag_later(value: Any, results: Any) -> Any:
-        return _tag(value, await results)
+    async def _tag_later(self, value: Any, results: Any) -> Any:
+        return self.timeout_tag(value, await results)
 
     def __repr__(self) -> str:
         return repr(self.function)
+
+
+def _tag_each(values: Any, results: Any) -> Any:
+    """A batch call's outputs: one list per input, each tagged with its input."""
+    if not isinstance(results, (list, tuple)) or len(results) != len(values):
+        return results  # the operator reports the broken contract
+    return [_tag(v, r) for v, r in zip(values, results)]
