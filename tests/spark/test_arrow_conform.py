@@ -83,7 +83,8 @@ def test_nested_types_are_matched_inside():
     with pytest.raises(OutputSchemaError, match="a string column does not become int64"):
         conform(pa.table({"xs": pa.array([["1"]])}), schema)
     with pytest.raises(OutputSchemaError, match=r"struct fields \['b', 'a'\] are not the schema's \['a', 'b'\]"):
-        conform(pa.table({"s": pa.array([{"b": "x", "a": 1}])}), schema)
+        conform(pa.table({"s": pa.array([{"b": "x", "a": 1}], pa.struct([("b", pa.string()), ("a", pa.int64())]))}),
+                schema)
 
 
 def test_dictionary_encoded_and_all_null_columns_fit():
