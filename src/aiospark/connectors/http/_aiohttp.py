@@ -53,7 +53,8 @@ class AiohttpTransport(Transport):
         except asyncio.TimeoutError:
             raise TransportFailure("timeout", "no response in time") from None
         except aiohttp.ClientConnectorError as exc:
-            why = getattr(exc.os_error, "strerror", None) or str(exc)
+            # aiohttp < 3.13.5's certificate error raises AttributeError from its os_error property
+            why = getattr(getattr(exc, "os_error", None), "strerror", None) or str(exc)
             raise TransportFailure("connect", why) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise TransportFailure("other", f"{type(exc).__name__}: {exc}") from None
