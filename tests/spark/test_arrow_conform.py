@@ -97,3 +97,19 @@ def test_mismatch_says_none_for_equal_and_exact_casts():
     assert mismatch(pa.int64(), pa.int64()) is None
     assert mismatch(pa.float32(), pa.float64()) is None
     assert mismatch(pa.bool_(), pa.int64()) == "a bool column does not become int64 (no conversion between kinds of value)"
+
+
+def test_a_slice_answered_by_several_tables_or_by_none_is_checked_as_a_whole():
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from aiospark.core.batches import BatchError
+    from aiospark.spark.arrow_lane import Piece, Settle
+
+    schema = StructType([StructField("id", LongType())])
+    settle = Settle(schema, schema, "function 'f'", None, str)
+    batch = pa.record_batch([pa.array(range(5))], names=["id"])
+    # an AsyncFunction's list of outputs for one slice: together, one row per input row
+    out = settle([Piece(batch, [pa.table({"id": [0, 1]}), pa.record_batch([pa.array([2, 3, 4])], names=["id"])])])
+    assert out.column("id").to_pylist() == [0, 1, 2, 3, 4]
+    with pytest.raises(BatchError, match=r"returned 0 rows for a batch of 5 inputs.*starting with \[\{'id': 0\}\]"):
+        settle([Piece(batch, [])])
