@@ -107,9 +107,8 @@ def _caller(function, reports, timeout=5.0):
 
 def _call(value, loop):
     from aiospark.core.calls import Call
-    from aiospark.core.elements import Record
 
-    call = Call(Record(value, None))
+    call = Call(value, None)
     call.started = loop.time()
     return call
 

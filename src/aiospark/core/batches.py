@@ -100,7 +100,7 @@ class Batch(Call):
     __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped")
 
     def __init__(self, started: float):
-        super().__init__(None, started)
+        super().__init__(None, None, started)
         self.values: list[Any] = []
         self.stamps: list[Any] = []
         self.left = 0  # elements without an outcome
@@ -226,7 +226,7 @@ class BatchRow(Call):
     __slots__ = ("batch", "index")
 
     def __init__(self, batch: Batch, index: int):
-        super().__init__(_new(Record, (batch.values[index], batch.stamps[index])), batch.started)
+        super().__init__(batch.values[index], batch.stamps[index], batch.started)
         self.batch = batch
         self.index = index
 

@@ -25,7 +25,7 @@ Example (what the operator does for each element)::
 
     caller = Caller(fetch, report=operator_report, timeout=5.0, retry=None, rate_limit=None)
     caller.bind(loop, inflight=lambda: 1)
-    call = Call(Record(value, None))
+    call = Call(value, None, loop.time())
     queue.add(call)
     caller.start(call)
 """
@@ -43,6 +43,7 @@ from typing import Any
 
 from .adaptive import AdaptiveConcurrency
 from .durable import BudgetExhausted, BudgetGate, current_identity
+from .elements import Record, StreamElement
 from .errors import AsyncTimeoutError, describe_input
 from .function import AsyncFunction
 from .metrics import OperatorMetrics
@@ -74,6 +75,8 @@ _clock = time.monotonic
 class Call(ResultFuture):
     """One element held by the operator: its queue entry (a :class:`ResultFuture`) and its call.
 
+    ``element`` is the plain ``(value, timestamp)`` pair (a :class:`Record` is built only when a
+    snapshot asks for the input: a Record per element costs more than the rest of the entry).
     ``task`` runs the call, ``started`` is when the element entered the queue (its deadline counts
     from there), ``timed_out`` is set once its deadline expired it, ``identity`` is the element's
     identity when the operator has one (:mod:`aiospark.core.durable`).
@@ -81,9 +84,9 @@ class Call(ResultFuture):
 
     __slots__ = ("task", "started", "timed_out", "identity")
 
-    def __init__(self, element: Any, started: float = 0.0):
+    def __init__(self, value: Any, timestamp: Any = None, started: float = 0.0):
         # ResultFuture's state set here, not through its __init__: one frame less per element
-        self.element = element
+        self.element = (value, timestamp)
         self._results = self._exception = self._listener = self._segment = None
         self._done = False
         self.task: asyncio.Task[Any] | None = None
@@ -96,6 +99,10 @@ class Call(ResultFuture):
         """The input value of this element."""
         return self.element[0]
 
+    def inputs(self) -> list[StreamElement]:
+        """The input element this entry holds, as a :class:`Record` (for snapshots)."""
+        return [Record(*self.element)]
+
     def running_tasks(self) -> list[asyncio.Task[Any]]:
         """Its tasks not done yet (what closing the operator cancels)."""
         task = self.task
@@ -103,7 +110,7 @@ class Call(ResultFuture):
 
     def __repr__(self) -> str:
         state = "done" if self._done else "timed out" if self.timed_out else "running"
-        return f"<Call {state} {self.element!r}>"
+        return f"<Call {state} {Record(*self.element)!r}>"
 
 
 class _PredicateError(Exception):
@@ -179,10 +186,15 @@ class Caller:
                                                 call.identity))
         call.task = task
         if task.done():  # an eager task that needed no I/O: its outcome is here already
-            if task.cancelled() or task.exception() is not None or self.stopped:
+            if self.stopped:
+                self._finished(call, task)
+                return
+            try:
+                results = task.result()
+            except BaseException:  # cancelled, or it raised: _finished tells which
                 self._finished(call, task)
             else:  # _finished's outcome for a result, without its frame: most calls of a cache hit
-                self._report(call, task.result(), None, "")
+                self._report(call, results, None, "")
         else:
             task.add_done_callback(functools.partial(self._finished, call))
 

@@ -59,9 +59,6 @@ from .settings import check_capacity, check_retry, check_timeout
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
 OnError = Callable[[Any, BaseException], list[Any]]
 
-#: ``Record(value, timestamp)`` without NamedTuple's Python-level ``__new__`` (once per element)
-_new_record = tuple.__new__
-
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
@@ -224,7 +221,7 @@ class AsyncWaitOperator:
             self._join_batch(value, timestamp)
             return True
         # the element enters the queue, then its call starts
-        call = Call(_new_record(Record, (value, timestamp)), self._loop.time())  # type: ignore[union-attr]
+        call = Call(value, timestamp, self._loop.time())  # type: ignore[union-attr]
         self._queue.add(call)
         if self._deadlines is not None:
             self._deadlines.started(call)

@@ -137,6 +137,7 @@ class UnorderedQueue:
         self._segments: deque[_Segment] = deque()
         self._tail: _Segment | None = None  # the last segment if it takes records (no watermark)
         self._size = 0
+        self._listener = self._completed  # bound once: each entry holds it
 
     def try_put(self, element: StreamElement) -> ResultFuture | None:
         """Add ``element``; returns its handle, or ``None`` when the queue is full."""
@@ -163,7 +164,7 @@ class UnorderedQueue:
         if segment is None:
             self._tail = segment = _Segment()
             self._segments.append(segment)
-        entry._listener = self._completed
+        entry._listener = self._listener
         entry._segment = segment
         segment.incomplete[entry] = None
         self._size += 1

@@ -75,7 +75,7 @@ class ResultFuture:
         if len(results) == 1:
             # element[1]: a Record's timestamp (not a Watermark: returned above), faster than .timestamp
             return [_new(Record, (results[0], element[1]))]  # type: ignore[misc]
-        ts = element.timestamp
+        ts = element[1]
         return [_new(Record, (r, ts)) for r in results]
 
     def inputs(self) -> list[StreamElement]:
