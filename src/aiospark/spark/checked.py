@@ -56,9 +56,11 @@ class Output:
         self.row = row
 
 
-def _tag(value: Any, results: Any) -> Any:
+def tag_outputs(value: Any, results: Any) -> Any:
+    """``results`` (a call's list of outputs for ``value``) as :class:`Output` tags of one call;
+    anything else is returned as it is (the operator reports what the function returned)."""
     if not isinstance(results, (list, tuple)):
-        return results  # the operator reports what the function returned
+        return results
     call = _Call(value, len(results))
     return [Output(call, i, row) for i, row in enumerate(results)]
 
@@ -102,7 +104,7 @@ class OutputChecks:
         """An ``invoke`` wrapper: the function, whose outputs are tagged with their input.
         ``batch``: the function takes a list of inputs and returns one result per input."""
         if isinstance(function, AsyncFunction):  # a batch's timeout is called per input
-            return TaggedFunction(function, _tag_each if batch else _tag, _tag)
+            return TaggedFunction(function, _tag_each if batch else tag_outputs, tag_outputs)
 
         async def call_batch(values: list[Any]) -> Any:
             results = await function(values)
@@ -218,4 +220,4 @@ def _tag_each(values: Any, results: Any) -> Any:
     """A batch call's outputs: one list per input, each tagged with its input."""
     if not isinstance(results, (list, tuple)) or len(results) != len(values):
         return results  # the operator reports the broken contract
-    return [_tag(v, r) for v, r in zip(values, results)]
+    return [tag_outputs(v, r) for v, r in zip(values, results)]

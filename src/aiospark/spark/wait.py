@@ -19,8 +19,7 @@ from ..journal import TaskView
 from ..runtime import run_partition, worker_loop
 from .arrow_lane import PYARROW, ROWS, run_lane
 from .budget import Budget, close_gate, task_gate
-from .checked import Output, OutputChecks
-from .checked import _Call as _OutputsOf
+from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
 from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
 from .metrics import Metrics, task_reporter
@@ -147,8 +146,7 @@ def _retagger(stash: Stash) -> Callable[[Any], Any]:
         rows = list(results)
         if rows == [None]:
             return rows  # a plain function's "no row"
-        call = _OutputsOf(stash.last, len(rows))
-        return [Output(call, i, row) for i, row in enumerate(rows)]
+        return tag_outputs(stash.last, rows)
     return retag
 
 
