@@ -380,24 +380,24 @@ class Caller:
     # ------------------------------------------------------------------ the outcome
     def _finished(self, call: Call, task: asyncio.Task[Any]) -> None:
         """The call's task is over: report its results, its exception, or run the timeout handler."""
-        if self.stopped:
+        if self.stopped or call.timed_out:
             if not task.cancelled():
-                task.exception()  # abandoned: its outcome no longer matters
+                # its outcome no longer matters: abandoned, or past its deadline (it finished
+                # meanwhile, or swallowed the cancel)
+                task.exception()
+            if not self.stopped:
+                self.on_timeout(call)
             return
-        if call.timed_out:
-            if not task.cancelled():
-                task.exception()  # it ended anyway (finished meanwhile, or swallowed the cancel)
-            self.on_timeout(call)
-        elif task.cancelled():  # cancelled by the user's code, or abandoned by the operator
+        try:
+            results = task.result()
+        except asyncio.CancelledError:  # cancelled by the user's code
             self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
+        except _PredicateError as exc:
+            self._report(call, None, exc.cause, exc.what)
+        except BaseException as exc:
+            self._report(call, None, exc, CALL)
         else:
-            exc = task.exception()
-            if exc is None:
-                self._report(call, task.result(), None, "")
-            elif type(exc) is _PredicateError:
-                self._report(call, None, exc.cause, exc.what)
-            else:
-                self._report(call, None, exc, CALL)
+            self._report(call, results, None, "")
 
 
 def _name(function: Any) -> str:
