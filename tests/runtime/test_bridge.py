@@ -19,7 +19,7 @@ def make(fn, *, capacity=10, ordered=True, timeout=5.0):
     """The factory run_partition calls."""
     async def make_operator(output):
         return AsyncWaitOperator(fn, output, ordered=ordered, capacity=capacity, timeout=timeout,
-                                 manage_lifecycle=False)
+                                 manage_lifecycle=False, values=True)
     return make_operator
 
 
@@ -362,7 +362,7 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
 
     async def make_operator(output):
         return AsyncWaitOperator(mixed, output, ordered=False, capacity=40, timeout=1.0,
-                                 on_error=lambda value, exc: [(value, type(exc).__name__)], manage_lifecycle=False)
+                                 on_error=lambda value, exc: [(value, type(exc).__name__)], manage_lifecycle=False, values=True)
 
     def chunks(n):
         for start in range(0, n, 20):
@@ -396,3 +396,15 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
     finally:
         wl.shutdown()
     assert len(calls) == 4 * 200
+
+
+def test_an_operator_that_emits_records_is_refused_by_the_pump():
+    """The pump takes plain values a list at a time: a factory that forgets values=True is told so."""
+    async def double(x):
+        return 2 * x
+
+    async def records_factory(output):
+        return AsyncWaitOperator(double, output, capacity=2, manage_lifecycle=False)
+
+    with pytest.raises(TypeError, match="values=True"):
+        list(run_partition(iter([[1, 2]]), records_factory, capacity=2))

@@ -92,7 +92,7 @@ def test_in_force_exactly_while_a_partition_runs(default_thresholds, monkeypatch
         return x
 
     async def make_operator(output):
-        return AsyncWaitOperator(probe, output, capacity=4, manage_lifecycle=False)
+        return AsyncWaitOperator(probe, output, capacity=4, manage_lifecycle=False, values=True)
 
     try:
         out = [v for batch in run_partition(iter([[1, 2, 3]]), make_operator, capacity=4, loop=wl) for v in batch]

@@ -208,6 +208,10 @@ class Batch(Call):
         # is only the Record and the output call, which a Python loop costs twice over
         _drain(map(output, map(_new, repeat(Record), pairs)))
 
+    def emit_values_to(self, output: Callable[[list[Any]], object]) -> None:
+        """Every element's outputs as plain values, in element order, in one list."""
+        output(self.outputs if self.single else list(chain.from_iterable(self.outputs or ())))  # type: ignore[arg-type]
+
     def running_tasks(self) -> list[asyncio.Task[Any]]:
         tasks = list(self.tasks)
         for row in (self.rows or {}).values():

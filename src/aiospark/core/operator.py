@@ -82,15 +82,18 @@ class AsyncWaitOperator:
     :class:`~aiospark.core.durable.TaskJournal`) an element whose outcome is recorded is not called,
     elements of equal identity share one call, and every call's outcome is recorded. ``budget``
     (a :class:`~aiospark.core.durable.BudgetGate`) is charged before every attempt.
+    ``values=True`` is for drivers without event time (the Spark runtime): ``output`` then gets
+    each entry's results as one list of plain values (``output(results)``, e.g. a ``list.extend``)
+    instead of a Record per result; timestamps are not emitted and watermarks are refused.
     """
 
-    def __init__(self, function: Any, output: Callable[[StreamElement], Any], *, ordered: bool = True,
+    def __init__(self, function: Any, output: Callable[[Any], Any], *, ordered: bool = True,
                  timeout: float | None = 60.0, capacity: int | str | AdaptiveConcurrency = 100,
                  retry: RetryStrategy | None = None, on_error: OnError | None = None,
                  rate_limit: Any = None, batch_size: int | None = None, batch_delay: float = 0.01,
                  key: Callable[[Any], Any] | None = None, manage_lifecycle: bool = True,
                  identify: Identify | None = None, journal: TaskJournal | None = None,
-                 budget: BudgetGate | None = None):
+                 budget: BudgetGate | None = None, values: bool = False):
         check_async_function(function)
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
@@ -113,6 +116,8 @@ class AsyncWaitOperator:
         self._journal = journal
         self._identities = None if identify is None else Identities(identify, journal, self._call_over, self.fail)
         self._output = output
+        #: output gets lists of plain values, not Records (see the class docstring)
+        self.values = bool(values)
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
@@ -277,6 +282,9 @@ class AsyncWaitOperator:
     async def process_watermark(self, timestamp: Any) -> None:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
+        if self.values:
+            raise ValueError("an operator made with values=True emits plain values and takes no watermarks: "
+                             "make it with values=False to use event time")
         while self._held >= self.capacity:
             await self._wait_for_space()
         if self._batches is not None:
@@ -436,7 +444,7 @@ class AsyncWaitOperator:
             return
         self._emitting = True
         try:
-            self._held -= self._queue.emit_completed(self._output)
+            self._held -= self._queue.emit_completed(self._output, self.values)
         except BaseException as exc:
             self.fail("(the element being emitted)", exc, "the output callable")
         finally:

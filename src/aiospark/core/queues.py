@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .elements import Record, StreamElement, Watermark
 from .result_future import ResultFuture, watermark_entry
@@ -80,9 +81,10 @@ class OrderedQueue:
             return []
         return entries.popleft().emitted()
 
-    def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
+    def emit_completed(self, output: Callable[[Any], object], values: bool = False) -> int:
         """Pop every emittable entry, passing what each emits to ``output``; returns how many
-        input elements they held (an entry may hold a batch of them: ``entry.size``).
+        input elements they held (an entry may hold a batch of them: ``entry.size``). With
+        ``values``, ``output`` gets each entry's results as one list of plain values (no Records).
 
         Same as looping on ``pop_completed()``, in one call (the operator's hot path).
         """
@@ -91,7 +93,10 @@ class OrderedQueue:
         while entries and entries[0]._done:
             entry = entries.popleft()
             count += entry.size
-            entry.emit_to(output)
+            if values:
+                entry.emit_values_to(output)
+            else:
+                entry.emit_to(output)
         return count
 
     def values(self) -> list[StreamElement]:
@@ -200,9 +205,10 @@ class UnorderedQueue:
             segments.popleft()
         return entry.emitted()
 
-    def emit_completed(self, output: Callable[[StreamElement], object]) -> int:
+    def emit_completed(self, output: Callable[[Any], object], values: bool = False) -> int:
         """Pop every emittable entry, passing what each emits to ``output``; returns how many
-        input elements they held (an entry may hold a batch of them: ``entry.size``)."""
+        input elements they held (an entry may hold a batch of them: ``entry.size``). With
+        ``values`` (no watermarks held), ``output`` gets each entry's results as one list."""
         segments = self._segments
         count = 0
         while segments:
@@ -218,7 +224,10 @@ class UnorderedQueue:
                 entry = completed.popleft()
                 self._size -= 1
                 count += entry.size
-                entry.emit_to(output)
+                if values:
+                    entry.emit_values_to(output)
+                else:
+                    entry.emit_to(output)
             if head.incomplete or len(segments) == 1:
                 break
             segments.popleft()

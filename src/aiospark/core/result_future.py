@@ -30,7 +30,8 @@ class ResultFuture:
     size = 1
 
     def __init__(self, element: StreamElement, listener: Callable[[ResultFuture], None] | None = None):
-        self.element = element
+        #: the Record or Watermark held (a Call's is its plain (value, timestamp) pair)
+        self.element: Any = element
         self._results: list[Any] | None = None
         self._exception: BaseException | None = None
         self._done = False
@@ -74,7 +75,7 @@ class ResultFuture:
         results: list[Any] = self._results  # type: ignore[assignment]  # a list once done without an exception
         if len(results) == 1:
             # element[1]: a Record's timestamp (not a Watermark: returned above), faster than .timestamp
-            return [_new(Record, (results[0], element[1]))]  # type: ignore[misc]
+            return [_new(Record, (results[0], element[1]))]
         ts = element[1]
         return [_new(Record, (r, ts)) for r in results]
 
@@ -87,10 +88,17 @@ class ResultFuture:
         result, the common case, without building ``emitted()``'s list)."""
         results = self._results
         if results is not None and len(results) == 1:
-            output(_new(Record, (results[0], self.element[1])))  # type: ignore[misc]  # a Record's timestamp
+            output(_new(Record, (results[0], self.element[1])))  # a Record's timestamp
             return
         for element in self.emitted():
             output(element)
+
+    def emit_values_to(self, output: Callable[[list[Any]], object]) -> None:
+        """Pass this record entry's results, as plain values in one list, to ``output`` (the queues'
+        emit path for an operator made with ``values=True``: no Record per result)."""
+        if self._exception is not None:
+            raise self._exception
+        output(self._results)  # type: ignore[arg-type]  # a list once done without an exception
 
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"

@@ -13,7 +13,7 @@ Example (the mapInArrow adapter does this)::
 
     chunks = (batch.to_pylist() for batch in arrow_batches)
     async def make_operator(output):
-        return AsyncWaitOperator(fn, output, capacity=100)
+        return AsyncWaitOperator(fn, output, capacity=100, values=True)
 
     for values in run_partition(chunks, make_operator, capacity=100):
         yield to_arrow(values)
@@ -27,13 +27,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from ..core import AsyncWaitOperator, Record
+from ..core import AsyncWaitOperator
 from ..core.function import describe_function
 from .worker_loop import WorkerLoop, worker_loop
 
 NEED, OUT, DONE, ERROR = range(4)
 
-#: ``await make_operator(output)`` builds the partition's operator around the pump's output.
+#: ``await make_operator(output)`` builds the partition's operator around the pump's output, with
+#: ``values=True``: ``output`` takes each entry's results as one list of values (a ``list.extend``).
 MakeOperator = Callable[[Callable[[Any], None]], Awaitable[AsyncWaitOperator]]
 
 #: The loop posts output to the task's thread when an output chunk, and at least this many rows,
@@ -66,8 +67,8 @@ class _Pump:
         self._feeding = False  # _fill runs (it is re-entered through the operator's room listener)
         self._error: BaseException | None = None
         self._waiter: asyncio.Future | None = None
-        #: the operator's output: emitted Records, appended by the operator (no frame of ours per row)
-        self._out: list[Record] = []
+        #: the operator's output: emitted values, extended by the operator (no frame of ours per entry)
+        self._out: list[Any] = []
         self._flush_timer: asyncio.TimerHandle | None = None
         self.operator: AsyncWaitOperator | None = None
 
@@ -145,14 +146,17 @@ class _Pump:
             self._flush_timer = None
         out = self._out
         if out:
-            # only records reach here: the bridge never sends watermarks
-            values = [record[0] for record in out]
-            out.clear()  # in place: the operator holds its append
+            values = out[:]
+            out.clear()  # in place: the operator holds its extend
             self._post((OUT, values))
 
     async def run(self) -> None:
         try:
-            operator = self.operator = await self._make_operator(self._out.append)
+            operator = await self._make_operator(self._out.extend)
+            if not operator.values:
+                raise TypeError("make_operator must build the operator with values=True: the pump takes "
+                                "plain values, a list at a time")
+            self.operator = operator
         except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
             self._post((ERROR, exc))
             raise
