@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from aiospark.core import AsyncFunction, AsyncWaitOperator, Record
+from aiospark.core import AsyncFunction, AsyncWaitOperator, Record, Watermark
 
 from ._util import feed_all, run
 
@@ -103,5 +103,22 @@ def test_a_snapshot_still_holds_records():
         release.set()
         await op.finish()
         await op.close()
+
+    run(scenario())
+
+
+def test_a_snapshot_with_a_watermark_is_refused_on_restore():
+    """Restoring event-time state into a values=True operator fails at open(), naming the fix,
+    instead of dropping the watermark."""
+    async def scenario():
+        async def same(x):
+            return x
+
+        op = AsyncWaitOperator(same, Lists(), values=True)
+        try:
+            with pytest.raises(ValueError, match="values=False"):
+                await op.open(restored=[Record(1), Watermark(2)])
+        finally:
+            await op.close()
 
     run(scenario())
