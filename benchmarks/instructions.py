@@ -87,6 +87,8 @@ def _spark_runner(n: int, batch_size: int | None = None) -> None:
     import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
+    from aiospark.journal import RowIdentity
+    from aiospark.spark.journaled import Durable
     from aiospark.spark.options import CallOptions
     from aiospark.spark.wait import _PartitionRunner
 
@@ -96,6 +98,7 @@ def _spark_runner(n: int, batch_size: int | None = None) -> None:
                                  batch_delay=0.01, order_key=None, budget=None)
     schema = StructType([StructField("id", LongType(), True)])
     runner = _PartitionRunner(options, schema, "fail", "_error", "_input", 10_000, "instructions")
+    runner.durable = Durable(RowIdentity(["id"]), None)  # as _wait sets it: idempotency_key() works, no journal
     batches = [pa.record_batch([pa.array(range(s, min(n, s + 10_000)), pa.int64())], names=["id"])
                for s in range(0, n, 10_000)]
     assert sum(b.num_rows for b in runner(iter(batches))) == n

@@ -22,8 +22,8 @@ from .core import (
     retry_on,
 )
 from .core.adaptive import AdaptiveConcurrency
-from .core.deadlines import time_left
-from .core.durable import BudgetExhausted, idempotency_key
+from .core.context import idempotency_key, time_left
+from .core.durable import BudgetExhausted
 from .core.metrics import OperatorMetrics, record_usage
 from .core.ratelimit import RateLimit
 

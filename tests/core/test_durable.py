@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from aiospark.core import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
-from aiospark.core.durable import BudgetExhausted, Recorded, RecordedError, idempotency_key
+from aiospark.core.context import idempotency_key, time_left
+from aiospark.core.durable import BudgetExhausted, Recorded, RecordedError
 
 from ._util import Collector, run
 
@@ -264,3 +265,37 @@ def test_the_idempotency_key_outside_a_call_or_in_a_batch_call_says_why_not():
 
     run(drive(AsyncWaitOperator(batch, Collector(), identify=identity, batch_size=4), range(4)))
     assert errors and "batch call" in errors[0]
+
+
+def test_without_a_journal_an_identity_that_cannot_be_computed_is_that_rows_error():
+    def identify(value):
+        if value == 2:
+            raise ValueError("row 2 has no identity")
+        return f"k{value}"
+
+    keys = {}
+
+    async def f(x):
+        keys[x] = idempotency_key()  # identify() runs here, in the call that asks
+        return x
+
+    out = []
+    op = AsyncWaitOperator(f, Collector(), identify=identify, timeout=5,
+                           on_error=lambda value, exc: out.append((value, str(exc))) or [])
+    run(drive(op, [1, 2, 3]))
+    assert keys == {1: "k1", 3: "k3"}
+    assert out == [(2, "row 2 has no identity")]
+
+
+def test_time_left_and_the_idempotency_key_reach_the_tasks_a_call_starts():
+    async def f(x):
+        async def child():
+            return idempotency_key(), time_left()
+
+        (key, left), = await asyncio.gather(child())  # gather wraps it in a task of its own
+        return key, left
+
+    out = Collector()
+    run(drive(AsyncWaitOperator(f, out, identify=identity, timeout=30), [7]))
+    [(key, left)] = out.values()
+    assert key == "k7" and 0 < left <= 30

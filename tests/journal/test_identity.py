@@ -9,8 +9,7 @@ from decimal import Decimal
 
 import aiospark
 from aiospark.core import AsyncWaitOperator
-from aiospark.journal import LazyIdentity, RowIdentity, identity
-from aiospark.journal.identity import Lazily
+from aiospark.journal import RowIdentity, identity
 
 HOSTILE = [
     None, 0, 1, -1, 2**80, 1.0, -0.0, 0.0, float("nan"), float("inf"), float("-inf"), True, False,
@@ -64,7 +63,7 @@ def test_row_identity_of_key_columns():
     assert RowIdentity(["a"])({"a": None}) == "[null]"
 
 
-def test_lazy_identity_is_computed_only_when_asked_and_idempotency_key_returns_it():
+def test_without_a_journal_the_identity_is_computed_only_when_a_call_asks_for_it():
     calls = []
 
     def of(value):
@@ -80,7 +79,7 @@ def test_lazy_identity_is_computed_only_when_asked_and_idempotency_key_returns_i
 
     async def main():
         out = []
-        op = AsyncWaitOperator(fn, out.append, identify=Lazily(of), capacity=4)
+        op = AsyncWaitOperator(fn, out.append, identify=of, capacity=4)
         await op.open()
         for i in range(6):
             await op.process_element(i)
@@ -91,4 +90,3 @@ def test_lazy_identity_is_computed_only_when_asked_and_idempotency_key_returns_i
     asyncio.run(main())
     assert seen == {1: "[1]", 3: "[3]", 5: "[5]"}
     assert sorted(calls) == [1, 3, 5]  # never encoded for the rows whose call did not ask
-    assert str(LazyIdentity(of, 8)) == "[8]"

@@ -19,7 +19,7 @@ Example::
 
     asyncio.get_event_loop_policy().new_event_loop().run_until_complete(main())  # or await main()
 """
-from .deadlines import time_left
+from .context import time_left
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, AsyncTimeoutError, BlockedLoopWarning
 from .function import AsyncFunction

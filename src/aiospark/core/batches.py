@@ -318,7 +318,8 @@ class BatchCaller(Caller):
         self.batches += 1
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
-        task = self._create_task(self._attempts(values, deadline))
+        # no identity: a batch call has no idempotency key of one element
+        task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None)))  # type: ignore[arg-type]
         batch.tasks.append(task)
         if task.done():
             self._run_over(batch, indices, task)

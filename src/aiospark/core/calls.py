@@ -32,7 +32,6 @@ Example (what the operator does for each element)::
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import math
 import numbers
@@ -42,7 +41,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .adaptive import AdaptiveConcurrency
-from .durable import BudgetExhausted, BudgetGate, current_identity
+from .context import CallContext, current_call
+from .durable import BudgetExhausted, BudgetGate, Identify
 from .elements import Record, StreamElement
 from .errors import AsyncTimeoutError, describe_input
 from .function import AsyncFunction
@@ -63,9 +63,6 @@ TIMEOUT_RESULTS = "timeout results"
 PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
 
-#: (deadline in loop time, the loop) of the call running in this task; read through ``time_left()``
-current_deadline: contextvars.ContextVar[tuple[float, asyncio.AbstractEventLoop] | None] = \
-    contextvars.ContextVar("aiospark_call_deadline", default=None)
 #: latencies are noted in a list and folded into the histogram this many at a time
 FOLD_LATENCIES = 1024
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
@@ -79,7 +76,7 @@ class Call(ResultFuture):
     snapshot asks for the input: a Record per element costs more than the rest of the entry).
     ``task`` runs the call, ``started`` is when the element entered the queue (its deadline counts
     from there), ``timed_out`` is set once its deadline expired it, ``identity`` is the element's
-    identity when the operator has one (:mod:`aiospark.core.durable`).
+    identity when the operator computed it (a journal's: :mod:`aiospark.core.durable`).
     """
 
     __slots__ = ("task", "started", "timed_out", "identity")
@@ -136,12 +133,15 @@ class Caller:
     ``function`` is an :class:`AsyncFunction` (its ``async_invoke`` returns a list of outputs) or
     an ``async def`` returning one output. ``rate_limit`` is anything
     :func:`~aiospark.core.ratelimit.make_limiter` takes; ``adaptive`` is fed each attempt's outcome.
+    ``identify(value) -> str`` gives a call's ``idempotency_key()`` when the call asks for it (the
+    operator passes it when no journal needs every element's identity up front).
     """
 
     def __init__(self, function: Any, *, report: Report, timeout: float | None,
                  retry: RetryStrategy | None, rate_limit: Any = None,
                  adaptive: AdaptiveConcurrency | None = None,
-                 metrics: OperatorMetrics | None = None, budget: BudgetGate | None = None):
+                 metrics: OperatorMetrics | None = None, budget: BudgetGate | None = None,
+                 identify: Identify | None = None):
         self.function = function
         self.returns_list = isinstance(function, AsyncFunction)
         #: whether an attempt's result is the list of results (an AsyncFunction's, or a batch's)
@@ -158,6 +158,7 @@ class Caller:
         self._limited = self._reserve is not None or self._acquire is not None
         #: asked before every attempt, after the rate limit (see aiospark.core.durable)
         self.budget = budget
+        self.identify = identify
         #: ``cost(value) -> float`` charged per attempt (None: every call costs 1)
         self._cost: Callable[[Any], float] | None = getattr(limiter, "cost", None)
         #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
@@ -181,9 +182,10 @@ class Caller:
     # ------------------------------------------------------------------ the call
     def start(self, call: Call) -> None:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
-        timeout = self.timeout
-        task = self._create_task(self._attempts(call.element[0], call.started + timeout if timeout else None,
-                                                call.identity))
+        timeout, value = self.timeout, call.element[0]
+        # what time_left() and idempotency_key() tell the call's code (see aiospark.core.context)
+        context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify, value)
+        task = self._create_task(self._attempts(value, context))  # type: ignore[arg-type]  # bound: _loop is set
         call.task = task
         if task.done():  # an eager task that needed no I/O: its outcome is here already
             if self.stopped:
@@ -201,17 +203,11 @@ class Caller:
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
-    async def _attempts(self, value: Any, deadline: float | None = None,
-                        identity: str | None = None) -> list[Any]:
+    async def _attempts(self, value: Any, context: CallContext) -> list[Any]:
         """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
-        results that stand, or raises the exception that stands. ``deadline`` (loop time) is what
-        :func:`~aiospark.core.deadlines.time_left` tells the code of the call, ``identity`` what
-        :func:`~aiospark.core.durable.idempotency_key` does."""
-        if deadline is not None:
-            assert self._loop is not None  # bound before any call starts
-            current_deadline.set((deadline, self._loop))  # this task's own context: no reset needed
-        if identity is not None:
-            current_identity.set(identity)
+        results that stand, or raises the exception that stands. ``context`` is what
+        :func:`~aiospark.core.context.time_left` and ``idempotency_key`` tell the code of the call."""
+        current_call.set(context)  # this task's own context: no reset needed
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Iterator[float] | None = None
         cost = self.cost_of(value) if self._cost is not None else None

@@ -18,27 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from .calls import Call, current_deadline
+from .calls import Call
 
-__all__ = ["Deadlines", "time_left"]
-
-
-def time_left() -> float | None:
-    """Seconds until the deadline of the call running in this task (its row's ``timeout``,
-    counted from when the row entered the queue, retries included); ``None`` outside a call or
-    when the operator has no timeout. May be <= 0 once the deadline has passed.
-
-    Give it to a client whose requests must not outlive the row, e.g.::
-
-        async def enrich(row):
-            left = aiospark.time_left()
-            resp = await session.get(url, timeout=aiohttp.ClientTimeout(total=left))
-    """
-    deadline = current_deadline.get()
-    if deadline is None:
-        return None
-    when, loop = deadline  # the call's loop: get_running_loop() costs a system call on 3.11
-    return when - loop.time()
+__all__ = ["Deadlines"]
 
 
 class Deadlines:

@@ -9,7 +9,7 @@ holds only what the pure-asyncio engine needs, so ``core`` imports neither pyarr
 
 Every element has an *identity* (``identify(value) -> str``, given by the Spark layer: its journal
 key, else its input values): the journal's key, the key that makes equal rows of one task one call,
-and what :func:`idempotency_key` returns inside the call.
+and what :func:`~aiospark.core.context.idempotency_key` returns inside the call.
 
 A *budget* (:class:`BudgetGate`) is asked before every attempt starts, after the rate limit:
 once spent, the attempt raises :class:`BudgetExhausted` (never retried), which fails the task or,
@@ -22,39 +22,13 @@ Example (what the Spark layer does for each task)::
 """
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal", "idempotency_key"]
+__all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal"]
 
 #: ``identify(value) -> str``: an element's identity (see the module docstring)
 Identify = Callable[[Any], str]
-
-#: the identity of the row whose call runs in this task (set in the call's own Task)
-current_identity: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "aiospark_idempotency_key", default=None)
-
-
-def idempotency_key() -> str:
-    """Inside a call: a string that is the same for the same row in every attempt, task retry and
-    rerun (its journal key, else its input values) and differs between rows; for a service's
-    ``Idempotency-Key`` header, so that a side effect made twice is applied once.
-
-    Example::
-
-        async def charge(row):
-            headers = {"Idempotency-Key": aiospark.idempotency_key()}
-            async with session.post(url, json=row, headers=headers) as r:
-                return await r.json()
-    """
-    key = current_identity.get()
-    if key is None:
-        raise RuntimeError("aiospark.idempotency_key() is called inside a call of ordered_wait, "
-                           "unordered_wait, async_udf or lookup_join (one row's call): not outside "
-                           "one, and not in a batch call (batch_size=), whose rows each have their own")
-    # the Spark layer may give a lazy identity (computed only here, when a call asks for it)
-    return key if type(key) is str else str(key)
 
 
 class BudgetExhausted(RuntimeError):

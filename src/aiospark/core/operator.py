@@ -78,7 +78,8 @@ class AsyncWaitOperator:
     that order; see :mod:`aiospark.core.key_order`). ``manage_lifecycle=False`` leaves
     ``function.open()`` and ``close()`` to the caller (the Spark runtime opens a function once per
     worker, not per task). ``identify(value) -> str`` gives each element an identity (what
-    ``aiospark.idempotency_key()`` returns inside its call); with ``journal`` (a
+    ``aiospark.idempotency_key()`` returns inside its call, computed only when the call asks for
+    it unless a journal needs it first); with ``journal`` (a
     :class:`~aiospark.core.durable.TaskJournal`) an element whose outcome is recorded is not called,
     elements of equal identity share one call, and every call's outcome is recorded. ``budget``
     (a :class:`~aiospark.core.durable.BudgetGate`) is charged before every attempt.
@@ -114,7 +115,8 @@ class AsyncWaitOperator:
         if journal is not None and identify is None:
             raise ValueError("a journal needs identify=: the identity its outcomes are recorded under")
         self._journal = journal
-        self._identities = None if identify is None else Identities(identify, journal, self._call_over, self.fail)
+        # without a journal an identity is what idempotency_key() returns, computed only if a call asks
+        self._identities = None if journal is None else Identities(identify, journal, self._call_over, self.fail)  # type: ignore[arg-type]
         self._output = output
         #: output gets lists of plain values, not Records (see the class docstring)
         self.values = bool(values)
@@ -123,7 +125,8 @@ class AsyncWaitOperator:
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
         self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
         calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
-                      "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget}
+                      "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget,
+                      "identify": identify if journal is None else None}
         #: the batch caller, with batch_size (it also keeps the batch being filled)
         self._batches: BatchCaller | None = None
         if self.batch_size is not None:

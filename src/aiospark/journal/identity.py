@@ -9,8 +9,9 @@ ASCII only; a text longer than :data:`MAX_PLAIN` characters is replaced by ``"sh
 column has one Spark type (the manifest pins the key columns' types), so a string column's value
 can never be mistaken for a tagged one of another column type.
 
-Without a journal the identity is computed only if the call asks for it (:class:`LazyIdentity`):
-encoding a whole row costs a few microseconds, which most calls would pay for nothing.
+Without a journal the identity is computed only if the call asks for it (the operator's
+``identify=`` is then called by ``idempotency_key()``): encoding a whole row costs a few
+microseconds, which most calls would pay for nothing.
 
 Example::
 
@@ -27,11 +28,11 @@ import json
 import json.encoder
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["MAX_PLAIN", "LazyIdentity", "identity", "RowIdentity", "ValuesIdentity"]
+__all__ = ["MAX_PLAIN", "identity", "RowIdentity", "ValuesIdentity"]
 
 #: identities longer than this are stored as their sha256 (Redis keys and segments stay small)
 MAX_PLAIN = 120
@@ -146,34 +147,3 @@ class ValuesIdentity:
 
     def __call__(self, value: Any) -> str:
         return identity(list(value) if self.spread and isinstance(value, tuple) else [value])
-
-
-class LazyIdentity:
-    """An identity computed only when asked for (``str()``): what the operator carries for each
-    element when no journal needs the identity itself."""
-
-    __slots__ = ("_of", "_value", "_text")
-
-    def __init__(self, of: Callable[[Any], str], value: Any):
-        self._of = of
-        self._value = value
-        self._text: str | None = None
-
-    def __str__(self) -> str:
-        if self._text is None:
-            self._text = self._of(self._value)
-            self._value = None
-        return self._text
-
-    def __repr__(self) -> str:
-        return f"LazyIdentity({str(self)!r})"
-
-
-class Lazily:
-    """``identify=`` for an operator without a journal: wraps each value in a :class:`LazyIdentity`."""
-
-    def __init__(self, of: Callable[[Any], str]):
-        self.of = of
-
-    def __call__(self, value: Any) -> LazyIdentity:
-        return LazyIdentity(self.of, value)

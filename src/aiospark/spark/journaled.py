@@ -1,10 +1,9 @@
 """``journal=`` of the Spark entry points: row identities, the manifest, each task's journal.
 
 Every entry point gives its operator ``identify=`` so that ``aiospark.idempotency_key()`` works
-inside any call. Without a journal the identity is lazy (a :class:`~aiospark.journal.LazyIdentity`
-per row, encoded only if the call asks for it: a whole row's canonical JSON costs microseconds
-that most calls would pay for nothing); with one it is computed for every row, since it is the
-journal's key.
+inside any call. Without a journal the operator computes it only if the call asks for it (a
+whole row's canonical JSON costs microseconds that most calls would pay for nothing); with one it
+is computed for every row, since it is the journal's key.
 
 A task finds its outcomes by its Spark partition id (and, in Structured Streaming, the micro-batch
 id, Spark's ``streaming.sql.batchId`` local property): see :mod:`aiospark.journal.directory`.
@@ -22,8 +21,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..journal import BoundJournal, Journal, LazyIdentity, Manifest, RowIdentity, TaskView
-from ..journal.identity import Lazily
+from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -70,8 +68,9 @@ class Durable:
         return cls(RowIdentity(key), journal.bind(manifest))
 
     def identify(self) -> Callable[[Any], Any]:
-        """``identify=`` for this task's operator (lazy without a journal)."""
-        return self.of if self.bound is not None else Lazily(self.of)
+        """``identify=`` for this task's operator (without a journal it is called only when a call
+        asks for its ``idempotency_key()``)."""
+        return self.of
 
     def open_task(self, encode: Any = None, decode: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""
@@ -172,5 +171,5 @@ def run_journaled(durable: Durable | None, view: TaskView | None, results: Itera
         close_view(view, failed)
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "LazyIdentity", "Stash", "check_journal", "close_view",
+__all__ = ["BATCH_ID_PROPERTY", "Durable", "Stash", "check_journal", "close_view",
            "counting_replayed", "replayed", "run_journaled"]

@@ -51,7 +51,7 @@ from typing import Any
 from pyreqwest.client import ClientBuilder
 from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutError
 
-from ...core.deadlines import time_left
+from ...core.context import time_left
 from .transport import Answer, Transport, TransportFailure
 
 __all__ = ["PyreqwestTransport"]
