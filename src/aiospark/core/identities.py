@@ -1,10 +1,11 @@
 """Element identities in the operator: outcomes a journal recorded, and calls equal elements share.
 
-With ``identify`` (and, for the rest, a journal), the operator asks :meth:`Identities.admit` for
-each element before its call starts:
+With a journal (and its ``identify``), the operator asks :meth:`Identities.admit` for each element
+before its call starts (without one, an identity is computed only when a call asks for its
+``idempotency_key()``: :mod:`aiospark.core.context`):
 
 1. the element gets its identity (what ``aiospark.idempotency_key()`` returns inside its call);
-2. with a journal, an element whose outcome is recorded completes from the record -- no call;
+2. an element whose outcome is recorded completes from the record -- no call;
 3. an element equal (same identity) to one whose call is in flight waits for that call and gets
    its outcome (:meth:`Identities.settle`, when the first one's call is over);
 4. otherwise its call starts, and its outcome is recorded when it is over.
@@ -38,12 +39,12 @@ class Identities:
     """The identities of one operator's elements (see the module docstring). ``report`` is the
     operator's per-element report, ``fail(value, exc, what)`` fails the operator."""
 
-    def __init__(self, identify: Identify, journal: TaskJournal | None, report: Report,
+    def __init__(self, identify: Identify, journal: TaskJournal, report: Report,
                  fail: Callable[[Any, BaseException, str], None]):
         self.identify = identify
         self.journal = journal
-        #: identity -> the elements waiting for the call of the first one in flight (journal only)
-        self._sharing: dict[str, list[Call]] | None = {} if journal is not None else None
+        #: identity -> the elements waiting for the call of the first one in flight
+        self._sharing: dict[str, list[Call]] = {}
         self._report = report
         self._fail = fail
 
@@ -52,8 +53,6 @@ class Identities:
         the journal, or it waits for the call of an equal element in flight."""
         try:
             identity = call.identity = self.identify(call.element[0])
-            if self.journal is None:
-                return False
             recorded = self.journal.recorded(identity)
         except Exception as exc:  # identify() or the journal's read raised: this element's error
             self._report(call, None, exc, "row identity" if call.identity is None else "journal")
@@ -62,28 +61,26 @@ class Identities:
             results, error = recorded_outcome(recorded)
             self._report(call, results, error, RECORDED)
             return True
-        sharing = self._sharing.get(identity)  # type: ignore[union-attr]
+        sharing = self._sharing.get(identity)
         if sharing is not None:
             sharing.append(call)
             return True
-        self._sharing[identity] = []  # type: ignore[index]
+        self._sharing[identity] = []
         return False
 
     def waits(self, call: Call) -> bool:
         """Whether ``call`` waits for the call of an equal element (its deadline then needs no
         action: that call entered the queue first, so its outcome comes no later)."""
-        sharing = self._sharing
-        return (sharing is not None and call.task is None and call.identity is not None
-                and call in sharing.get(call.identity, ()))
+        return call.task is None and call.identity is not None and call in self._sharing.get(call.identity, ())
 
     def settles(self, call: Call, what: str) -> bool:
         """Whether ``call``'s outcome is its own call's, to record and to share."""
-        return self._sharing is not None and what not in (RECORDED, SHARED) and call.identity is not None
+        return what not in (RECORDED, SHARED) and call.identity is not None
 
     def settle(self, call: Call, results: list[Any] | None, error: BaseException | None, what: str) -> None:
         """Record the outcome of ``call``'s own call, then hand it to the elements that shared it."""
         identity, journal, sharing = call.identity, self.journal, self._sharing
-        assert identity is not None and journal is not None and sharing is not None  # journal mode
+        assert identity is not None  # settles() said so
         if what != TIMEOUT_RESULTS and not isinstance(error, (BudgetExhausted, asyncio.CancelledError)):
             try:
                 journal.record(identity, results, error)

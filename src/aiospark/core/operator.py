@@ -337,7 +337,7 @@ class AsyncWaitOperator:
         batch = batches.filling or self._open_batch()  # type: ignore[union-attr]
         index = batch.add(value, timestamp)
         # identities matter to a journal only: a batch call has no idempotency key of one element
-        if self._journal is not None and self._identities.admit(batch.row(index)):  # type: ignore[union-attr]
+        if self._identities is not None and self._identities.admit(batch.row(index)):
             batch.skip(index)  # recorded, or it shares the call of an equal element
         if len(batch.values) >= self.batch_size:  # type: ignore[operator]
             batches.flush()  # type: ignore[union-attr]
@@ -388,8 +388,9 @@ class AsyncWaitOperator:
         self.inflight -= 1
         if self._failure is not None or self._closed:
             return
-        if self._journal is not None and self._identities.settles(call, what):  # type: ignore[union-attr]
-            self._identities.settle(call, results, error, what)  # type: ignore[union-attr]
+        identities = self._identities
+        if identities is not None and identities.settles(call, what):
+            identities.settle(call, results, error, what)
         if error is not None:
             self._caller.metrics.failures += 1
             if self._on_error is None or what in PREDICATES:

@@ -12,7 +12,7 @@ Example (what ``_wait`` does)::
 
     durable = Durable.prepare(journal, df, "ordered_wait", function, out_schema)
     view = durable.open_task()                # in the task, before any row
-    op = await options.make_operator(..., identify=durable.identify(), journal=view)
+    op = await options.make_operator(..., identify=durable.of, journal=view)
 """
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ class Durable:
     """One entry point's identities and journal (picklable; checked on the driver)."""
 
     def __init__(self, of: Callable[[Any], str], bound: BoundJournal | None):
+        #: a row's identity: the operator's ``identify=`` (without a journal it runs only when a
+        #: call asks for its ``idempotency_key()``)
         self.of = of
         self.bound = bound
 
@@ -66,11 +68,6 @@ class Durable:
         entry = "ordered_wait/unordered_wait" if what in ("ordered_wait", "unordered_wait") else what
         manifest = Manifest.of(entry, function, output_schema, key, types)
         return cls(RowIdentity(key), journal.bind(manifest))
-
-    def identify(self) -> Callable[[Any], Any]:
-        """``identify=`` for this task's operator (without a journal it is called only when a call
-        asks for its ``idempotency_key()``)."""
-        return self.of
 
     def open_task(self, encode: Any = None, decode: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""

@@ -89,7 +89,7 @@ class UdfRunner:
         durable = self.durable
         identify = view = None
         if durable is not None:
-            identify, view = durable.identify(), durable.open_task()
+            identify, view = durable.of, durable.open_task()
             chunks = durable.feed(chunks, view)
 
         async def make_operator(output: Callable[[Any], None]):

@@ -93,7 +93,7 @@ class _PartitionRunner:
         gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
         durable = self.durable
         view: TaskView | None = None
-        identify = durable.identify() if durable is not None else None
+        identify = durable.of if durable is not None else None
         if durable is not None and durable.bound is not None:
             if checks is not None:  # outputs are tagged with their input: stored untagged, tagged again
                 identify = Stash(durable.of)
