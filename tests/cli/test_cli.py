@@ -18,6 +18,7 @@ import aiospark
 from aiospark.app.cli import build_parser
 from aiospark.app.enrich_checks import EnrichError, guess_format
 from tests.support.service import FaultService, ServiceConfig, expected_item
+from tests.support.threaded_http import LoopbackHTTPServer
 
 
 def run_cli(*args, timeout=400, env=None):
@@ -58,7 +59,7 @@ class ItemServer:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackHTTPServer(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def __enter__(self):

@@ -10,6 +10,7 @@ import threading
 import pyarrow.parquet as pq
 
 from tests.cli.test_cli import read_json_dir, run_cli
+from tests.support.threaded_http import LoopbackHTTPServer
 
 BAD_CSV = ['9991,"unterminated quote, and,more', "9992,a,b,c,d"]
 
@@ -36,7 +37,7 @@ class CountingServer:
                 pass
 
         lock = threading.Lock()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackHTTPServer(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/item/{{id}}"
 
     def __enter__(self):

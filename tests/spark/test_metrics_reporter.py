@@ -115,3 +115,32 @@ def test_the_collector_binds_and_advertises_where_spark_says_the_driver_is(tmp_p
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
     assert line, done.stderr[-3000:]
     assert line[0] == "RESULT ('127.0.0.2', '127.0.0.2') 127.0.0.2 2 200 200", line[0]
+
+
+def test_the_collector_queues_a_stage_worth_of_reports_arriving_at_once():
+    """Every task of a stage may report at the same moment: the kernel must queue their connections
+    while the collector is busy, not drop them past a backlog of 5 (socketserver's default), which
+    leaves a report waiting for SYN retransmits. Here nothing accepts: 64 connects must still land."""
+    import select
+    import socket
+
+    from aiospark.spark.metrics import _CollectorServer, _Handler
+
+    server = _CollectorServer(("127.0.0.1", 0), _Handler)   # listening, never accepting
+    clients = []
+    try:
+        for _ in range(64):
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(server.server_address)
+            clients.append(client)
+        pending, deadline = set(clients), 5.0
+        while pending and deadline > 0:  # a dropped SYN never completes while nobody accepts
+            _, writable, _ = select.select([], list(pending), [], 0.25)
+            pending -= {c for c in writable if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0}
+            deadline -= 0.25
+        assert not pending, f"{len(pending)} of 64 connections were not queued"
+    finally:
+        for client in clients:
+            client.close()
+        server.server_close()

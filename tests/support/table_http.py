@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
+
+from tests.support.threaded_http import LoopbackHTTPServer
 
 __all__ = ["TableServer"]
 
@@ -74,11 +76,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"results": [table.get(k) for k in keys]})
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(LoopbackHTTPServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         #: (table, failing), replaced as a whole by load(): a request sees one consistent state
         self.state: tuple[dict[Key, list[dict]], set[Key]] = ({}, set())
         self.requests = 0

@@ -259,12 +259,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _CollectorServer(ThreadingHTTPServer):
+    # every task of a stage may report at once: socketserver's backlog of 5 would make the kernel
+    # drop the connects past it, and those reports wait for SYN retransmits (1 s, 3 s, ...)
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class _Collector:
     """One HTTP server in the driver process, bound on ``bind`` and advertised as ``host``."""
 
     def __init__(self, host: str, bind: str) -> None:
-        self.server = ThreadingHTTPServer((bind, 0), _Handler)
-        self.server.daemon_threads = True
+        self.server = _CollectorServer((bind, 0), _Handler)
         shown = f"[{host}]" if ":" in host else host
         self.base = f"http://{shown}:{self.server.server_address[1]}"
         self.address = f"{self.base}/report"
