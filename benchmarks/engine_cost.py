@@ -7,8 +7,8 @@ Measures, in this order, on ``local[2]`` with this interpreter as the Spark work
 workers' loop set by ``AIOSPARK_LOOP`` (``spark.executorEnv.AIOSPARK_LOOP`` and this process's env):
 
 * no-op ``async def`` through ``unordered_wait`` (capacity 100), 1M rows in 2 partitions: rows/s per task
-  = (rows / 2) / wall time of the action writing to the ``noop`` sink; bare asyncio no-op rows/s per
-  process (2 processes, ``spark_throughput.bare_asyncio``) for scale;
+  = (rows / 2) / wall time of the action writing to the ``noop`` sink, the median of ``--pairs`` jobs;
+  bare asyncio no-op rows/s per process (2 processes, ``spark_throughput.bare_asyncio``) for scale;
 * ``await asyncio.sleep(0.02)`` at capacity 1000 and 100, 2 tasks: *active* rates (first call started ->
   last call completed, timed inside the tasks, ``spark_throughput._timed``) over bare asyncio timed the
   same way;
@@ -19,10 +19,14 @@ workers' loop set by ``AIOSPARK_LOOP`` (``spark.executorEnv.AIOSPARK_LOOP`` and 
   rows/s per task to the ``noop`` sink: in the rows lane (a list of dicts per call) and in the columnar lane
   (``batch_format="pyarrow"``: a RecordBatch per call), each between two runs of the reference.
 
-Every ratio is taken against its reference measured adjacent in time: the reference runs right before
-and right after the Spark job (in this process, the JVM idle) and the job is divided by the mean of the
-two. The bare references always run plain asyncio (``asyncio.run``), whatever ``--loop`` says.
-Spark's Python workers and the JVM's JIT are warmed up first through every plan measured.
+Every ratio is taken against its reference measured adjacent in time, ``--pairs`` times (default 3):
+the reference runs before the first job and after every job (in this process, the JVM idle), jobs
+that share a reference take turns (reference, aiohttp job, reference, lookup job, reference, aiohttp
+job, ...), each job is divided by the mean of the two references around it, and a workload's value is
+the median of its ratios. This machine's speed drifts by 20-40 % within minutes: one pair is a coin
+flip near a target, the median of three is not. The bare references always run plain asyncio
+(``asyncio.run``), whatever ``--loop`` says. Spark's Python workers and the JVM's JIT are warmed up
+first through every plan measured.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -107,19 +112,30 @@ def _noop_sink(df) -> float:
     return time.perf_counter() - t0
 
 
-def adjacent(reference, measured) -> dict[str, float]:
-    """``reference()`` right before and right after ``measured()`` (both return rates):
-    {"value": measured / mean of the two references, "rate", "before", "after"}."""
-    before = reference()
-    rate = measured()
-    after = reference()
-    return {"value": rate / ((before + after) / 2), "rate": rate, "before": before, "after": after}
+def interleaved(reference, jobs: dict, pairs: int) -> tuple[dict[str, dict], list[float]]:
+    """Run each job of ``jobs`` ({key: measure()}) ``pairs`` times, taking turns, with ``reference()``
+    before the first and after every job (all return rates). Returns ({key: {"value": median ratio,
+    "ratios", "rates"}}, the references in order); a ratio is a job's rate over the mean of the two
+    references around it."""
+    references = [reference()]
+    out: dict[str, dict] = {key: {"ratios": [], "rates": []} for key in jobs}
+    for _ in range(pairs):
+        for key, measured in jobs.items():
+            rate = measured()
+            references.append(reference())
+            out[key]["rates"].append(rate)
+            out[key]["ratios"].append(rate / ((references[-2] + references[-1]) / 2))
+    for r in out.values():
+        r["value"] = statistics.median(r["ratios"])
+    return out, references
 
 
-def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | None = None) -> dict:
+def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | None = None,
+            pairs: int = 3) -> dict:
     """All workloads in one Spark session on the workers' ``loop``: {key: {"value": ..., ...}}, plus
     "worker_loop" (the loop module the workers really ran) and "transport" (what HttpLookup's auto chose).
-    ``batched_rows`` overrides the rows of the batched job and of its ``mapInArrow`` reference."""
+    ``batched_rows`` overrides the rows of the batched job and of its ``mapInArrow`` reference; each
+    ratio is the median of ``pairs`` (see :func:`interleaved`)."""
     import aiospark
     from aiospark.connectors.http.transports import resolve_transport
 
@@ -156,9 +172,12 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
 
         log("no-op")
         rows = n["noop"]
-        out["noop"] = {"value": rows / 2 / _noop_sink(noop_df(rows)), "rows": rows}
-        bare = bare_asyncio(rows, 0.0, CAPACITY, 2) / 2
-        out["bare_noop"] = {"value": bare, "rows": rows}
+        # an absolute rate (the median job), the bare references around the jobs for scale
+        ratios, references = interleaved(lambda: bare_asyncio(rows, 0.0, CAPACITY, 2) / 2,
+                                         {"noop": lambda: rows / 2 / _noop_sink(noop_df(rows))}, pairs)
+        rates = ratios["noop"]["rates"]
+        out["noop"] = {"value": statistics.median(rates), "rates": rates, "rows": rows}
+        out["bare_noop"] = {"value": statistics.median(references), "rates": references, "rows": rows}
 
         stamps = tempfile.mkdtemp(prefix="aiospark-engine-cost-")
         try:
@@ -167,10 +186,11 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
                 rows = n[key]
                 timed = _timed(0.02, stamps, rows // 2)
                 job = aiospark.unordered_wait(spark.range(0, rows, 1, 2), timed, "id LONG", capacity=capacity)
-                out[key] = adjacent(lambda r=rows, c=capacity: bare_asyncio(r, 0.02, c, 2),
-                                    lambda j=job, r=rows: timed_rates(
-                                        lambda: j.write.format("noop").mode("overwrite").save(), r, stamps)[1])
-                out[key]["rows"] = rows
+                ratios, references = interleaved(
+                    lambda r=rows, c=capacity: bare_asyncio(r, 0.02, c, 2),
+                    {key: lambda j=job, r=rows: timed_rates(
+                        lambda: j.write.format("noop").mode("overwrite").save(), r, stamps)[1]}, pairs)
+                out[key] = dict(ratios[key], rows=rows, references=references)
         finally:
             shutil.rmtree(stamps, ignore_errors=True)
 
@@ -184,33 +204,23 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
             for variant in variants.values():  # warm-up: workers, pools
                 _noop_sink(spark_job(spark, variant, base, CAPACITY, 1, 2000))
             out["transport"] = resolve_transport("auto")
-            reference = []  # bare, aiohttp job, bare, lookup job, bare: each job against its neighbours
-
-            def bare_http() -> float:
-                if not reference:
-                    reference.append(run_bare("aiohttp", "asyncio", 1, bare_args) or float("nan"))
-                return reference.pop()
-
-            for key, variant in variants.items():
-                log(key)
-                out[key] = adjacent(bare_http, lambda v=variant, r=rows: r / _noop_sink(
-                    spark_job(spark, v, base, CAPACITY, 1, r)))
-                out[key]["rows"] = rows
-                reference.append(out[key]["after"])  # the next job's "before"
+            log("aiohttp, lookup")
+            ratios, references = interleaved(
+                lambda: run_bare("aiohttp", "asyncio", 1, bare_args) or float("nan"),
+                {key: lambda v=variant, r=rows: r / _noop_sink(spark_job(spark, v, base, CAPACITY, 1, r))
+                 for key, variant in variants.items()}, pairs)
+            for key in variants:
+                out[key] = dict(ratios[key], rows=rows, references=references)
 
         rows = n["batched"]
-        kept: list[float] = []  # reference, rows lane, reference, columnar lane, reference
-
-        def map_in_arrow() -> float:
-            return kept.pop() if kept else rows / 2 / _noop_sink(arrow_df(rows))
-
-        for key, make in (("batched", batched_df), ("batched_arrow", columnar_df)):
-            log(key)
-            out[key] = adjacent(map_in_arrow, lambda m=make: rows / 2 / _noop_sink(m(rows)))
-            out[key]["rows"] = rows
-            kept.append(out[key]["after"])  # the next job's "before"
-        references = [out["batched"]["before"], out["batched"]["after"], out["batched_arrow"]["after"]]
-        out["map_in_arrow"] = {"value": sum(references) / 3, "rows": rows}
+        log("batched")
+        ratios, references = interleaved(
+            lambda: rows / 2 / _noop_sink(arrow_df(rows)),
+            {key: lambda m=make: rows / 2 / _noop_sink(m(rows))
+             for key, make in (("batched", batched_df), ("batched_arrow", columnar_df))}, pairs)
+        for key in ratios:
+            out[key] = dict(ratios[key], rows=rows, references=references)
+        out["map_in_arrow"] = {"value": statistics.median(references), "rows": rows}
     finally:
         spark.stop()
     return out
@@ -218,9 +228,13 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
 
 def detail(key: str, r: dict) -> str:
     """The figures behind a ratio: 'rate vs before/after references'."""
-    if "rate" not in r:
-        return f"{r['rows']:,} rows"
-    return f"{r['rate']:,.0f} vs {r['before']:,.0f} / {r['after']:,.0f} rows/s, {r['rows']:,} rows"
+    if "ratios" not in r:
+        rates = " / ".join(f"{x:,.0f}" for x in r.get("rates", ()))
+        return f"rows/s {rates}; {r['rows']:,} rows" if rates else f"{r['rows']:,} rows"
+    ratios = " / ".join(f"{x:.3f}" for x in r["ratios"])
+    rates = " / ".join(f"{x:,.0f}" for x in r["rates"])
+    references = " / ".join(f"{x:,.0f}" for x in r["references"])
+    return f"ratios {ratios}; rows/s {rates} vs references {references}; {r['rows']:,} rows"
 
 
 def fmt(key: str, value: float) -> str:
@@ -265,13 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     parser.add_argument("--batched-rows", type=int, metavar="N",
                         help="rows of each batched and mapInArrow job (default 4,000,000)")
+    parser.add_argument("--pairs", type=int, default=3, metavar="N",
+                        help="jobs per ratio, each between two references; the value is their median (default 3)")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     if args.batched_rows is not None and args.batched_rows < 100_000:
         parser.error("--batched-rows must be at least 100000 (two tasks of whole Arrow batches)")
     command = "python benchmarks/engine_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     before = uptime()
     r = measure(args.loop, args.quick, log=lambda msg: print(f"[{args.loop}] {msg}", file=sys.stderr, flush=True),
-                batched_rows=args.batched_rows)
+                batched_rows=args.batched_rows, pairs=args.pairs)
     load = (before, uptime())
     r["uptime"] = load
     print_table(r, command, load)

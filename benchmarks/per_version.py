@@ -9,8 +9,9 @@ children run with ``PYTHONPATH=<repo>/src:<repo>``)::
 For every round, every version and every loop it runs ``benchmarks/engine_cost.py --loop LOOP`` in a
 fresh process with that version's python as the driver's and the Spark workers' python and
 ``AIOSPARK_LOOP=LOOP`` (the workers pick their loop when they start, so one process per loop): one
-Spark session measures all the workloads there, each ratio against its reference taken right before
-and after it (the bare references run plain ``asyncio.run`` whatever the loop). Then it prints one
+Spark session measures all the workloads there, each ratio the median of ``--pairs`` jobs, each
+against its reference taken right before and after it (the bare references run plain ``asyncio.run``
+whatever the loop). Then it prints one
 table: a row per workload; per version the value on each loop, the target, PASS/FAIL per round and
 loop, and the faster loop; with the command line and ``uptime``'s load averages before and after.
 A child that fails (e.g. while ``src/`` is being edited) is retried once a minute later.
@@ -32,7 +33,7 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks.engine_cost import LOOPS, WORKLOADS, fmt, fmt_target, target, uptime  # noqa: E402
+from benchmarks.engine_cost import LOOPS, WORKLOADS, detail, fmt, fmt_target, target, uptime  # noqa: E402
 
 SHORT = {"uvloop": "uv", "asyncio": "aio"}
 
@@ -45,13 +46,13 @@ def child_env(python: str, loop: str) -> dict[str, str]:
 
 
 def run_engine_cost(python: str, loop: str, quick: bool, timeout: float, retry_after: float = 60.0,
-                    batched_rows: int | None = None) -> dict:
+                    batched_rows: int | None = None, pairs: int = 3) -> dict:
     """``engine_cost.py --loop loop`` on ``python``: its figures (see ``engine_cost.measure``) plus
     "seconds" (the child's wall time) and "table" (what it printed). Raises RuntimeError after two failures."""
     fd, out = tempfile.mkstemp(prefix="aiospark-engine-cost-", suffix=".json")
     os.close(fd)
     cmd = [python, os.path.join(HERE, "engine_cost.py"), "--loop", loop, "--json", out, *(["--quick"] if quick else []),
-           *(["--batched-rows", str(batched_rows)] if batched_rows else [])]
+           *(["--batched-rows", str(batched_rows)] if batched_rows else []), "--pairs", str(pairs)]
     try:
         for attempt in (1, 2):
             t0 = time.perf_counter()
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one child may take")
     parser.add_argument("--tables", action="store_true", help="also print every child's own table")
     parser.add_argument("--batched-rows", type=int, metavar="N", help="engine_cost.py's --batched-rows")
+    parser.add_argument("--pairs", type=int, default=3, metavar="N",
+                        help="engine_cost.py's --pairs: jobs per ratio, the value is their median (default 3)")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be >= 1")
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     if args.batched_rows is not None and args.batched_rows < 100_000:
@@ -162,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             for loop in loops:
                 print(f"round {rnd}/{args.rounds}: {label} on {loop} ...", file=sys.stderr, flush=True)
                 try:
-                    r = run_engine_cost(path, loop, args.quick, args.timeout, batched_rows=args.batched_rows)
+                    r = run_engine_cost(path, loop, args.quick, args.timeout, batched_rows=args.batched_rows,
+                                        pairs=args.pairs)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     print(f"  {e}", file=sys.stderr, flush=True)
                     r = None
@@ -177,15 +183,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} cores; {args.rounds} round(s), {'--quick row counts' if args.quick else 'full row counts'}; "
           f"{(time.perf_counter() - t_start) / 60:.1f} min in all\n")
     print_table(results, loops)
-    print("\nValues per round are separated by ' · '. Ratios are the Spark job over its reference measured right "
-          "before and after it (the mean of the two); the bare references run plain asyncio.run. PASS/FAIL per "
-          "round and loop (uv = uvloop, aio = asyncio); 'faster loop' compares the medians over the rounds.\n")
+    print(f"\nValues per round are separated by ' · '. Each is the median of {args.pairs} job(s) (a ratio: the Spark "
+          "job over the mean of its references measured right before and after it); the bare references run plain "
+          "asyncio.run. PASS/FAIL per round and loop (uv = uvloop, aio = asyncio); 'faster loop' compares the "
+          "medians over the rounds.\n")
     for rnd, label, loop, r in runs_log:
         if r is None:
             print(f"- round {rnd}, {label} {loop}: failed twice")
             continue
-        figures = "; ".join(f"{k} {r[k]['rate']:,.0f} vs {r[k]['before']:,.0f}/{r[k]['after']:,.0f} rows/s"
-                            for k in WORKLOADS if k in r and "rate" in r[k])
+        figures = "; ".join(f"{k} {detail(k, r[k])}" for k in WORKLOADS if k in r and "rates" in r[k])
         print(f"- round {rnd}, {label} {loop}: python {r['python']}, workers ran {', '.join(r['worker_loop'])}, "
               f"HttpLookup auto = {r.get('transport')}, {r['seconds']:.0f} s, uptime {r['uptime'][0]} -> "
               f"{r['uptime'][1]}; {figures}")
