@@ -36,13 +36,19 @@ def no_java_env():
 
 
 class ItemServer:
-    """GET /item/<key> -> {"name": "item-<key>", "value": len(key)}; keys in ``failing`` get HTTP 500."""
+    """GET /item/<key> -> {"name": "item-<key>", "value": len(key)}; keys in ``failing`` get HTTP 500.
+    ``calls`` counts the requests."""
 
     def __init__(self, failing=()):
         failing = set(failing)
+        lock = threading.Lock()
+        self.calls = 0
+        outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                with lock:
+                    outer.calls += 1
                 key = self.path.rsplit("/", 1)[-1]
                 if key in failing:
                     self.send_response(500)

@@ -3,50 +3,14 @@ HTTP server on 127.0.0.1): by default the run fails before any call, naming the 
 --on-error row each becomes an error row whose _error quotes the line."""
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 
 import pyarrow.parquet as pq
 
-from tests.cli.test_cli import read_json_dir, run_cli
-from tests.support.threaded_http import LoopbackHTTPServer
+from tests.cli.test_cli import ItemServer, read_json_dir, run_cli
 
+ITEM = "/item/{id}"
 BAD_CSV = ['9991,"unterminated quote, and,more', "9992,a,b,c,d"]
-
-
-class CountingServer:
-    """GET /item/<key> -> {"name": "item-<key>"}; counts the calls."""
-
-    def __init__(self):
-        self.calls = 0
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                with lock:
-                    outer.calls += 1
-                body = json.dumps({"name": "item-" + self.path.rsplit("/", 1)[-1]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        lock = threading.Lock()
-        self.server = LoopbackHTTPServer(Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/item/{{id}}"
-
-    def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def csv_input(tmp_path):
@@ -58,8 +22,8 @@ def csv_input(tmp_path):
 def test_malformed_csv_lines_fail_the_run_named_before_any_call(tmp_path):
     src = csv_input(tmp_path)
     out = tmp_path / "out.parquet"
-    with CountingServer() as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url, "--schema", "name STRING",
+    with ItemServer() as server:
+        done = run_cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
                        "--master", "local[2]")
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     err = done.stderr
@@ -74,8 +38,8 @@ def test_malformed_csv_lines_fail_the_run_named_before_any_call(tmp_path):
 def test_malformed_csv_lines_become_error_rows_with_on_error_row(tmp_path):
     src = csv_input(tmp_path)
     out = tmp_path / "out.parquet"
-    with CountingServer() as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url, "--schema", "name STRING",
+    with ItemServer() as server:
+        done = run_cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
                        "--on-error", "row", "--master", "local[2]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "302 rows" in done.stdout and "2 rows failed (2 of them malformed input lines)" in done.stderr
@@ -95,11 +59,11 @@ def test_malformed_json_lines_fail_named_or_become_error_rows(tmp_path):
     lines = [json.dumps({"id": f"k{i}", "n": i}) for i in range(30)]
     lines.insert(10, '{"id": "broken", "n": ')
     src.write_text("\n".join(lines) + "\n")
-    with CountingServer() as server:
-        failed = run_cli("enrich", str(src), str(tmp_path / "a.json"), "--url", server.url,
+    with ItemServer() as server:
+        failed = run_cli("enrich", str(src), str(tmp_path / "a.json"), "--url", server.url + ITEM,
                          "--schema", "name STRING", "--master", "local[1]")
         calls_when_failed = server.calls
-        kept = run_cli("enrich", str(src), str(tmp_path / "b.json"), "--url", server.url,
+        kept = run_cli("enrich", str(src), str(tmp_path / "b.json"), "--url", server.url + ITEM,
                        "--schema", "name STRING", "--on-error", "row", "--master", "local[1]")
     assert failed.returncode == 2, failed.stderr[-3000:]
     assert f"line 11 of {src}: malformed JSON line: '{lines[10]}'" in failed.stderr, failed.stderr
