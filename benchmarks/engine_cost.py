@@ -227,7 +227,8 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
 
 
 def detail(key: str, r: dict) -> str:
-    """The figures behind a ratio: 'rate vs before/after references'."""
+    """The figures behind a value: every job's ratio and rate and the references around them (for
+    an absolute rate, its jobs' rates)."""
     if "ratios" not in r:
         rates = " / ".join(f"{x:,.0f}" for x in r.get("rates", ()))
         return f"rows/s {rates}; {r['rows']:,} rows" if rates else f"{r['rows']:,} rows"

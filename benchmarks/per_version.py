@@ -11,9 +11,9 @@ fresh process with that version's python as the driver's and the Spark workers' 
 ``AIOSPARK_LOOP=LOOP`` (the workers pick their loop when they start, so one process per loop): one
 Spark session measures all the workloads there, each ratio the median of ``--pairs`` jobs, each
 against its reference taken right before and after it (the bare references run plain ``asyncio.run``
-whatever the loop). Then it prints one
-table: a row per workload; per version the value on each loop, the target, PASS/FAIL per round and
-loop, and the faster loop; with the command line and ``uptime``'s load averages before and after.
+whatever the loop). Then it prints one table: a row per workload; per version the value on each
+loop, the target, PASS/FAIL per round and loop, and the faster loop; with the command line and
+``uptime``'s load averages before and after.
 A child that fails (e.g. while ``src/`` is being edited) is retried once a minute later.
 """
 from __future__ import annotations
