@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import fractions
 import re
 
+import numpy
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import ArrayType, IntegerType, MapType, StringType, StructField, StructType, TimestampType
@@ -79,6 +81,28 @@ def failure(spark, fn, schema):
 def test_a_value_that_does_not_fit_is_an_error_naming_function_column_value(spark, schema, bad, shown):
     text = failure(spark, bad_on(17, lambda i: {"id": i, "n": i}, bad), schema)
     assert "OutputSchemaError" in text and "shaky" in text and "'n'" in text and shown in text
+
+
+@pytest.mark.parametrize("number", [
+    numpy.float64(1.5), numpy.float32(2.5), decimal.Decimal("1.5"), fractions.Fraction(3, 2), float("nan"),
+    numpy.float64("inf"), decimal.Decimal("NaN"),
+])
+def test_every_kind_of_number_with_a_fraction_is_refused_by_an_integer_column(number):
+    # Arrow truncates each of these without a word (numpy.float64(1.5) -> 1): checked before it can
+    schema = StructType([StructField("n", IntegerType()), StructField("xs", ArrayType(IntegerType()))])
+    with pytest.raises(aiospark.OutputSchemaError, match="is not a whole number") as top:
+        RowConverter(schema, "fn").to_batch([{"n": 1}, {"n": number}])
+    assert repr(number) in str(top.value) and "'n'" in str(top.value)
+    with pytest.raises(aiospark.OutputSchemaError, match=re.escape("at xs[]:")):
+        RowConverter(schema, "fn").to_batch([{"xs": [1, number]}])
+
+
+def test_whole_numbers_of_every_kind_fit_an_integer_column():
+    schema = StructType([StructField("n", IntegerType())])
+    whole = [numpy.float64(2.0), numpy.float32(3.0), decimal.Decimal("4"), fractions.Fraction(10, 2), numpy.int64(6),
+             7.0, 8, None]
+    batch = RowConverter(schema, "fn").to_batch([{"n": v} for v in whole])
+    assert batch.column(0).to_pylist() == [2, 3, 4, 5, 6, 7, 8, None]
 
 
 def test_naive_and_aware_datetimes_mixed_in_one_column(spark):

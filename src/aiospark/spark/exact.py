@@ -2,7 +2,7 @@
 
 Arrow's conversion from Python refuses most values that do not fit a column (300 into TINYINT, a
 string into INT, an int beyond LONG), but it truncates a float into an integer column (``1.5`` ->
-``1``), reads a naive ``datetime`` as UTC next to aware ones, drops the zone of an aware one in a
+``1``; so too a NumPy float, a ``Decimal`` or a ``Fraction``), reads a naive ``datetime`` as UTC next to aware ones, drops the zone of an aware one in a
 TIMESTAMP_NTZ column, and writes NULL into NOT NULL columns (Spark then fails in the JVM with
 "Value at index is null"). :class:`ExactChecks` looks for exactly those, column by column, and
 names the first offending value of each check it runs. Values nested in ARRAY, MAP (keys and
@@ -19,6 +19,8 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
+import numbers
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -125,6 +127,22 @@ def _collect(value: Any, plan: Plan, path: str, leaves: dict[str, tuple[str, lis
                 _collect(value[index], sub, f"{path}.{field}", leaves)
 
 
+_INTS = frozenset({int, type(None)})
+
+
+def _whole(value: Any) -> bool:
+    """Whether Arrow keeps ``value`` as it is in an integer column. Arrow truncates every number
+    that is not an integer -- a float, a NumPy float, a ``Decimal``, a ``Fraction`` -- so such a
+    number fits only when it is a whole one. Anything else (an integer of any kind, a string) is
+    Arrow's to take or refuse."""
+    if isinstance(value, numbers.Integral) or not isinstance(value, (numbers.Real, decimal.Decimal)):
+        return True
+    try:
+        return bool(int(value) == value)
+    except (ValueError, OverflowError, decimal.InvalidOperation):  # NaN, infinities
+        return False
+
+
 class ExactChecks:
     """The checks of one output schema, with what one task has seen so far.
 
@@ -161,10 +179,10 @@ def column_problem(values: list[Any], kind: str | None, name: str,
     """The first of ``values`` (of a column of ``kind``, see :func:`kind_of`) that does not fit
     exactly, with why; ``aware_seen`` remembers per column whether its datetimes are aware."""
     if kind == "int":
-        if float not in set(map(type, values)):  # the usual case, in one C-level pass
+        if set(map(type, values)) <= _INTS:  # the usual case, in one C-level pass
             return None
         for v in values:
-            if type(v) is float and not v.is_integer():
+            if type(v) not in _INTS and not _whole(v):
                 return v, f"{v!r} is not a whole number: round it (or declare a DOUBLE column)"
         return None
     if kind is None:
