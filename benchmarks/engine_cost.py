@@ -17,7 +17,9 @@ workers' loop set by ``AIOSPARK_LOOP`` (``spark.executorEnv.AIOSPARK_LOOP`` and 
   asyncio + aiohttp in one process (``http_transport.run_bare``);
 * a batched no-op (``batch_size=256``, capacity 1024) over an identity ``mapInArrow`` of the same rows, 2 tasks, both
   rows/s per task to the ``noop`` sink: in the rows lane (a list of dicts per call) and in the columnar lane
-  (``batch_format="pyarrow"``: a RecordBatch per call), each between two runs of the reference.
+  (``batch_format="pyarrow"``: a RecordBatch per call), each between two runs of the reference; and for
+  scale, a ``mapInArrow`` that only turns every row into a dict and back (``to_pylist`` ->
+  ``from_pylist``): the least any lane handing the function dicts can cost.
 
 Every ratio is taken against its reference measured adjacent in time, ``--pairs`` times (default 3):
 the reference runs before the first job and after every job (in this process, the JVM idle), jobs
@@ -63,6 +65,8 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     "lookup": ("`lookup_join` + `HttpLookup`, nginx, capacity 100, 1 task", "x bare aiohttp"),
     "batched": (f"batched no-op (batch_size={BATCH}, capacity {BATCH_CAPACITY}), 2 tasks", "x identity mapInArrow"),
     "batched_arrow": ("same, `batch_format=\"pyarrow\"` (columnar lane)", "x identity mapInArrow"),
+    "dicts": ("`mapInArrow` through Python dicts (`to_pylist` -> `from_pylist`), no calls: a rows lane's "
+              "ceiling (scale)", "x identity mapInArrow"),
     "map_in_arrow": ("identity `mapInArrow`, 2 tasks (scale)", "rows/s per task"),
 }
 
@@ -103,6 +107,14 @@ async def _loop_name(row):
 
 def _identity(batches):
     yield from batches
+
+
+def _through_dicts(batches):
+    """What any lane handing functions a list of dicts pays at least: every row to a dict and back."""
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.RecordBatch.from_pylist(batch.to_pylist(), schema=batch.schema)
 
 
 def _noop_sink(df) -> float:
@@ -165,8 +177,12 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
             df = spark.range(0, rows, 1, 2)
             return df.mapInArrow(_identity, df.schema)
 
+        def dicts_df(rows):
+            df = spark.range(0, rows, 1, 2)
+            return df.mapInArrow(_through_dicts, df.schema)
+
         log("warm-up")
-        for make in (noop_df, batched_df, columnar_df, arrow_df):
+        for make in (noop_df, batched_df, columnar_df, arrow_df, dicts_df):
             for _ in range(n["warmup_jobs"]):
                 _noop_sink(make(n["warmup"]))
 
@@ -217,7 +233,8 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
         ratios, references = interleaved(
             lambda: rows / 2 / _noop_sink(arrow_df(rows)),
             {key: lambda m=make: rows / 2 / _noop_sink(m(rows))
-             for key, make in (("batched", batched_df), ("batched_arrow", columnar_df))}, pairs)
+             for key, make in (("batched", batched_df), ("batched_arrow", columnar_df), ("dicts", dicts_df))},
+            pairs)
         for key in ratios:
             out[key] = dict(ratios[key], rows=rows, references=references)
         out["map_in_arrow"] = {"value": statistics.median(references), "rows": rows}

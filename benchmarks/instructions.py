@@ -10,6 +10,11 @@ the difference in elements is what one element costs (start-up and imports cance
 * ``bare``: a no-op coroutine per element as a bare Task (eager on 3.12+) with a done callback;
 * ``unordered`` / ``ordered``: the same coroutine through ``AsyncWaitOperator`` (capacity 100, timeout
   60 s) on ``asyncio.run``'s loop, fed with ``try_process`` / ``wait_for_space``;
+* ``bare uvloop`` / ``unordered uvloop``: ``bare`` and ``unordered`` on a uvloop loop, the Spark
+  worker's default;
+* ``arrow to python`` / ``python to arrow``: the rows lane's conversions alone, per row: one Arrow batch
+  of 10,000 rows of one LONG column to a list of dicts (``to_python``), and such a list back to a batch
+  with every output check (``RowConverter.to_batch``), each made once and converted over and over;
 * ``spark runner``: the function ``unordered_wait`` gives ``mapInArrow``, over in-memory Arrow batches
   of one LONG column (Arrow in, the worker loop's thread and the bridge, Arrow out), no JVM, on the
   worker's default loop (``AIOSPARK_LOOP``);
@@ -28,9 +33,13 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 WORKLOADS = {"bare": (2_000, 22_000), "unordered": (2_000, 22_000), "ordered": (2_000, 22_000),
+             "bare uvloop": (2_000, 22_000), "unordered uvloop": (2_000, 22_000),
+             "arrow to python": (20_000, 220_000), "python to arrow": (20_000, 220_000),
              "spark runner": (10_000, 50_000), "batched runner": (20_000, 220_000)}
+CONVERTED = 10_000  # rows per batch of the conversion workloads, as Spark's maxRecordsPerBatch
 
 
 async def _noop(x: object) -> object:
@@ -104,12 +113,44 @@ def _spark_runner(n: int, batch_size: int | None = None) -> None:
     assert sum(b.num_rows for b in runner(iter(batches))) == n
 
 
+def _conversions(n: int, to_arrow: bool) -> None:
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from aiospark.spark.schema import RowConverter, to_python
+
+    batch = pa.record_batch([pa.array(range(CONVERTED), pa.int64())], names=["id"])
+    rows = to_python(batch)
+    converter = RowConverter(StructType([StructField("id", LongType(), True)]), "instructions")
+    for _ in range(n // CONVERTED):
+        if to_arrow:
+            converter.to_batch(rows)
+        else:
+            to_python(batch)
+
+
+def _on_uvloop(coro: Any) -> None:
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
 def child(workload: str, n: int) -> None:
     gc.set_threshold(50_000, 10, 10)
     if workload == "bare":
         asyncio.run(_bare(n))
     elif workload in ("unordered", "ordered"):
         asyncio.run(_operator(n, workload == "ordered"))
+    elif workload == "bare uvloop":
+        _on_uvloop(_bare(n))
+    elif workload == "unordered uvloop":
+        _on_uvloop(_operator(n, False))
+    elif workload in ("arrow to python", "python to arrow"):
+        _conversions(n, workload == "python to arrow")
     elif workload == "batched runner":
         _spark_runner(n, batch_size=256)
     else:
