@@ -137,9 +137,10 @@ def _whole(value: Any) -> bool:
     Arrow's to take or refuse."""
     if isinstance(value, numbers.Integral) or not isinstance(value, (numbers.Real, decimal.Decimal)):
         return True
+    number: Any = value  # int() takes every one of them (typeshed's numbers.Real declares no __int__)
     try:
-        return bool(int(value) == value)
-    except (ValueError, OverflowError, decimal.InvalidOperation):  # NaN, infinities
+        return bool(int(number) == number)
+    except (ValueError, OverflowError):  # NaN, infinities
         return False
 
 
