@@ -10,8 +10,8 @@ the difference in elements is what one element costs (start-up and imports cance
 * ``bare``: a no-op coroutine per element as a bare Task (eager on 3.12+) with a done callback;
 * ``unordered`` / ``ordered``: the same coroutine through ``AsyncWaitOperator`` (capacity 100, timeout
   60 s) on ``asyncio.run``'s loop, fed with ``try_process`` / ``wait_for_space``;
-* ``bare uvloop`` / ``unordered uvloop``: ``bare`` and ``unordered`` on a uvloop loop, the Spark
-  worker's default;
+* ``bare worker loop`` / ``unordered worker loop``: ``bare`` and ``unordered`` on the Spark worker's loop
+  (``aiospark.runtime.worker_loop.new_event_loop``: uvloop by default, ``AIOSPARK_LOOP`` chooses);
 * ``arrow to python`` / ``python to arrow``: the rows lane's conversions alone, per row: one Arrow batch
   of 10,000 rows of one LONG column to a list of dicts (``to_python``), and such a list back to a batch
   with every output check (``RowConverter.to_batch``), each made once and converted over and over;
@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 WORKLOADS = {"bare": (2_000, 22_000), "unordered": (2_000, 22_000), "ordered": (2_000, 22_000),
-             "bare uvloop": (2_000, 22_000), "unordered uvloop": (2_000, 22_000),
+             "bare worker loop": (2_000, 22_000), "unordered worker loop": (2_000, 22_000),
              "arrow to python": (20_000, 220_000), "python to arrow": (20_000, 220_000),
              "spark runner": (10_000, 50_000), "batched runner": (20_000, 220_000)}
 CONVERTED = 10_000  # rows per batch of the conversion workloads, as Spark's maxRecordsPerBatch
@@ -129,10 +129,10 @@ def _conversions(n: int, to_arrow: bool) -> None:
             to_python(batch)
 
 
-def _on_uvloop(coro: Any) -> None:
-    import uvloop
+def _on_worker_loop(coro: Any) -> None:
+    from aiospark.runtime.worker_loop import new_event_loop
 
-    loop = uvloop.new_event_loop()
+    loop = new_event_loop()
     try:
         loop.run_until_complete(coro)
     finally:
@@ -145,10 +145,10 @@ def child(workload: str, n: int) -> None:
         asyncio.run(_bare(n))
     elif workload in ("unordered", "ordered"):
         asyncio.run(_operator(n, workload == "ordered"))
-    elif workload == "bare uvloop":
-        _on_uvloop(_bare(n))
-    elif workload == "unordered uvloop":
-        _on_uvloop(_operator(n, False))
+    elif workload == "bare worker loop":
+        _on_worker_loop(_bare(n))
+    elif workload == "unordered worker loop":
+        _on_worker_loop(_operator(n, False))
     elif workload in ("arrow to python", "python to arrow"):
         _conversions(n, workload == "python to arrow")
     elif workload == "batched runner":
