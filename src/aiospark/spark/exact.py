@@ -2,9 +2,9 @@
 
 Arrow's conversion from Python refuses most values that do not fit a column (300 into TINYINT, a
 string into INT, an int beyond LONG), but it truncates a float into an integer column (``1.5`` ->
-``1``; so too a NumPy float, a ``Decimal`` or a ``Fraction``), reads a naive ``datetime`` as UTC next to aware ones, drops the zone of an aware one in a
-TIMESTAMP_NTZ column, and writes NULL into NOT NULL columns (Spark then fails in the JVM with
-"Value at index is null"). :class:`ExactChecks` looks for exactly those, column by column, and
+``1``; so too a NumPy float, a ``Decimal`` or a ``Fraction``), reads a naive ``datetime`` as UTC
+next to aware ones, drops the zone of an aware one in a TIMESTAMP_NTZ column, and writes NULL into
+NOT NULL columns (Spark then fails in the JVM with "Value at index is null"). :class:`ExactChecks` looks for exactly those, column by column, and
 names the first offending value of each check it runs. Values nested in ARRAY, MAP (keys and
 values) and STRUCT columns are checked the same way (:func:`plan_of`), and named by their path
 (``s.xs[]``, ``m{}``); NULLs are looked for in top-level NOT NULL columns only.
