@@ -20,7 +20,7 @@ import aiospark
 from aiospark.connectors import HttpLookup, PostgresLookup, RedisLookup
 from tests.support.servers import PostgresServer, RedisServer
 
-from ._connections import postgres_clients, python_workers, redis_clients, tcp_established
+from ._connections import postgres_clients, python_workers, redis_clients, tcp_clients_by_process, tcp_established
 from ._support import HttpStub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +59,11 @@ def enrich(df, srcs):
 
 
 def counts(pg, redis, http):
-    return {"pg": postgres_clients(pg.dsn), "redis": redis_clients(redis.port, PASSWORD),
+    seen = {"pg": postgres_clients(pg.dsn), "redis": redis_clients(redis.port, PASSWORD),
             "http": tcp_established(http.port), "workers": python_workers()}
+    if seen["http"] > seen["workers"] * POOL:  # who holds them, for the assertion's message
+        seen["http clients"] = tcp_clients_by_process(http.port)
+    return seen
 
 
 def bounded(seen):
