@@ -189,3 +189,81 @@ def test_a_failing_call_leaves_no_unretrieved_task_exception(caplog):
         reports = asyncio.run(main())
     assert [type(e) for _, e, _ in reports] == [ValueError] * 3
     assert "never retrieved" not in caplog.text
+
+
+# --- a call reports its own outcome, as its Task's last step ------------------------------------
+
+def _lazy_tasks(loop, coro, **kwargs):
+    """A task factory: the operator then makes no eager Tasks (3.12+), as on 3.10/3.11."""
+    return asyncio.Task(coro, loop=loop, **kwargs)
+
+
+def test_without_a_timeout_a_call_cancelled_before_its_first_step_is_an_error_not_a_hang(monkeypatch):
+    """Other code cancels every other Task right after a row entered the operator: the call never
+    ran a step, so it never reported. With no deadline to find it, the watch does: the row gets the
+    cancellation as its error (here an error row), and the operator finishes."""
+    from aiospark.core import deadlines
+
+    monkeypatch.setattr(deadlines, "WATCH_SECONDS", 0.05)
+
+    async def fetch(value):
+        await asyncio.sleep(0)
+        return value
+
+    async def main():
+        asyncio.get_running_loop().set_task_factory(_lazy_tasks)
+        out = []
+        op = AsyncWaitOperator(fetch, out.append, timeout=None,
+                               on_error=lambda value, exc: [(value, type(exc).__name__, str(exc))])
+        await op.open()
+        await op.process_element(1)
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await op.process_element(2)
+        await asyncio.wait_for(op.finish(), 5)
+        await op.close()
+        return [r.value for r in out]
+
+    assert sorted(asyncio.run(main()), key=str) == [
+        (1, "CancelledError", "the async call was cancelled before it started"), 2]
+
+
+def test_a_call_of_a_key_does_not_inherit_the_context_variables_of_the_call_before_it():
+    """The next call of a key starts when the one before it reports; the report runs in the
+    operator's context, so the call before's ContextVar values do not leak into it."""
+    import contextvars
+
+    seen = contextvars.ContextVar("seen", default=None)
+
+    async def fetch(value):
+        before = seen.get()
+        seen.set(value)
+        await asyncio.sleep(0)
+        return before
+
+    assert run_all(fetch, list(range(6)), key=lambda v: v % 2, capacity=6) == [None] * 6
+
+
+def test_a_call_that_cancels_its_own_task_and_returns_still_gets_an_outcome():
+    """asyncio marks such a Task cancelled after its last step: the row gets an outcome (on an
+    eager Task, whose outcome start() takes, the cancellation) instead of being held for ever."""
+
+    async def cancels_itself(value):
+        asyncio.current_task().cancel()
+        return value
+
+    async def main():
+        out = []
+        op = AsyncWaitOperator(cancels_itself, out.append, timeout=5,
+                               on_error=lambda value, exc: [("error", value, type(exc).__name__)])
+        await op.open()
+        for v in range(3):
+            await op.process_element(v)
+        await asyncio.wait_for(op.finish(), 5)
+        await op.close()
+        return [r.value for r in out]
+
+    got = asyncio.run(main())
+    assert len(got) == 3
+    assert all(v == i or v == ("error", i, "CancelledError") for i, v in enumerate(got)), got

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, repeat
 from typing import Any
 
-from .calls import CALL, Call, Caller, _NotAList, _PredicateError
+from .calls import CALL, PREDICATES, Call, Caller, _NotAList
 from .elements import Record, StreamElement
 from .result_future import ResultFuture
 
@@ -319,7 +319,7 @@ class BatchCaller(Caller):
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
         # no identity: a batch call has no idempotency key of one element
-        task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None)))  # type: ignore[arg-type]
+        task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None), batch))  # type: ignore[arg-type]
         batch.tasks.append(task)
         if task.done():
             self._run_over(batch, indices, task)
@@ -342,14 +342,17 @@ class BatchCaller(Caller):
             if not self.stopped:
                 self._time_out_rows(batch, indices)
             return
-        if task.cancelled():
-            self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
+        if task.cancelled() or task.exception() is not None:  # cancelled before its first step; KeyboardInterrupt
+            failure = task.exception() if not task.cancelled() else None
+            self._report_each(batch, indices, failure or asyncio.CancelledError("the batch call was cancelled"), CALL)
             return
-        exc = task.exception()
+        results, exc, what = task.result()
         if exc is None:
-            self._distribute(batch, indices, task.result())
-        elif type(exc) is _PredicateError:
-            self._report_each(batch, indices, exc.cause, exc.what)
+            self._distribute(batch, indices, results)
+        elif isinstance(exc, asyncio.CancelledError):
+            self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
+        elif what in PREDICATES:
+            self._report_each(batch, indices, exc, what)
         elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1:
             self._report_each(batch, indices, exc, CALL)
         else:  # split: a bad element ends alone, its neighbours get their results

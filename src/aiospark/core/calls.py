@@ -12,9 +12,11 @@ The life of an element's call, top-down:
 3. If the call's deadline passes first, :meth:`Caller.time_out` cancels its Task -- the attempt or
    the back-off under way, so the user's ``finally`` blocks and ``async with`` exits run -- and once
    it has unwound, ``function.timeout(value)`` gives the results (never retried).
-4. When the Task is over, :meth:`Caller._finished` reports the outcome to the operator through one
+4. The Task's last step (the end of :meth:`Caller._attempts`) reports the outcome to the operator through one
    callback, ``report(call, results, error, what)``; the operator completes the entry (or fails) and
-   emits through its one emit path.
+   emits through its one emit path. Reporting from the Task itself, not from a done callback, spares
+   every call a callback handle and a loop iteration (Flink's call, too, completes its own
+   ``ResultFuture``).
 
 Only public asyncio APIs are used: ``loop.create_task`` and, on Python 3.12+, ``asyncio.Task(coro,
 loop=loop, eager_start=True)`` -- what ``asyncio.eager_task_factory`` makes, without its Python
@@ -32,6 +34,7 @@ Example (what the operator does for each element)::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import math
 import numbers
@@ -167,6 +170,8 @@ class Caller:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task[Any]] = None  # type: ignore[assignment]  # set by bind()
+        #: the operator's context (bind()'s), in which calls report: never a call's own
+        self._outside = contextvars.copy_context()
         #: set when the operator failed or closes: outcomes no longer matter
         self.stopped = False
 
@@ -174,6 +179,7 @@ class Caller:
         """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run."""
         self._loop = loop
         self._inflight = inflight
+        self._outside = contextvars.copy_context()
         if sys.version_info >= (3, 12) and loop.get_task_factory() is None:  # eager tasks
             self._create_task = functools.partial(asyncio.Task, loop=loop, eager_start=True)
         else:
@@ -182,78 +188,109 @@ class Caller:
     # ------------------------------------------------------------------ the call
     def start(self, call: Call) -> None:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
-        timeout, value = self.timeout, call.element[0]
+        timeout = self.timeout
         # what time_left() and idempotency_key() tell the call's code (see aiospark.core.context)
-        context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify, value)
-        task = self._create_task(self._attempts(value, context))  # type: ignore[arg-type]  # bound: _loop is set
+        context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify,
+                   call.element[0])
+        task = self._create_task(self._attempts(call.element[0], context, call))  # type: ignore[arg-type]  # bound: _loop is set
         call.task = task
-        if task.done():  # an eager task that needed no I/O: its outcome is here already
-            if self.stopped:
-                self._finished(call, task)
-                return
+        if task.done():  # an eager Task (3.12+) that needed no I/O: over already, its outcome to report here
             try:
-                results = task.result()
-            except BaseException:  # cancelled, or it raised: _finished tells which
-                self._finished(call, task)
-            else:  # _finished's outcome for a result, without its frame: most calls of a cache hit
-                self._report(call, results, None, "")
-        else:
-            task.add_done_callback(functools.partial(self._finished, call))
+                outcome = task.result()
+            except asyncio.CancelledError:  # the call cancelled its own Task and returned
+                self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
+                return
+            if outcome is not None:
+                results, error, what = outcome
+                self._report(call, results, error, what)
 
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
-    async def _attempts(self, value: Any, context: CallContext) -> list[Any]:
-        """Every attempt for ``value``, with rate-limit waits and back-offs in between; returns the
-        results that stand, or raises the exception that stands. ``context`` is what
-        :func:`~aiospark.core.context.time_left` and ``idempotency_key`` tell the code of the call."""
+    async def _attempts(self, value: Any, context: CallContext,
+                        entry: Call) -> tuple[list[Any] | None, BaseException | None, str] | None:
+        """The call's Task: every attempt for ``value``, with rate-limit waits and back-offs in
+        between, then, as its last step, the outcome that stands -- the results, or the exception --
+        reported for ``entry``. Not when the operator stopped or ``entry``'s deadline passed (the
+        cancel was ours: :meth:`time_out` decides once the Task has unwound), and not when
+        ``entry.task`` is unset: the outcome is then returned, for whoever started the Task to
+        report (:meth:`start`, for a call over within its eager first step; a batch's done
+        callback). ``context`` is what :func:`~aiospark.core.context.time_left` and
+        ``idempotency_key`` tell the code of the call."""
         current_call.set(context)  # this task's own context: no reset needed
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Iterator[float] | None = None
-        cost = self.cost_of(value) if self._cost is not None else None
-        while True:
-            if self._limited:
-                await self._wait_for_rate_limit(cost)
-            if self.budget is not None:
-                await self._spend(value)
-            metrics.calls += 1
-            begun = _clock()
-            try:
-                result = await self.invoke(value)
-            except Exception as exc:
-                latency = _clock() - begun
-                if adaptive is not None:
-                    adaptive.on_failure(exc, latency)
-                if self._pause is not None:
-                    self._pause_for(exc)
-                if retry is None:
-                    raise
-                delays = delays or retry.delays()
-                delay = self._retry_delay(retry, exc, delays)
-                if delay is None:
-                    raise
-            else:
-                latency = _clock() - begun
-                metrics.successes += 1
-                latencies = metrics.pending_latencies
-                latencies.append(latency)
-                if len(latencies) >= FOLD_LATENCIES:
-                    metrics.fold_latencies()
-                if adaptive is not None:
-                    adaptive.on_success(latency, self._inflight())
-                results = self._results_of(result) if self.takes_list else [result]
-                if retry is None or retry.result_predicate is None:
-                    return results
+        results: list[Any] | None = None
+        error: BaseException | None = None
+        what = ""
+        try:
+            cost = self.cost_of(value) if self._cost is not None else None
+            while True:
+                if self._limited:
+                    await self._wait_for_rate_limit(cost)
+                if self.budget is not None:
+                    await self._spend(value)
+                metrics.calls += 1
+                begun = _clock()
                 try:
-                    again = retry.should_retry_result(results)
+                    result = await self.invoke(value)
                 except Exception as exc:
-                    raise _PredicateError(exc, "retry result_predicate") from exc
-                delays = delays or retry.delays()
-                delay = next(delays, None) if again else None
-                if delay is None:
-                    return results  # accepted, or retries exhausted: the last result stands
-            metrics.retries += 1
-            await asyncio.sleep(delay)
+                    latency = _clock() - begun
+                    if adaptive is not None:
+                        adaptive.on_failure(exc, latency)
+                    if self._pause is not None:
+                        self._pause_for(exc)
+                    if retry is None:
+                        raise
+                    delays = delays or retry.delays()
+                    delay = self._retry_delay(retry, exc, delays)
+                    if delay is None:
+                        raise
+                else:
+                    latency = _clock() - begun
+                    metrics.successes += 1
+                    latencies = metrics.pending_latencies
+                    latencies.append(latency)
+                    if len(latencies) >= FOLD_LATENCIES:
+                        metrics.fold_latencies()
+                    if adaptive is not None:
+                        adaptive.on_success(latency, self._inflight())
+                    results = self._results_of(result) if self.takes_list else [result]
+                    if retry is None or retry.result_predicate is None:
+                        break
+                    try:
+                        again = retry.should_retry_result(results)
+                    except Exception as exc:
+                        raise _PredicateError(exc, "retry result_predicate") from exc
+                    delays = delays or retry.delays()
+                    delay = next(delays, None) if again else None
+                    if delay is None:
+                        break  # accepted, or retries exhausted: the last result stands
+                metrics.retries += 1
+                await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            if self.stopped or entry.timed_out:  # the cancel was ours: the Task ends cancelled, time_out decides
+                raise
+            error, what = asyncio.CancelledError("the async call was cancelled"), CALL  # by the user's code
+        except _PredicateError as exc:
+            error, what = exc.cause, exc.what
+        except Exception as exc:
+            error, what = exc, CALL
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: reported, and they stop the loop
+            if not isinstance(exc, GeneratorExit):  # GeneratorExit: the Task was destroyed unfinished
+                results, error, what = None, exc, CALL
+                if not (self.stopped or entry.timed_out) and entry.task is not None:
+                    self._outside.copy().run(self._report, entry, results, error, what)
+            raise
+        # the outcome that stands
+        if self.stopped or entry.timed_out:  # it ended anyway: finished meanwhile, or swallowed our cancel
+            return None
+        if entry.task is None:  # whoever started the Task reports: start(), for a call over within its
+            return results, error, what  # eager first step; a batch's done callback
+        # in the operator's context, not this call's: what the report schedules (the emission, the
+        # next call of a key) must not inherit the context variables the call set
+        self._outside.copy().run(self._report, entry, results, error, what)
+        return None
 
     async def _wait_for_rate_limit(self, cost: float | None) -> None:
         if self._reserve is not None:
@@ -330,13 +367,29 @@ class Caller:
     # ------------------------------------------------------------------ timeout
     def time_out(self, call: Call) -> None:
         """The call's deadline passed: cancel what runs (the attempt or the back-off); the timeout
-        handler decides once the task has unwound (:meth:`_finished`)."""
+        handler decides once the Task has unwound."""
+        task = call.task
+        if task is not None and task.done():
+            self.lost(call)
+            return
         call.timed_out = True
         self.metrics.timeouts += 1
         if self.adaptive is not None:
             self.adaptive.on_overload(self.timeout)
-        if call.task is not None:  # None: it waits for its turn (key order); see on_timeout
-            call.task.cancel()
+        if task is not None:  # None: it waits for its turn (key order); see on_timeout
+            task.cancel()
+            task.add_done_callback(functools.partial(self._timed_out, call))
+
+    def _timed_out(self, call: Call, task: asyncio.Task[Any]) -> None:
+        """The timed-out call's Task has unwound (or was cancelled before its first step)."""
+        if not self.stopped:
+            self.on_timeout(call)
+
+    def lost(self, call: Call) -> None:
+        """``call``'s Task ended without running a step: code other than aiospark's cancelled it
+        before it started (aiospark's own cancels are a deadline's or the operator's). Its row
+        gets that error, as a call cancelled later does, instead of being held for ever."""
+        self._report(call, None, asyncio.CancelledError("the async call was cancelled before it started"), CALL)
 
     def on_timeout(self, call: Call) -> None:
         """Ask ``function.timeout(value)`` (sync or async) for the timed-out call's results."""
@@ -372,29 +425,6 @@ class Caller:
             self._report(call, None, TypeError(
                 f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
                 f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
-
-    # ------------------------------------------------------------------ the outcome
-    def _finished(self, call: Call, task: asyncio.Task[Any]) -> None:
-        """The call's task is over: report its results, its exception, or run the timeout handler."""
-        if self.stopped or call.timed_out:
-            if not task.cancelled():
-                # its outcome no longer matters: abandoned, or past its deadline (it finished
-                # meanwhile, or swallowed the cancel)
-                task.exception()
-            if not self.stopped:
-                self.on_timeout(call)
-            return
-        try:
-            results = task.result()
-        except asyncio.CancelledError:  # cancelled by the user's code
-            self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
-        except _PredicateError as exc:
-            self._report(call, None, exc.cause, exc.what)
-        except BaseException as exc:
-            self._report(call, None, exc, CALL)
-        else:
-            self._report(call, results, None, "")
-
 
 def _name(function: Any) -> str:
     return repr(getattr(function, "__qualname__", None) or type(function).__name__)

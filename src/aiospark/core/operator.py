@@ -165,9 +165,9 @@ class AsyncWaitOperator:
         loop = self._loop = asyncio.get_running_loop()
         self._caller.bind(loop, lambda: self.inflight)
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
-        if self.timeout is not None:
-            expired = self._caller.time_out if self._journal is None else self._expired
-            self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired)
+        # with a timeout the deadlines; without one, the watch for calls whose Task never ran
+        expired = self._caller.time_out if self._journal is None else self._expired
+        self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired, self._caller.lost)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
         for element in restored or ():
