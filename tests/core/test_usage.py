@@ -59,3 +59,43 @@ def test_usage_travels_and_merges_with_the_other_metrics():
     legacy = a.to_dict()
     del legacy["usage"]  # metrics written before usage existed still read
     assert OperatorMetrics.from_dict(legacy).usage == {}
+
+
+def test_usage_of_calls_started_from_an_earlier_calls_report_counts_too():
+    """With key order every call after the first of a key starts when the one before it reports,
+    and a driver's room listener starts calls from the emission: those calls, too, must count in
+    their operator's usage (the report runs in the operator's context, usage bound included)."""
+
+    async def tokens(n):
+        await asyncio.sleep(0.001)
+        aiospark.record_usage(prompt_tokens=n)
+        return n
+
+    async def keyed():
+        op = AsyncWaitOperator(tokens, Collector(), capacity=10, key=lambda v: 0)
+        await op.open()
+        for v in range(1, 11):
+            await op.process_element(v)
+        await op.finish()
+        await op.close()
+        return op.metrics.usage
+
+    async def room_listener():
+        op = AsyncWaitOperator(tokens, Collector(), capacity=2)
+        await op.open()
+        values = list(range(1, 11))
+
+        def fill():
+            while values and op.failure is None and op.try_process(values[0]):
+                values.pop(0)
+
+        op.on_room(fill)
+        fill()
+        while values:
+            await op.wait_for_space()
+        await op.finish()
+        await op.close()
+        return op.metrics.usage
+
+    assert run(keyed()) == {"prompt_tokens": 55}
+    assert run(room_listener()) == {"prompt_tokens": 55}

@@ -176,7 +176,9 @@ class Caller:
         self.stopped = False
 
     def bind(self, loop: asyncio.AbstractEventLoop, inflight: Callable[[], int]) -> None:
-        """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run."""
+        """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run. Calls
+        report in a copy of the context of this call (the operator's, set up by then: what the
+        emission and the calls started from it see)."""
         self._loop = loop
         self._inflight = inflight
         self._outside = contextvars.copy_context()

@@ -163,8 +163,8 @@ class AsyncWaitOperator:
     async def open(self, restored: Iterable[StreamElement] | None = None) -> None:
         """Call ``function.open()``, then re-process ``restored`` elements (a snapshot) in order."""
         loop = self._loop = asyncio.get_running_loop()
-        self._caller.bind(loop, lambda: self.inflight)
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
+        self._caller.bind(loop, lambda: self.inflight)  # after: calls report in this context (with the usage)
         # with a timeout the deadlines; without one, the watch for calls whose Task never ran
         expired = self._caller.time_out if self._journal is None else self._expired
         self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired, self._caller.lost)
