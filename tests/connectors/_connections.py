@@ -34,10 +34,8 @@ def redis_clients(port: int, password: str | None = None) -> int:
         client.close()
 
 
-def tcp_established(port: int) -> int:
-    """Established TCP sockets whose local port is ``port`` (a server's accepted connections),
-    read from /proc/net/tcp{,6}."""
-    count = 0
+def _tcp_table():
+    """Every socket of /proc/net/tcp{,6}: (local port, remote port, state, inode)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -46,10 +44,14 @@ def tcp_established(port: int) -> int:
             continue
         for line in lines:
             fields = line.split()
-            local, state = fields[1], fields[3]
-            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
+            yield (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3],
+                   fields[9])
+
+
+def tcp_established(port: int) -> int:
+    """Established TCP sockets whose local port is ``port`` (a server's accepted connections),
+    read from /proc/net/tcp{,6}."""
+    return sum(1 for local, _, state, _ in _tcp_table() if state == "01" and local == port)
 
 
 def wait_until(probe, predicate, deadline: float = 60.0, step: float = 0.25):
@@ -86,17 +88,7 @@ def python_workers() -> int:
 def tcp_clients_by_process(port: int) -> dict[str, int]:
     """Established client sockets connected to ``port``, counted per owning process
     (``"<pid> <ppid> <command line>"``): what an assertion shows when a count is over its bound."""
-    inodes: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                lines = f.readlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
-                inodes[fields[9]] = 0
+    inodes = {inode for _, remote, state, inode in _tcp_table() if state == "01" and remote == port}
     owners: dict[str, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -481,3 +481,19 @@ def test_elements_with_several_outputs_or_none_keep_their_timestamps_in_element_
     out = run(main())
     expected = [(0, 100), (10, 101), (20, 102), ("a3", 103), ("b3", 103), (40, 104), (60, 106), (70, 107)]
     assert [(e.value, e.timestamp) for e in out] == expected
+
+
+def test_a_batch_function_that_cancels_its_own_call_gives_each_row_that_error_without_a_split():
+    """A CancelledError raised by the batch function's own code is the batch's error, not a
+    failure to split: every row of the batch gets it once, and the function is called once."""
+    calls = []
+
+    async def cancels(values):
+        calls.append(list(values))
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError("gave up")
+
+    out = run(run_operator(cancels, range(4), ordered=True, capacity=8, batch_size=4, batch_delay=1.0,
+                           on_error=lambda v, e: [f"error {v}: {type(e).__name__}: {e}"]))
+    assert out.values() == [f"error {v}: CancelledError: the batch call was cancelled" for v in range(4)]
+    assert calls == [[0, 1, 2, 3]]

@@ -342,14 +342,16 @@ class BatchCaller(Caller):
             if not self.stopped:
                 self._time_out_rows(batch, indices)
             return
-        if task.cancelled() or task.exception() is not None:  # cancelled before its first step; KeyboardInterrupt
-            failure = task.exception() if not task.cancelled() else None
-            self._report_each(batch, indices, failure or asyncio.CancelledError("the batch call was cancelled"), CALL)
+        if task.cancelled():  # by other code, before its first step
+            self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
+            return
+        if task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
+            self._report_each(batch, indices, task.exception(), CALL)  # type: ignore[arg-type]
             return
         results, exc, what = task.result()
         if exc is None:
             self._distribute(batch, indices, results)
-        elif isinstance(exc, asyncio.CancelledError):
+        elif isinstance(exc, asyncio.CancelledError):  # by the batch function's own code
             self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
         elif what in PREDICATES:
             self._report_each(batch, indices, exc, what)

@@ -171,7 +171,7 @@ class Caller:
         self._inflight: Callable[[], int] = lambda: 0
         self._create_task: Callable[[Any], asyncio.Task[Any]] = None  # type: ignore[assignment]  # set by bind()
         #: the operator's context (bind()'s), in which calls report: never a call's own
-        self._outside = contextvars.copy_context()
+        self._outside: contextvars.Context = None  # type: ignore[assignment]  # set by bind()
         #: set when the operator failed or closes: outcomes no longer matter
         self.stopped = False
 
@@ -190,11 +190,10 @@ class Caller:
     # ------------------------------------------------------------------ the call
     def start(self, call: Call) -> None:
         """Start the call of ``call`` (already in the queue, ``call.started`` set)."""
-        timeout = self.timeout
+        timeout, value = self.timeout, call.element[0]
         # what time_left() and idempotency_key() tell the call's code (see aiospark.core.context)
-        context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify,
-                   call.element[0])
-        task = self._create_task(self._attempts(call.element[0], context, call))  # type: ignore[arg-type]  # bound: _loop is set
+        context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify, value)
+        task = self._create_task(self._attempts(value, context, call))  # type: ignore[arg-type]  # bound: _loop is set
         call.task = task
         if task.done():  # an eager Task (3.12+) that needed no I/O: over already, its outcome to report here
             try:

@@ -14,7 +14,7 @@ ever); ``on_lost(call)`` reports it. With a timeout, the call's deadline finds i
 
 Example (what the operator does)::
 
-    deadlines = Deadlines(loop, 2.0, queue.pending, on_expired=caller.time_out)
+    deadlines = Deadlines(loop, 2.0, queue.pending, on_expired=caller.time_out, on_lost=caller.lost)
     deadlines.started(call)        # after a call entered the queue, with call.started set
     deadlines.stop()               # nothing held any more, or the operator closes
 """
@@ -41,7 +41,7 @@ class Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None,
                  running: Callable[[], Iterable[Call]], on_expired: Callable[[Call], None],
-                 on_lost: Callable[[Call], None] | None = None):
+                 on_lost: Callable[[Call], None]):
         self._loop = loop
         self._timeout = timeout
         self._period = timeout if timeout is not None else WATCH_SECONDS
@@ -84,7 +84,7 @@ class Deadlines:
         held = list(self._running())
         for call in held:
             task = call.task
-            if task is not None and task.done() and self._on_lost is not None:
+            if task is not None and task.done():
                 self._on_lost(call)
         if held:
             self._timer = self._loop.call_at(now + self._period, self._fire)
