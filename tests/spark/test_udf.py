@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 import aiospark
 
@@ -145,6 +147,16 @@ class TestValidation:
 
         with pytest.raises(ValueError, match="does not parse"):
             spark.range(3).select(f("id"))
+
+    def test_return_type_that_repeats_a_field_name(self, spark):
+        @aiospark.async_udf("struct<a: int, b: array<struct<k: string, k: string>>, a: int>")
+        async def f(x):
+            return x
+
+        with pytest.raises(ValueError, match=re.escape("repeats the name(s) ['b.k', 'a']")):
+            spark.range(3).select(f("id"))
+        with pytest.raises(ValueError, match=re.escape("repeats the name(s) ['a']")):  # a DataType: at once
+            aiospark.async_udf(StructType([StructField("a", IntegerType()), StructField("a", IntegerType())]))
 
     def test_async_function_class_rejected_and_batching_it_refused(self):
         class Fn(aiospark.AsyncFunction):

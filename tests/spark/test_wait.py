@@ -4,10 +4,12 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import uuid
 
 import pytest
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 import aiospark
@@ -285,3 +287,28 @@ class TestDefinitionTimeValidation:
     def test_not_a_dataframe(self):
         with pytest.raises(TypeError, match="DataFrame"):
             aiospark.unordered_wait([1, 2], square, "id LONG")
+
+    @pytest.mark.parametrize("schema, repeated", [
+        ("id LONG, sq LONG, id LONG", "['id']"),
+        ("id LONG, tags ARRAY<STRUCT<k: STRING, k: STRING>>", "['tags.k']"),
+        ("id LONG, m MAP<STRING, STRUCT<v: INT, w: INT, v: INT>>", "['m.v']"),
+    ])
+    def test_a_schema_that_repeats_a_name_at_any_depth(self, spark, schema, repeated):
+        # a dict holds one value per name: Spark would otherwise fail in the JVM with Arrow's
+        # "not all nodes, buffers and variadicBufferCounts were consumed"
+        with pytest.raises(ValueError, match=re.escape(f"the schema repeats the name(s) {repeated}")):
+            aiospark.unordered_wait(spark.range(3), square, schema)
+
+    def test_names_differing_only_in_case_are_distinct_keys(self, spark):
+        async def upper(row):
+            return {"id": row["id"], "ID": -row["id"]}
+
+        out = aiospark.ordered_wait(spark.range(2), upper, "id LONG, ID LONG").collect()
+        assert [tuple(r) for r in out] == [(0, 0), (1, -1)]
+
+    @pytest.mark.parametrize("lane", [{}, {"batch_size": 4, "batch_format": "pyarrow"}])
+    def test_a_dataframe_that_repeats_a_column_name(self, spark, lane):
+        # said in aiospark's words before Spark's own AMBIGUOUS_REFERENCE from mapInArrow
+        df = spark.range(2).select("id", (F.col("id") + 10).alias("id"))
+        with pytest.raises(ValueError, match=re.escape("the DataFrame repeats the name(s) ['id']")):
+            aiospark.unordered_wait(df, square, "id LONG, sq LONG", **lane)

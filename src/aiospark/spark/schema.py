@@ -7,7 +7,7 @@ from operator import is_
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import DataType, Row, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
 from .compat import parse_ddl, to_arrow_schema, to_arrow_type
 from .exact import ExactChecks, plan_of, value_problem
@@ -29,6 +29,40 @@ def parse_schema(session: Any, schema: str | StructType, what: str = "schema") -
         raise ValueError(f"{what} {schema!r} is a single type, not a list of columns: "
                          f"write it as 'name {schema}'")
     return parsed
+
+
+def check_unique_names(schema: DataType, what: str) -> None:
+    """Refuse a schema that repeats a field name at any depth (``'a LONG, a LONG'``, or a struct's
+    fields): a row is a dict, which holds one value per name, so one of the two would be lost or
+    duplicated. Names differing in case are distinct keys and stay allowed.
+
+    Example::
+
+        check_unique_names(StructType([StructField("a", LongType()), StructField("a", LongType())]), "schema")
+        # ValueError: schema repeats the name(s) ['a']: ...
+    """
+    repeated = repeated_names(schema)
+    if repeated:
+        raise ValueError(f"{what} repeats the name(s) {repeated}: rows and structs are Python dicts, which hold "
+                         "one value per name; rename one of each (e.g. with alias() or withColumnRenamed())")
+
+
+def repeated_names(data_type: DataType, path: str = "") -> list[str]:
+    """The dotted paths of the field names a type repeats, at any depth (structs in arrays and maps too)."""
+    if isinstance(data_type, ArrayType):
+        return repeated_names(data_type.elementType, path)
+    if isinstance(data_type, MapType):
+        return repeated_names(data_type.keyType, path) + repeated_names(data_type.valueType, path)
+    if not isinstance(data_type, StructType):
+        return []
+    seen: set[str] = set()
+    found: list[str] = []
+    for field in data_type.fields:
+        if field.name in seen and path + field.name not in found:
+            found.append(path + field.name)
+        seen.add(field.name)
+        found += repeated_names(field.dataType, f"{path}{field.name}.")
+    return found
 
 
 def parse_type(session: Any, ddl: str, what: str = "type") -> DataType:

@@ -23,6 +23,7 @@ from .metrics import Metrics
 from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
+from .schema import check_unique_names
 from .udf_runner import UdfRunner
 
 ON_ERROR = ("fail", "null")
@@ -76,11 +77,13 @@ class AsyncUDF:
             from pyspark.sql.types import _parse_datatype_string
 
             try:
-                self._return_type = _parse_datatype_string(self._return_type)
+                parsed = _parse_datatype_string(self._return_type)
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise ValueError(f"async_udf return type {self._return_type!r} does not parse as a Spark "
                                  f"DDL type (e.g. 'string', 'int', 'struct<a: int>'): {first}") from None
+            check_unique_names(parsed, f"async_udf return type {self._return_type!r}")
+            self._return_type = parsed
         return self._return_type
 
     @property
@@ -242,6 +245,8 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
         raise TypeError(f"async_udf(return_type) takes a DDL type string like 'string' or a DataType; got "
                         f"{type(return_type).__name__}" + (" (did you write @async_udf without arguments?)"
                                                           if callable(return_type) else ""))
+    if isinstance(return_type, DataType):
+        check_unique_names(return_type, f"async_udf return type {return_type.simpleString()!r}")
     if isinstance(return_type, str) and not return_type.strip():
         raise ValueError("async_udf return type is empty: give a DDL type such as 'string' or 'int'")
     if on_error not in ON_ERROR:

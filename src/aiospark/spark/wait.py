@@ -27,7 +27,7 @@ from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
 from .row_key import row_key
-from .schema import RowConverter, parse_schema, to_python
+from .schema import RowConverter, check_unique_names, parse_schema, to_python
 
 ON_ERROR = ("fail", "row")
 
@@ -170,7 +170,9 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
                          f"row per failed input; got {on_error!r}")
     if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
         raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
+    check_unique_names(df.schema, f"{name}(): the DataFrame")  # clearer than mapInArrow's AMBIGUOUS_REFERENCE
     out_schema = parse_schema(df.sparkSession, schema)
+    check_unique_names(out_schema, f"{name}(): the schema")
     declared = out_schema
     if on_error == "row":
         taken = set(out_schema.fieldNames())
