@@ -153,6 +153,30 @@ def test_two_jobs_on_one_terminal_get_a_line_each():
     assert text.endswith("\n") and "a: 11 rows" in text and final.splitlines()[-1].startswith("b: 22 rows")
 
 
+class BrokenStream(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_stream_that_cannot_be_written_stops_that_display_only(caplog):
+    # the display's thread must not die holding the board: a later job shows its progress again
+    wait_board_idle()
+    broken, log, a, b = BrokenStream(), io.StringIO(), FakeMetrics(), FakeMetrics()
+    attach(a, ProgressOptions(stream=broken, log_every=0.01, interval=0.02, quiet=0.1), label="a")
+    with caplog.at_level("WARNING", logger="aiospark.progress"):
+        a.send("1.0.0", 10)
+        deadline = time.monotonic() + 30
+        while "stopped showing" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        a.send("1.0.0", 11, final=True)
+        wait_board_idle()
+    assert "progress of 'a' stopped showing (BrokenPipeError: [Errno 32] Broken pipe)" in caplog.text
+    attach(b, ProgressOptions(stream=log, log_every=0.05, interval=0.02, quiet=0.1), label="b")
+    b.send("2.0.0", 5, final=True)
+    wait_board_idle()
+    assert log.getvalue().splitlines()[-1].startswith("b: 5 rows")
+
+
 # ---------------------------------------------------------------------------- through Spark
 async def slow_double(row):
     import asyncio

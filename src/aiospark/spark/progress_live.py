@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import logging
 import sys
 import threading
 import time
@@ -27,6 +28,8 @@ from typing import Any
 from .progress import ProgressOptions, format_line
 
 _COUNTERS = ("retries", "rate_limited", "failures", "error_rows")
+
+log = logging.getLogger("aiospark.progress")
 
 
 class JobView:
@@ -182,7 +185,15 @@ class Board:
                         return
                     tick = min(v.options.interval for v in views)
                 time.sleep(tick)
-                self.render(time.monotonic())
+                try:
+                    self.render(time.monotonic())
+                except Exception as exc:  # a display that cannot be written never touches the job
+                    # those views stop showing (a closed or broken stream stays so); the thread
+                    # goes on for views opened since, and ends as usual, so later jobs show again
+                    log.warning("aiospark: progress of %s stopped showing (%s: %s); the job goes on",
+                                ", ".join(repr(v.label) for v in views), type(exc).__name__, exc)
+                    with self.lock:
+                        self.views = [v for v in self.views if v not in views]
         finally:
             self.cpu_seconds += time.thread_time() - cpu
             self.wall_seconds += time.monotonic() - wall
