@@ -159,22 +159,28 @@ class BrokenStream(io.StringIO):
 
 
 def test_a_stream_that_cannot_be_written_stops_that_display_only(caplog):
-    # the display's thread must not die holding the board: a later job shows its progress again
+    # neither the display's thread nor a neighbour's view dies with it: a job shown at the same
+    # time goes on, and a later job shows its progress again
     wait_board_idle()
-    broken, log, a, b = BrokenStream(), io.StringIO(), FakeMetrics(), FakeMetrics()
+    broken, good, later = BrokenStream(), io.StringIO(), io.StringIO()
+    a, b, c = FakeMetrics(), FakeMetrics(), FakeMetrics()
     attach(a, ProgressOptions(stream=broken, log_every=0.01, interval=0.02, quiet=0.1), label="a")
+    attach(b, ProgressOptions(stream=good, log_every=0.01, interval=0.02, quiet=0.1), label="b")
     with caplog.at_level("WARNING", logger="aiospark.progress"):
+        b.send("2.0.0", 20)  # b first: the board's thread starts with b's view, a's joins it
         a.send("1.0.0", 10)
         deadline = time.monotonic() + 30
         while "stopped showing" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.02)
         a.send("1.0.0", 11, final=True)
+        b.send("2.0.0", 22, final=True)
         wait_board_idle()
     assert "progress of 'a' stopped showing (BrokenPipeError: [Errno 32] Broken pipe)" in caplog.text
-    attach(b, ProgressOptions(stream=log, log_every=0.05, interval=0.02, quiet=0.1), label="b")
-    b.send("2.0.0", 5, final=True)
+    assert "'b'" not in caplog.text and good.getvalue().splitlines()[-1].startswith("b: 22 rows")
+    attach(c, ProgressOptions(stream=later, log_every=0.05, interval=0.02, quiet=0.1), label="c")
+    c.send("3.0.0", 5, final=True)
     wait_board_idle()
-    assert log.getvalue().splitlines()[-1].startswith("b: 5 rows")
+    assert later.getvalue().splitlines()[-1].startswith("c: 5 rows")
 
 
 # ---------------------------------------------------------------------------- through Spark

@@ -23,6 +23,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .progress import ProgressOptions, format_line
@@ -185,15 +186,7 @@ class Board:
                         return
                     tick = min(v.options.interval for v in views)
                 time.sleep(tick)
-                try:
-                    self.render(time.monotonic())
-                except Exception as exc:  # a display that cannot be written never touches the job
-                    # those views stop showing (a closed or broken stream stays so); the thread
-                    # goes on for views opened since, and ends as usual, so later jobs show again
-                    log.warning("aiospark: progress of %s stopped showing (%s: %s); the job goes on",
-                                ", ".join(repr(v.label) for v in views), type(exc).__name__, exc)
-                    with self.lock:
-                        self.views = [v for v in self.views if v not in views]
+                self.render(time.monotonic())
         finally:
             self.cpu_seconds += time.thread_time() - cpu
             self.wall_seconds += time.monotonic() - wall
@@ -202,6 +195,7 @@ class Board:
         with self.lock:
             views = list(self.views)
         ending = [v for v in views if v.done(now)]
+        gone = list(ending)
         groups: dict[int, list[JobView]] = {}
         for view in views:
             sink = view.sink
@@ -212,15 +206,14 @@ class Board:
             elif sink.kind == "log":
                 if view in ending or now >= view.next_log:
                     view.next_log = now + view.options.log_every
-                    sink.stream.write(view.line(now) + "\n")
-                    sink.stream.flush()
+                    gone += _shown([view], _log, view, now)
             else:
-                _jupyter(view, sink, view.line(now))
+                gone += _shown([view], _jupyter, view, sink, now)
         for key, group in groups.items():
-            self._live(key, group, ending, now)
-        if ending:
+            gone += _shown(group, self._live, key, group, ending, now)
+        if gone:
             with self.lock:
-                self.views = [v for v in self.views if v not in ending]
+                self.views = [v for v in self.views if v not in gone]
 
     def _live(self, key: int, group: list[JobView], ending: list[JobView], now: float) -> None:
         """Rewrite this terminal's block: views that end are printed first and stay; the running
@@ -251,10 +244,28 @@ class Board:
                 pass
 
 
-def _jupyter(view: JobView, sink: Sink, text: str) -> None:
+def _shown(views: list[JobView], show: Callable[..., None], *args: Any) -> list[JobView]:
+    """``show(*args)``; if it raised, ``views`` (they stop showing: a closed or broken stream stays
+    so), else none. A display that cannot be written never touches the job, nor the other views."""
+    try:
+        show(*args)
+    except Exception as exc:
+        log.warning("aiospark: progress of %s stopped showing (%s: %s); the job goes on",
+                    ", ".join(repr(v.label) for v in views), type(exc).__name__, exc)
+        return views
+    return []
+
+
+def _log(view: JobView, now: float) -> None:
+    stream = view.sink.stream  # type: ignore[union-attr]  # a "log" view has a sink
+    stream.write(view.line(now) + "\n")
+    stream.flush()
+
+
+def _jupyter(view: JobView, sink: Sink, now: float) -> None:
     from IPython.display import display
 
-    bundle = {"text/plain": text}
+    bundle = {"text/plain": view.line(now)}
     handle = sink.handles.get(id(view))
     if handle is None:
         sink.handles[id(view)] = display(bundle, raw=True, display_id=True)

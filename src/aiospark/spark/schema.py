@@ -18,8 +18,10 @@ class OutputSchemaError(ValueError):
 
 
 def parse_schema(session: Any, schema: str | StructType, what: str = "schema") -> StructType:
-    """A ``StructType`` from a DDL string (parsed by ``session``, classic or Connect) or a StructType."""
+    """A ``StructType`` from a DDL string (parsed by ``session``, classic or Connect) or a StructType,
+    with no name repeated at any depth (:func:`check_unique_names`)."""
     if isinstance(schema, StructType):
+        check_unique_names(schema, what)
         return schema
     if not isinstance(schema, str):
         raise TypeError(f"{what} must be a DDL string like 'id INT, name STRING' or a StructType, "
@@ -28,6 +30,7 @@ def parse_schema(session: Any, schema: str | StructType, what: str = "schema") -
     if not isinstance(parsed, StructType):
         raise ValueError(f"{what} {schema!r} is a single type, not a list of columns: "
                          f"write it as 'name {schema}'")
+    check_unique_names(parsed, what)
     return parsed
 
 

@@ -171,8 +171,7 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
         raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
     check_unique_names(df.schema, f"{name}(): the DataFrame")  # clearer than mapInArrow's AMBIGUOUS_REFERENCE
-    out_schema = parse_schema(df.sparkSession, schema)
-    check_unique_names(out_schema, f"{name}(): the schema")
+    out_schema = parse_schema(df.sparkSession, schema, f"{name}(): the schema")
     declared = out_schema
     if on_error == "row":
         taken = set(out_schema.fieldNames())
