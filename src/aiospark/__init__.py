@@ -24,8 +24,9 @@ from .core import (
 from .core.adaptive import AdaptiveConcurrency
 from .core.context import idempotency_key, time_left
 from .core.durable import BudgetExhausted
-from .core.metrics import OperatorMetrics, record_usage
+from .core.metrics import OperatorMetrics
 from .core.ratelimit import RateLimit
+from .core.usage import record_usage
 
 __version__ = "0.1.0"
 

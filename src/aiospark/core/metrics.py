@@ -20,7 +20,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextvars
 import math
 import numbers
 from bisect import bisect_left as _bisect_left
@@ -28,7 +27,7 @@ from bisect import bisect_right as _bisect
 from collections.abc import Iterable
 from typing import Any, cast
 
-__all__ = ["OperatorMetrics", "record_usage"]
+__all__ = ["OperatorMetrics"]
 
 #: Lower bound of the first regular bucket (seconds); faster samples share one underflow bucket.
 HISTOGRAM_MIN = 1e-5
@@ -68,7 +67,7 @@ class OperatorMetrics:
     * ``error_rows`` -- final failures turned into output rows by ``on_error``
     * ``rate_limited`` -- calls that had to wait for the rate limit before starting
     * ``inflight_peak`` -- the most calls in flight at once (``record_inflight``)
-    * ``usage`` -- what the calls reported with :func:`record_usage` (e.g. LLM tokens), by name
+    * ``usage`` -- what the calls reported with :func:`~aiospark.core.usage.record_usage` (e.g. LLM tokens), by name
 
     Latency (seconds per attempt) goes to :meth:`record_latency`; read it back with
     :meth:`quantile`, :meth:`summary` or ``str()``.
@@ -333,7 +332,7 @@ class OperatorMetrics:
             if not isinstance(usage, dict):
                 raise ValueError(f"usage must be a dict of name -> amount, got {usage!r}")
             for name, amount in usage.items():
-                m.usage[str(name)] = _check_amount(name, amount)
+                m.usage[str(name)] = check_amount(name, amount)
             lat = data["latency"]
             if (lat["min_seconds"], lat["factor"], lat["buckets"]) != (
                     HISTOGRAM_MIN, HISTOGRAM_FACTOR, HISTOGRAM_BUCKETS):
@@ -371,46 +370,7 @@ class OperatorMetrics:
             setattr(self, name, getattr(other, name))
 
 
-#: the metrics of the operator whose calls run in the current context (set by ``open()``)
-_current: contextvars.ContextVar[OperatorMetrics | None] = contextvars.ContextVar(
-    "aiospark_operator_metrics", default=None)
-
-
-def bind_usage(metrics: OperatorMetrics) -> None:
-    """Make :func:`record_usage` in calls started from the current context add to ``metrics``.
-
-    The operator does this in ``open()``: every call's Task is created from that context (or
-    from a callback of an earlier call, whose context is a copy of it), so each call sees the
-    metrics of the operator that runs it, also when several operators share one event loop.
-    """
-    _current.set(metrics)
-
-
-def record_usage(**amounts: float) -> None:
-    """Add ``amounts`` (e.g. LLM tokens) to the ``usage`` of the operator running this call.
-
-    Call it from inside a call (an ``async def`` or ``AsyncFunction.async_invoke``); the job's
-    total is then in ``out.aiospark_metrics.total.usage``. Outside an operator it does nothing.
-    Amounts must be finite numbers >= 0.
-
-    Example::
-
-        async def ask(row):
-            reply = await client.chat.completions.create(...)
-            aiospark.record_usage(prompt_tokens=reply.usage.prompt_tokens,
-                                  completion_tokens=reply.usage.completion_tokens)
-            return {"id": row["id"], "answer": reply.choices[0].message.content}
-    """
-    checked = {name: _check_amount(name, amount) for name, amount in amounts.items()}
-    metrics = _current.get()
-    if metrics is None:
-        return
-    usage = metrics.usage
-    for name, amount in checked.items():
-        usage[name] = usage.get(name, 0) + amount
-
-
-def _check_amount(name: Any, amount: Any) -> float:
+def check_amount(name: Any, amount: Any) -> float:
     if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= float(amount) < math.inf:
         raise ValueError(f"usage {name!r} must be a finite number >= 0, got {amount!r}")
     return cast(float, amount)  # kept as given (an int stays an int in the totals)

@@ -51,10 +51,11 @@ from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
 from .identities import Identities
 from .key_order import KeyTurns
-from .metrics import OperatorMetrics, bind_usage
+from .metrics import OperatorMetrics
 from .queues import OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
 from .settings import check_capacity, check_retry, check_timeout
+from .usage import bind_usage
 
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
 OnError = Callable[[Any, BaseException], list[Any]]

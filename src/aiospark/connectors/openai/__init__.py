@@ -52,7 +52,7 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   from ``Retry-After`` (or ``retry-after-ms``); the entry points' ``retry=`` waits at least that
   long. Use :func:`default_retry`. Other statuses, timeouts, connection errors and answers that do
   not fit the API: see :mod:`aiospark.connectors.openai.transport`.
-* Usage: after each answer, ``aiospark.core.metrics.record_usage(prompt_tokens=...,
+* Usage: after each answer, ``aiospark.record_usage(prompt_tokens=...,
   completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once);
   the job's total is ``out.aiospark_metrics.total.usage``.
 * Secrets: ``api_key`` (else the ``api_key_env`` environment variable, ``OPENAI_API_KEY`` by

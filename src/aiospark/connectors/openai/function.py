@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...core.function import AsyncFunction
-from ...core.metrics import record_usage
 from ...core.ratelimit import RateLimit
 from ...core.retry import RetryStrategy
+from ...core.usage import record_usage
 from ..checks import check_positive
 from ..errors import ConnectorError, is_retryable
 from ..http.response import HttpStatusError
