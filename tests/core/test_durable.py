@@ -8,7 +8,7 @@ from aiospark.core import AsyncFunctionError, AsyncWaitOperator, RetryStrategy
 from aiospark.core.context import idempotency_key, time_left
 from aiospark.core.durable import BudgetExhausted, Recorded, RecordedError
 
-from ._util import Collector, run
+from ._util import Collector, quiet_about_the_stopped_task, run
 
 
 class MemoryJournal:
@@ -299,3 +299,23 @@ def test_time_left_and_the_idempotency_key_reach_the_tasks_a_call_starts():
     run(drive(AsyncWaitOperator(f, out, identify=identity, timeout=30), [7]))
     [(key, left)] = out.values()
     assert key == "k7" and 0 < left <= 30
+
+
+def test_a_systemexit_is_not_recorded_as_the_rows_outcome():
+    """A stop (SystemExit, KeyboardInterrupt) is not the row's fault: a rerun must call it again."""
+    async def f(x):
+        await asyncio.sleep(0.001)
+        if x == 2:
+            raise SystemExit("stop")
+        return x
+
+    journal = MemoryJournal(keep_errors=True)
+    op = AsyncWaitOperator(f, Collector(), identify=identity, journal=journal, capacity=4)
+    async def main():
+        quiet_about_the_stopped_task()
+        await drive(op, range(4))
+
+    with pytest.raises(SystemExit):
+        asyncio.run(main())
+    assert "k2" not in [r[0] for r in journal.records]
+    assert isinstance(op.failure, AsyncFunctionError) and isinstance(op.failure.__cause__, SystemExit)

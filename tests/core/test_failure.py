@@ -16,7 +16,17 @@ from aiospark.core import (
     Watermark,
 )
 
-from ._util import Collector, Gates, expect_failure, feed, run, run_operator, safe_close, settle
+from ._util import (
+    Collector,
+    Gates,
+    expect_failure,
+    feed,
+    quiet_about_the_stopped_task,
+    run,
+    run_operator,
+    safe_close,
+    settle,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -587,3 +597,49 @@ def test_on_error_unordered_keeps_going():
         )
     )
     assert sorted(out.values()) == sorted([0, 1, -2, 3, -4, 5])
+
+
+@pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
+@pytest.mark.parametrize("batch_size", [None, 4])
+@pytest.mark.parametrize("awaits", [True, False], ids=["after-an-await", "in-the-first-step"])
+def test_systemexit_in_a_call_leaves_asyncio_run_and_is_never_an_error_row(stop, batch_size, awaits):
+    """As under ``asyncio.run`` alone: a SystemExit or KeyboardInterrupt raised by a call leaves the
+    loop (or, in an eager first step on 3.12+, the Task's creation and so ``process_element``). The
+    operator fails with it first, naming the input, even with ``on_error``: it asks the program to
+    stop, it is no element's error (never an error row, never retried)."""
+    attempts, handled = [], []
+
+    async def one(v):
+        attempts.append(v)
+        if awaits:
+            await asyncio.sleep(0.001)
+        if v == 5:
+            raise stop("the library gave up")
+        return v
+
+    async def many(values):
+        attempts.append(values)
+        if awaits:
+            await asyncio.sleep(0.001)
+        if 5 in values:
+            raise stop("the library gave up")
+        return values
+
+    op = AsyncWaitOperator(one if batch_size is None else many, Collector(), capacity=8, batch_size=batch_size,
+                           retry=RetryStrategy.fixed_delay(3, 0.0),
+                           on_error=lambda v, exc: handled.append(v) or [])
+
+    async def main():
+        quiet_about_the_stopped_task()
+        await op.open()
+        for v in range(8):
+            await op.process_element(v)
+        await op.finish()
+
+    with pytest.raises(stop, match="the library gave up"):
+        asyncio.run(main())
+    assert handled == []
+    assert isinstance(op.failure, AsyncFunctionError) and isinstance(op.failure.__cause__, stop)
+    assert "input 5" in str(op.failure) or batch_size is not None
+    assert sum(v == 5 or (isinstance(v, list) and 5 in v) for v in attempts) == 1  # not retried, not split
+

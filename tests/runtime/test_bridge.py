@@ -408,3 +408,72 @@ def test_an_operator_that_emits_records_is_refused_by_the_pump():
 
     with pytest.raises(TypeError, match="values=True"):
         list(run_partition(iter([[1, 2]]), records_factory, capacity=2))
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt])
+@pytest.mark.parametrize("awaits", [True, False], ids=["after-an-await", "in-the-first-step"])
+def test_a_call_that_raises_systemexit_fails_its_partition_and_the_loop_serves_the_next(monkeypatch, choice,
+                                                                                         raised, awaits):
+    """SystemExit and KeyboardInterrupt leave asyncio's ``run_forever`` (as under ``asyncio.run``,
+    where they end the program), or, raised in an eager first step (3.12+), the Task's creation.
+    Either way they fail the partition whose call raised them, with the input named, and the same
+    loop runs the next partition: no task waits on a loop that is gone."""
+    monkeypatch.setenv("AIOSPARK_LOOP", choice)
+    wl = WorkerLoop()
+
+    async def exits_on_five(x):
+        if awaits:
+            await asyncio.sleep(0.001)
+        if x == 5:
+            raise raised("the library gave up")
+        return x
+
+    try:
+        done = concurrent.futures.Future()
+
+        def first():
+            try:
+                list(run_partition(iter([list(range(20))]), make(exits_on_five), capacity=10, loop=wl))
+            except BaseException as exc:
+                done.set_result(exc)
+            else:
+                done.set_result(None)
+
+        threading.Thread(target=first, daemon=True).start()
+        error = done.result(timeout=30)  # a hang fails here, not in pytest-timeout
+        assert isinstance(error, AsyncFunctionError), error
+        assert "input 5" in str(error) and isinstance(error.__cause__, raised)
+        assert wl.alive()
+        out = [v for b in run_partition(iter([[1, 2, 3]]), make(double), capacity=3, loop=wl) for v in b]
+        assert out == [2, 4, 6]
+    finally:
+        wl.shutdown()
+    assert not wl.alive()
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
+def test_systemexit_from_outside_any_call_fails_the_partitions_running_on_the_loop(monkeypatch, choice, caplog):
+    """A SystemExit from a callback a call scheduled belongs to no call: every partition running on
+    the loop fails with it (never a job that ends as if nothing happened), and the loop goes on."""
+    monkeypatch.setenv("AIOSPARK_LOOP", choice)
+    wl = WorkerLoop()
+
+    def leave():
+        raise SystemExit(3)
+
+    async def schedules_an_exit(x):
+        if x == 2:
+            asyncio.get_running_loop().call_soon(leave)
+        await asyncio.sleep(0.05)
+        return x
+
+    try:
+        with pytest.raises(RuntimeError, match=r"SystemExit\(3\) was raised on the worker's event loop, outside any "
+                                               r"call") as caught:
+            list(run_partition(iter([[1, 2, 3, 4]]), make(schedules_an_exit, capacity=4), capacity=4, loop=wl))
+        assert isinstance(caught.value.__cause__, SystemExit)
+        assert "SystemExit(3) escaped the worker's event loop" in caplog.text
+        assert [v for b in run_partition(iter([[1]]), make(double), capacity=1, loop=wl) for v in b] == [2]
+    finally:
+        wl.shutdown()

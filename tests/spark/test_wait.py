@@ -159,6 +159,22 @@ def test_failure_fails_the_task_and_names_the_row(spark):
     assert "AsyncFunctionError" in text and "{'id': 13}" in text and "thirteen is unlucky" in text
 
 
+async def exit_on_13(row):
+    await asyncio.sleep(0.001)
+    if row["id"] == 13:
+        raise SystemExit("the library gave up")
+    return {"id": row["id"]}
+
+
+def test_systemexit_in_a_call_fails_the_task_even_with_error_rows(spark):
+    """A SystemExit asks the program to stop: no row's error. The task fails naming the row (not
+    an error row), and no task hangs on the worker's loop, which the exit left."""
+    with pytest.raises(Exception) as info:
+        aiospark.unordered_wait(spark.range(0, 20, 1, 1), exit_on_13, "id LONG", on_error="row").collect()
+    text = str(info.value)
+    assert "AsyncFunctionError" in text and "{'id': 13}" in text and "SystemExit('the library gave up')" in text
+
+
 @pytest.mark.parametrize("ordered", [True, False])
 def test_error_rows_keep_every_input(spark, ordered):
     df = spark.createDataFrame([(i, f"name{i}") for i in range(40)], "id LONG, name STRING").repartition(2)

@@ -319,7 +319,11 @@ class BatchCaller(Caller):
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
         # no identity: a batch call has no idempotency key of one element
-        task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None), batch))  # type: ignore[arg-type]
+        try:
+            task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None), batch))  # type: ignore[arg-type]
+        except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
+            self._report_each(batch, indices, exc, CALL)
+            raise
         batch.tasks.append(task)
         if task.done():
             self._run_over(batch, indices, task)

@@ -193,7 +193,11 @@ class Caller:
         timeout, value = self.timeout, call.element[0]
         # what time_left() and idempotency_key() tell the call's code (see aiospark.core.context)
         context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify, value)
-        task = self._create_task(self._attempts(value, context, call))  # type: ignore[arg-type]  # bound: _loop is set
+        try:
+            task = self._create_task(self._attempts(value, context, call))  # type: ignore[arg-type]  # bound: _loop is set
+        except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
+            self._report(call, None, exc, CALL)
+            raise
         call.task = task
         if task.done():  # an eager Task (3.12+) that needed no I/O: over already, its outcome to report here
             try:

@@ -23,7 +23,6 @@ Example (what the operator does)::
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +80,9 @@ class Identities:
         """Record the outcome of ``call``'s own call, then hand it to the elements that shared it."""
         identity, journal, sharing = call.identity, self.journal, self._sharing
         assert identity is not None  # settles() said so
-        if what != TIMEOUT_RESULTS and not isinstance(error, (BudgetExhausted, asyncio.CancelledError)):
+        # recorded: results and the call's own errors; not a refused budget, a cancellation, a SystemExit
+        if what != TIMEOUT_RESULTS and (error is None or isinstance(error, Exception)
+                                        and not isinstance(error, BudgetExhausted)):
             try:
                 journal.record(identity, results, error)
             except Exception as exc:

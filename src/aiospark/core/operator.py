@@ -60,6 +60,9 @@ from .usage import bind_usage
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
 OnError = Callable[[Any, BaseException], list[Any]]
 
+#: what ``on_error`` may turn into an element's results: its call's failure, or its cancellation
+_ROW_ERRORS = (Exception, asyncio.CancelledError)
+
 #: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
 CLOSE_GRACE_SECONDS = 5.0
 
@@ -394,7 +397,8 @@ class AsyncWaitOperator:
             identities.settle(call, results, error, what)
         if error is not None:
             self._caller.metrics.failures += 1
-            if self._on_error is None or what in PREDICATES:
+            # SystemExit, KeyboardInterrupt: a stop, not this element's error (never an error row)
+            if self._on_error is None or what in PREDICATES or not isinstance(error, _ROW_ERRORS):
                 self.fail(call.value, error, what)
                 return
             try:

@@ -66,6 +66,9 @@ class _Pump:
         self._input_ended = False
         self._feeding = False  # _fill runs (it is re-entered through the operator's room listener)
         self._error: BaseException | None = None
+        #: what failed the partition from outside it (the worker loop, see _abort)
+        self._aborted: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future | None = None
         #: the operator's output: emitted values, extended by the operator (no frame of ours per entry)
         self._out: list[Any] = []
@@ -82,6 +85,13 @@ class _Pump:
             self._queued += len(chunk)
             self._request_more()
         self._wake_run()
+
+    def _abort(self, error: BaseException) -> None:
+        """Fail this partition with ``error`` (the worker loop's, when something escaped it) now,
+        wherever ``run()`` waits: for input, or for the last calls in ``finish()``."""
+        if self._aborted is None and self._task is not None:
+            self._aborted = error
+            self._task.cancel()
 
     def _wake_run(self) -> None:
         waiter = self._waiter
@@ -160,7 +170,8 @@ class _Pump:
         except BaseException as exc:  # e.g. AsyncFunction.open() failed: the feeder must hear of it
             self._post((ERROR, exc))
             raise
-        token = self._worker.track(describe_function(operator.function))
+        self._task = asyncio.current_task()
+        token = self._worker.track(describe_function(operator.function), self._abort)
         try:
             await operator.open()
             # calls that end make room: the next ones start in the same loop step
@@ -183,6 +194,9 @@ class _Pump:
             self._worker.untrack(token)  # before DONE: the task's thread may go on at once
             self._post((DONE, None))
         except BaseException as exc:
+            if self._aborted is not None and isinstance(exc, asyncio.CancelledError):
+                # a call's own failure names its input: it comes first when there is one
+                exc = operator.failure or self._aborted
             self._post((ERROR, exc))
             raise
         finally:

@@ -23,7 +23,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 from ..core.errors import warn_blocking
@@ -80,16 +80,28 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def _handle_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's handler: asyncio's, but for the SystemExit or KeyboardInterrupt a Task kept after
+    it left the loop, which :meth:`WorkerLoop._escaped` has logged and failed the partitions with
+    already (its traceback again, at garbage collection, would say nothing new)."""
+    if not isinstance(context.get("exception"), (SystemExit, KeyboardInterrupt)):
+        loop.default_exception_handler(context)
+
+
 class WorkerLoop:
     """An asyncio loop running forever in a daemon thread, plus the functions opened on it."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = new_event_loop()
+        self.loop.set_exception_handler(_handle_exception)
         self._functions: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._users: dict[str, weakref.WeakSet[asyncio.Task]] = {}  # tasks that used each instance
         self._opening: dict[str, asyncio.Future] = {}
         self._running: dict[int, str] = {}
+        #: how to fail each tracked partition when something escapes the loop (see _escaped)
+        self._failers: dict[int, Callable[[BaseException], None]] = {}
+        self._stopping = False
         self._tokens = itertools.count()
         self._heartbeat: asyncio.TimerHandle | None = None
         self._expected = 0.0
@@ -106,7 +118,26 @@ class WorkerLoop:
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(started.set)
-        self.loop.run_forever()
+        while True:
+            try:
+                self.loop.run_forever()
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: see _escaped
+                if not self._stopping:
+                    self._escaped(exc)
+                    continue
+            return
+
+    def _escaped(self, exc: BaseException) -> None:
+        """``exc`` (a SystemExit or KeyboardInterrupt raised by code running on this thread: signals
+        go to the main thread) left ``run_forever``. Under ``asyncio.run`` it would end the program;
+        here the loop serves every partition of the process, so those running now fail with it (a
+        call's own operator has failed with it already, and that error comes first) and the loop
+        goes on: their clean-up runs, and a task never waits on a loop that is gone."""
+        log.warning("aiospark: %r escaped the worker's event loop; the partitions running on it fail", exc)
+        error = RuntimeError(f"{exc!r} was raised on the worker's event loop, outside any call of this partition")
+        error.__cause__ = exc
+        for fail in list(self._failers.values()):
+            fail(error)
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.thread.is_alive() and not self.loop.is_closed()
@@ -166,12 +197,15 @@ class WorkerLoop:
                 log.warning("aiospark: close() of an idle %s failed: %r", type(function).__name__, exc)
 
     # ---------------------------------------------------------------- blocked-loop detection
-    def track(self, name: str) -> int:
+    def track(self, name: str, fail: Callable[[BaseException], None] | None = None) -> int:
         """Note that calls of the function ``name`` run now (loop thread); returns a token.
 
-        While anything is tracked, the loop watches for blocking and the GC policy is in force."""
+        While anything is tracked, the loop watches for blocking and the GC policy is in force;
+        ``fail(error)`` is how to fail this partition when something escapes the loop."""
         token = next(self._tokens)
         self._running[token] = name
+        if fail is not None:
+            self._failers[token] = fail
         self.gc.enter()
         if self._heartbeat is None:
             self._expected = self.loop.time() + HEARTBEAT_SECONDS
@@ -187,6 +221,7 @@ class WorkerLoop:
             self._heartbeat.cancel()
             self._heartbeat = None
         del self._running[token]
+        self._failers.pop(token, None)
         self.gc.exit()
 
     def _beat(self) -> None:
@@ -226,6 +261,7 @@ class WorkerLoop:
             self.submit(self.close_functions()).result(timeout)
         except Exception as exc:  # the process is going away: stop the loop all the same
             log.warning("aiospark: closing the worker's functions did not finish: %r", exc)
+        self._stopping = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
 
