@@ -15,6 +15,7 @@ from aiospark.core import (
     RetryStrategy,
     Watermark,
 )
+from aiospark.core.errors import error_line
 
 from ._util import (
     Collector,
@@ -643,3 +644,37 @@ def test_systemexit_in_a_call_leaves_asyncio_run_and_is_never_an_error_row(stop,
     assert "input 5" in str(op.failure) or batch_size is not None
     assert sum(v == 5 or (isinstance(v, list) and 5 in v) for v in attempts) == 1  # not retried, not split
 
+
+
+class Unprintable(Exception):
+    """An exception whose repr() and str() raise (a library's bug): it must still fail its element."""
+
+    def __repr__(self):
+        raise RuntimeError("repr is broken")
+
+    __str__ = __repr__
+
+
+def test_an_exception_that_cannot_be_printed_still_fails_with_its_input_named():
+    async def fn(v):
+        await asyncio.sleep(0.001)
+        if v == 3:
+            raise Unprintable()
+        return v
+
+    async def main():
+        op = AsyncWaitOperator(fn, Collector(), capacity=4)
+        await op.open()
+        err = await expect_failure(op, [1, 2, 3, 4])
+        await safe_close(op)
+        return err
+
+    error = run(main())
+    assert "failed for input 3: <unrepresentable Unprintable: its repr() raised RuntimeError>" in str(error)
+    assert isinstance(error.__cause__, Unprintable)
+
+
+def test_error_line_names_the_type_even_when_the_message_cannot_be_printed():
+    assert error_line(ValueError("thirteen")) == "ValueError: thirteen"
+    assert error_line(Unprintable()) == "Unprintable: <unprintable Unprintable: its str() raised RuntimeError>"
+    assert error_line(ValueError("x" * 5000)).endswith("...") and len(error_line(ValueError("x" * 5000))) == 2000

@@ -188,6 +188,24 @@ def test_error_rows_keep_every_input(spark, ordered):
     assert sorted(r.id for r in out if r._error is None) == [i for i in range(40) if i != 13]
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("str is broken")
+
+
+async def unprintable_on_13(row):
+    if row["id"] == 13:
+        raise Unprintable()
+    return {"id": row["id"]}
+
+
+def test_an_error_that_cannot_be_printed_is_still_an_error_row(spark):
+    out = aiospark.unordered_wait(spark.range(0, 20, 1, 1), unprintable_on_13, "id LONG", on_error="row").collect()
+    bad = [r for r in out if r._error is not None]
+    assert len(out) == 20 and [r._input.id for r in bad] == [13]
+    assert bad[0]._error == "Unprintable: <unprintable Unprintable: its str() raised RuntimeError>"
+
+
 def test_error_rows_custom_column_names(spark):
     out = aiospark.unordered_wait(spark.range(0, 20, 1, 1), fail_on_13, "id LONG", on_error="row",
                                   error_column="err", input_column="src")

@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ..core.errors import error_line
+
 __all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource"]
 
 log = logging.getLogger("aiospark")
@@ -111,7 +113,7 @@ class LeaseGate:
         try:
             cost = cost_fn(value)  # type: ignore[misc]
         except Exception as exc:
-            raise BudgetCostError(f"the budget's cost function {name} raised {type(exc).__name__}: {exc}") from exc
+            raise BudgetCostError(f"the budget's cost function {name} raised {error_line(exc)}") from exc
         if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
             shown = repr(cost)
             raise BudgetCostError(f"the budget's cost function {name} must return a finite number >= 0, "

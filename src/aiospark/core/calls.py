@@ -47,7 +47,7 @@ from .adaptive import AdaptiveConcurrency
 from .context import CallContext, current_call
 from .durable import BudgetExhausted, BudgetGate, Identify
 from .elements import Record, StreamElement
-from .errors import AsyncTimeoutError, describe_input
+from .errors import AsyncTimeoutError, describe_input, error_line
 from .function import AsyncFunction
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
@@ -326,8 +326,7 @@ class Caller:
         try:
             cost = cost_fn(value)  # type: ignore[misc]
         except Exception as exc:
-            raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised {error_line(exc)}") from exc
         if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
             raise CostError(f"the rate limit's cost function {_name(cost_fn)} must return a finite "
                             f"number >= 0, got {describe_input(cost, 80)}")

@@ -48,19 +48,36 @@ def warn_blocking(function_name: str, detail: str) -> bool:
     return True
 
 
+def _shown(text: Any, obj: Any, what: str) -> str:
+    """``text(obj)`` (``repr`` or ``str``); a broken one must not hide the failure being reported."""
+    try:
+        return str(text(obj))
+    except Exception as exc:
+        return f"<{what} {type(obj).__name__}: its {text.__name__}() raised {type(exc).__name__}>"
+
+
 def describe_input(value: Any, limit: int = _INPUT_REPR_LIMIT) -> str:
     """``repr(value)``, truncated to ``limit`` characters so huge inputs keep messages readable."""
-    try:
-        text = repr(value)
-    except Exception as exc:  # a broken __repr__ must not hide the real failure
-        text = f"<unrepresentable {type(value).__name__}: {exc!r}>"
+    text = _shown(repr, value, "unrepresentable")
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
 
 
+def error_line(exc: BaseException, limit: int = 2000) -> str:
+    """``"Type: message"`` of a user's exception, as error rows show it, truncated to ``limit``.
+
+    Example::
+
+        error_line(ValueError("thirteen is unlucky"))   # 'ValueError: thirteen is unlucky'
+    """
+    text = f"{type(exc).__name__}: {_shown(str, exc, 'unprintable')}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def function_error(value: Any, cause: BaseException, what: str = "async call") -> AsyncFunctionError:
     """Build the operator failure for ``value``; the caller raises it ``from cause``."""
-    error = AsyncFunctionError(f"{what} failed for input {describe_input(value)}: {cause!r}")
+    error = AsyncFunctionError(f"{what} failed for input {describe_input(value)}: "
+                               f"{_shown(repr, cause, 'unrepresentable')}")
     error.__cause__ = cause
     return error

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core.durable import Recorded
+from ..core.errors import error_line
 
 #: an outcome waiting to be written: (identity, results or None, error text or None)
 Entry = tuple[str, Any, str | None]
@@ -39,10 +40,6 @@ Entry = tuple[str, Any, str | None]
 FLUSH_SECONDS = 1.0
 
 
-def error_text(exc: BaseException) -> str:
-    """The text an error row shows for ``exc`` (what a kept error is stored as)."""
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 2000 else text[:1997] + "..."
 
 
 class TaskView:
@@ -131,7 +128,7 @@ class TaskView:
         if error is not None:
             if not self.keep_errors:
                 return
-            entry: Entry = (identity, None, error_text(error))
+            entry: Entry = (identity, None, error_line(error))  # what the error row shows
         else:
             if self.encode is not None:
                 results = self.encode(results)

@@ -14,6 +14,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from ..core import RetryStrategy
 from ..core.durable import RecordedError
+from ..core.errors import error_line
 from ..core.function import describe_function
 from ..journal import TaskView
 from ..runtime import run_partition, worker_loop
@@ -46,11 +47,10 @@ class ErrorRow:
 
 
 def error_text(exc: BaseException) -> str:
+    """What an error row's ``_error`` says for ``exc``."""
     if isinstance(exc, RecordedError):
         return str(exc)  # a journal's kept error: the text the error row showed when it was recorded
-    cause = exc
-    text = f"{type(cause).__name__}: {cause}"
-    return text if len(text) <= 2000 else text[:1997] + "..."
+    return error_line(exc)
 
 
 class _PartitionRunner:
