@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
-from ..core.errors import warn_blocking
+from ..core.errors import describe_input, warn_blocking
 from .gc_policy import GcPolicy, threshold_from_env
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,9 @@ class WorkerLoop:
         here the loop serves every partition of the process, so those running now fail with it (a
         call's own operator has failed with it already, and that error comes first) and the loop
         goes on: their clean-up runs, and a task never waits on a loop that is gone."""
-        log.warning("aiospark: %r escaped the worker's event loop; the partitions running on it fail", exc)
-        error = RuntimeError(f"{exc!r} was raised on the worker's event loop, outside any call of this partition")
+        shown = describe_input(exc)
+        log.warning("aiospark: %s escaped the worker's event loop; the partitions running on it fail", shown)
+        error = RuntimeError(f"{shown} was raised on the worker's event loop, outside any call of this partition")
         error.__cause__ = exc
         for fail in list(self._failers.values()):
             fail(error)
