@@ -69,17 +69,19 @@ def test_wheel_contents_and_metadata(fresh):
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
 
 
-def test_wheel_runs_the_demo_in_a_fresh_venv(fresh, tmp_path):
+def test_every_module_of_the_wheel_imports_in_a_fresh_venv(fresh, tmp_path):
+    """The wheel alone, with the dependencies pyproject declares, holds a working package: every
+    module imports and the console script runs. (The demo itself runs in the same venv through the
+    README's command below; running it from the wheel too would repeat that coverage.)"""
     _clone, venv, _wheel = fresh
     env = clean_env(venv)
-    where = run("python -c 'import aiospark; print(aiospark.__file__)'", cwd=tmp_path, env=env).stdout.strip()
+    code = ("import importlib, pkgutil, aiospark; "
+            "names = [m.name for m in pkgutil.walk_packages(aiospark.__path__, 'aiospark.')]; "
+            "[importlib.import_module(n) for n in names]; print(aiospark.__file__, len(names))")
+    where, count = run(["python", "-c", code], cwd=tmp_path, env=env).stdout.split()
     assert where.startswith(str(venv)), where  # the installed wheel, not the checkout
-    done = run("aiospark demo --rows 2000 --sample 20 --latency 0.02 --jitter 0.005 --capacity 50",
-               cwd=tmp_path, env=env, timeout=600)
-    out = done.stdout
-    assert "aiospark unordered_wait  |   2,000 |" in out and "blocking Python UDF      |      20 |" in out
-    assert "metrics: calls=2000 ok=2000" in out
-    assert "where the time went" in out and "inside the service" in out and "\n=> " in out
+    assert int(count) == len(list((ROOT / "src" / "aiospark").rglob("*.py"))) - 1  # all but aiospark/__init__
+    assert "{demo,enrich,journal}" in run(["aiospark", "--help"], cwd=tmp_path, env=env).stdout
 
 
 def test_readme_first_command_word_for_word(fresh):
