@@ -309,3 +309,15 @@ def test_a_column_name_given_twice_takes_the_rows_value_in_both_columns():
     assert [c.to_pylist() for c in batch.columns] == [[1, None], [1, None]]
     with pytest.raises(aiospark.OutputSchemaError, match=r"\['b'\]"):
         RowConverter(schema, "fn").to_batch([{"a": 1}, {"b": 2}])
+
+
+class _BrokenRepr:
+    def __repr__(self):
+        raise RuntimeError("repr is broken")
+
+
+def test_a_value_with_a_broken_repr_is_still_named_in_the_schema_error():
+    converter = RowConverter(StructType([StructField("n", IntegerType())]), "fn")
+    with pytest.raises(aiospark.OutputSchemaError, match=r"cannot hold the value <unrepresentable _BrokenRepr: its "
+                                                         r"repr\(\) raised RuntimeError> of type _BrokenRepr"):
+        converter.to_batch([{"n": _BrokenRepr()}])

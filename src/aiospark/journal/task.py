@@ -40,8 +40,6 @@ Entry = tuple[str, Any, str | None]
 FLUSH_SECONDS = 1.0
 
 
-
-
 class TaskView:
     """A :class:`~aiospark.core.durable.TaskJournal` over one task's part of a store.
 

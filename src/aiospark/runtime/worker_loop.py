@@ -121,11 +121,11 @@ class WorkerLoop:
         while True:
             try:
                 self.loop.run_forever()
+                return
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: see _escaped
-                if not self._stopping:
-                    self._escaped(exc)
-                    continue
-            return
+                if self._stopping:
+                    return
+                self._escaped(exc)
 
     def _escaped(self, exc: BaseException) -> None:
         """``exc`` (a SystemExit or KeyboardInterrupt raised by code running on this thread: signals

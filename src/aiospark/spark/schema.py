@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
+from ..core.errors import describe_input
 from .compat import parse_ddl, to_arrow_schema, to_arrow_type
 from .exact import ExactChecks, plan_of, value_problem
 
@@ -201,7 +202,7 @@ class RowConverter:
         found = self.exact.problem(columns)
         if found is not None:
             column, value, why = found
-            raise OutputSchemaError(f"{self.what} returned {_short(value)} for output column {column!r} "
+            raise OutputSchemaError(f"{self.what} returned {_shown(value)} for output column {column!r} "
                                     f"({self.schema[column].dataType.simpleString()}), which does not fit "
                                     f"exactly: {why}")
 
@@ -216,10 +217,10 @@ class RowConverter:
         if isinstance(row, tuple):
             if len(row) != len(self.names):
                 raise OutputSchemaError(
-                    f"{self.what} returned a tuple of {len(row)} values {_short(row)} but the schema has "
+                    f"{self.what} returned a tuple of {len(row)} values {_shown(row)} but the schema has "
                     f"{len(self.names)} columns {self.names}: return one value per column, in order")
             return dict(zip(self.names, row))
-        raise OutputSchemaError(f"{self.what} returned {type(row).__name__} {_short(row)}: return a dict "
+        raise OutputSchemaError(f"{self.what} returned {type(row).__name__} {_shown(row)}: return a dict "
                                 f"(column -> value), a tuple or a pyspark.sql.Row for columns {self.names}")
 
     def _unknown_keys(self, extra: Any) -> None:
@@ -237,7 +238,7 @@ class RowConverter:
                     except (pa.ArrowException, TypeError, ValueError, OverflowError) as cell_exc:
                         return OutputSchemaError(
                             f"output column {field.name!r} ({field.dataType.simpleString()}) cannot hold "
-                            f"the value {_short(value)} of type {type(value).__name__} returned by "
+                            f"the value {_shown(value)} of type {type(value).__name__} returned by "
                             f"{self.what}: {cell_exc}")
         return OutputSchemaError(f"the output of {self.what} does not fit the schema {self.schema.simpleString()}: {exc}")
 
@@ -256,7 +257,7 @@ def values_to_array(values: Sequence[Any], data_type: DataType, pa_type: pa.Data
     if plan is not None:
         found = value_problem(list(values), plan, "value", {} if aware_seen is None else aware_seen)
         if found is not None:
-            raise OutputSchemaError(f"{what} returned {_short(found[0])}, which does not fit its return type "
+            raise OutputSchemaError(f"{what} returned {_shown(found[0])}, which does not fit its return type "
                                     f"{data_type.simpleString()} exactly: {found[1]}")
     try:
         return pa.array(values, type=pa_type)
@@ -265,11 +266,11 @@ def values_to_array(values: Sequence[Any], data_type: DataType, pa_type: pa.Data
             try:
                 pa.array([value], type=pa_type)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                raise OutputSchemaError(f"{what} returned {_short(value)} of type {type(value).__name__}, which "
+                raise OutputSchemaError(f"{what} returned {_shown(value)} of type {type(value).__name__}, which "
                                         f"does not fit its return type {data_type.simpleString()}: {exc}") from None
         raise
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _shown(value: Any) -> str:
+    """A returned value in an error message: its repr, cut at 120 characters (a broken one named)."""
+    return describe_input(value, 120)
