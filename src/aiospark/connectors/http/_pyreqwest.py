@@ -6,8 +6,8 @@ twice aiohttp's requests/s on asyncio's own loop and three times on uvloop
 connection pool and socket I/O run in Rust on a Tokio thread, and each request costs the event loop
 one future's completion instead of several protocol callbacks.
 
-What it keeps: a pool of keep-alive connections, at most ``max_connections`` requests in flight
-(further requests wait for a slot), a total ``timeout`` per request (connect to last body byte),
+What it keeps: a pool of at most ``max_connections`` keep-alive connections, at most as many requests
+in flight (further requests wait for a slot), a total ``timeout`` per request (connect to last body byte),
 TLS verified against the platform's roots (rustls-platform-verifier), proxies from ``HTTP_PROXY``/
 ``HTTPS_PROXY``/``NO_PROXY``, HTTP/2 where TLS ALPN offers it. Redirects are followed (at most
 10), as aiohttp does; like aiohttp, reqwest drops the Authorization header when a redirect leaves
@@ -105,9 +105,11 @@ class PyreqwestTransport(Transport):
     name = "pyreqwest"
 
     def __init__(self, *, headers: Mapping[str, str], max_connections: int, timeout: float | None) -> None:
-        # http2(True): offer h2 by TLS ALPN (pyreqwest's default is HTTP/1.1 only); cleartext stays 1.1
-        builder = (ClientBuilder().max_connections(max_connections).default_headers(dict(headers))
-                   .error_for_status(False).http2(True))
+        # http2(True): offer h2 by TLS ALPN (pyreqwest's default is HTTP/1.1 only); cleartext stays 1.1.
+        # pyreqwest's max_connections bounds requests in flight, not sockets: its idle pool is
+        # unbounded per host unless told, so keep-alive sockets are capped at the same number
+        builder = (ClientBuilder().max_connections(max_connections).pool_max_idle_per_host(max_connections)
+                   .default_headers(dict(headers)).error_for_status(False).http2(True))
         if timeout is not None and timeout > 0:
             builder = builder.timeout(datetime.timedelta(seconds=timeout))
         self._client: Any = builder.build()
