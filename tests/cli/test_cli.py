@@ -252,6 +252,7 @@ def test_format_guessing(tmp_path):
         guess_format("x.csv", "xml", "input")
 
 
+@pytest.mark.version_agnostic  # the demo's Spark calls are the wait functions' and a plain UDF, tested everywhere
 def test_demo_runs_end_to_end():
     done = run_cli("demo", "--rows", "3000", "--sample", "40", "--latency", "0.02", "--jitter", "0.005",
                    "--capacity", "50")

@@ -366,7 +366,9 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
 
     def chunks(n):
         for start in range(0, n, 20):
-            gc.collect()  # on the task's thread, while the loop runs
+            # on the task's thread, while the loop runs: the young generations, where the calls'
+            # cycles are (a full collection of pytest's whole heap per chunk only costs time)
+            gc.collect(1)
             yield list(range(start, start + 20))
 
     def task(done: concurrent.futures.Future[list]) -> None:  # the task's thread
@@ -384,7 +386,7 @@ def test_a_reused_loop_keeps_waking_up_while_the_task_thread_collects_garbage(mo
             feeder.start()
             out = done.result(timeout=30)  # a lost wake-up fails here instead of hanging the run
             feeder.join()
-            gc.collect()
+            gc.collect()  # a full collection between partitions, as pyspark.daemon runs after every task
             by_key = {v[0] if isinstance(v, tuple) else v: v for v in out}
             assert len(out) == len(by_key) == 200
             assert all(by_key[x] == (x, "AsyncTimeoutError") for x in range(0, 200, 10))
