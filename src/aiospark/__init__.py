@@ -12,6 +12,7 @@ from .core import (
     AsyncTimeoutError,
     AsyncWaitOperator,
     BlockedLoopWarning,
+    CancellationIgnoredWarning,
     OrderedQueue,
     Record,
     ResultFuture,
@@ -75,7 +76,7 @@ __all__ = [
     "AdaptiveConcurrency", "BudgetExhausted", "OperatorMetrics", "RateLimit", "idempotency_key", "record_usage",
     "time_left",
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
-    "OrderedQueue",
+    "CancellationIgnoredWarning", "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",
     *_SPARK_EXPORTS,
 ]

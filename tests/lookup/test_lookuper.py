@@ -5,6 +5,7 @@ import time
 import cloudpickle
 import pytest
 
+from aiospark.core import unwinding
 from aiospark.lookup import LookupCache, Lookuper, LookupSource
 
 
@@ -290,6 +291,38 @@ def test_close_cancels_pending_batch():
         with pytest.raises(asyncio.CancelledError):
             await task
     run(main())
+
+
+def test_close_leaves_behind_a_load_that_ignores_its_cancel_after_the_grace(monkeypatch):
+    monkeypatch.setattr(unwinding, "GRACE_SECONDS", 0.2)
+
+    class Stubborn(Batchy):
+        async def lookup_batch(self, keys):
+            while not self.release.is_set():
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:  # swallowed: the load goes on
+                    self.cancels += 1
+            return {key: [] for key in keys}
+
+    async def main():
+        src = Stubborn()
+        src.release, src.cancels = asyncio.Event(), 0
+        lk = Lookuper(src, max_batch_delay=0.01)
+        await lk.open()
+        task = asyncio.create_task(lk.lookup(("a",)))
+        await asyncio.sleep(0.05)  # the batch is in flight
+        t0 = time.monotonic()
+        await asyncio.wait_for(lk.close(), 5)
+        closing = time.monotonic() - t0
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        src.release.set()
+        return closing, src.cancels, src.closed
+
+    closing, cancels, closed = run(main())
+    assert 0.2 - 0.01 <= closing < 5
+    assert (cancels, closed) == (1, 1)
 
 
 def test_validation():

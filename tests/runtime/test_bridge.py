@@ -10,7 +10,14 @@ import warnings
 
 import pytest
 
-from aiospark import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, BlockedLoopWarning
+from aiospark import (
+    AsyncFunction,
+    AsyncFunctionError,
+    AsyncWaitOperator,
+    BlockedLoopWarning,
+    CancellationIgnoredWarning,
+)
+from aiospark.core import unwinding
 from aiospark.runtime import run_partition, worker_loop
 from aiospark.runtime.worker_loop import WorkerLoop
 
@@ -74,6 +81,30 @@ def test_error_fails_the_partition():
 
     with pytest.raises(AsyncFunctionError, match="three"):
         list(run_partition(iter([[1, 2, 3, 4]]), make(boom), capacity=4))
+
+
+def test_a_call_that_ignores_its_timeout_does_not_hang_the_partition(monkeypatch):
+    monkeypatch.setattr(unwinding, "GRACE_SECONDS", 0.2)
+    release = threading.Event()
+
+    async def stubborn(x):
+        while x % 2 and not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:  # swallowed: the call goes on
+                pass
+        return x
+
+    async def make_operator(output):
+        return AsyncWaitOperator(stubborn, output, ordered=True, capacity=4, timeout=0.1, values=True,
+                                 on_error=lambda value, exc: [f"{value}: {type(exc).__name__}"])
+
+    try:
+        with pytest.warns(CancellationIgnoredWarning):
+            out = [v for chunk in run_partition(iter([[0, 1, 2, 3]]), make_operator, capacity=4) for v in chunk]
+    finally:
+        release.set()  # the calls left behind on the worker loop end
+    assert out == [0, "1: AsyncTimeoutError", 2, "3: AsyncTimeoutError"]
 
 
 def test_input_error_cancels_calls_in_flight():

@@ -107,7 +107,8 @@ class Batch(Call):
         self.outputs: list[Any] | None = None
         self.single = False
         self.closed = False
-        self.tasks: list[asyncio.Task[Any]] = []  # its calls running (more than one after a split)
+        #: its calls running (more than one after a split), each with its done callback
+        self.tasks: dict[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] = {}
         self.rows: dict[int, BatchRow] | None = None  # per-element handles, made when needed
         self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
 
@@ -303,8 +304,8 @@ class BatchCaller(Caller):
             self._take_filling()
             self._time_out_rows(batch, batch.to_call())
             return
-        for task in list(batch.tasks):
-            task.cancel()
+        for task, unwound in list(batch.tasks.items()):
+            self.unwinding.cancel(task, unwound)
 
     def _time_out_rows(self, batch: Batch, indices: list[int] | None) -> None:
         for i in _each(batch, indices):
@@ -324,11 +325,11 @@ class BatchCaller(Caller):
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report_each(batch, indices, exc, CALL)
             raise
-        batch.tasks.append(task)
+        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices)
         if task.done():
-            self._run_over(batch, indices, task)
+            over(task)
         else:
-            task.add_done_callback(functools.partial(self._run_over, batch, indices))
+            task.add_done_callback(over)
 
     def cost_of(self, values: list[Any]) -> float:
         """A batch is charged the sum of its elements' costs."""
@@ -339,9 +340,10 @@ class BatchCaller(Caller):
 
     # ------------------------------------------------------------------ the outcome
     def _run_over(self, batch: Batch, indices: list[int] | None, task: asyncio.Task[Any]) -> None:
-        batch.tasks.remove(task)
+        """The call's Task ended (or, timed out, ignored its cancel for the whole grace period)."""
+        del batch.tasks[task]
         if self.stopped or batch.timed_out:
-            if not task.cancelled():
+            if task.done() and not task.cancelled():
                 task.exception()  # abandoned, or it ended anyway: the deadline decides
             if not self.stopped:
                 self._time_out_rows(batch, indices)

@@ -11,7 +11,8 @@ The life of an element's call, top-down:
    pauses the rate limit for that long, so no other call of the limit starts meanwhile.
 3. If the call's deadline passes first, :meth:`Caller.time_out` cancels its Task -- the attempt or
    the back-off under way, so the user's ``finally`` blocks and ``async with`` exits run -- and once
-   it has unwound, ``function.timeout(value)`` gives the results (never retried).
+   it has unwound, ``function.timeout(value)`` gives the results (never retried). A call that
+   ignores the cancel is waited for at most a grace period (:mod:`aiospark.core.unwinding`).
 4. The Task's last step (the end of :meth:`Caller._attempts`) reports the outcome to the operator through one
    callback, ``report(call, results, error, what)``; the operator completes the entry (or fails) and
    emits through its one emit path. Reporting from the Task itself, not from a done callback, spares
@@ -48,11 +49,12 @@ from .context import CallContext, current_call
 from .durable import BudgetExhausted, BudgetGate, Identify
 from .elements import Record, StreamElement
 from .errors import AsyncTimeoutError, describe_input, error_line
-from .function import AsyncFunction
+from .function import AsyncFunction, describe_function
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
 from .result_future import ResultFuture
 from .retry import RetryStrategy
+from .unwinding import Unwinding
 
 #: ``report(call, results, error, what)``: the call is over with ``results`` (a list), or failed
 #: with ``error``; ``what`` names the part that raised (CALL, TIMEOUT_HANDLER or a predicate).
@@ -174,6 +176,8 @@ class Caller:
         self._outside: contextvars.Context = None  # type: ignore[assignment]  # set by bind()
         #: set when the operator failed or closes: outcomes no longer matter
         self.stopped = False
+        #: the cancels of timed-out calls, each waited for at most a grace period (set by bind())
+        self.unwinding: Unwinding = None  # type: ignore[assignment]
 
     def bind(self, loop: asyncio.AbstractEventLoop, inflight: Callable[[], int]) -> None:
         """Make calls on ``loop``; ``inflight()`` tells the adaptive limit how many calls run. Calls
@@ -182,6 +186,7 @@ class Caller:
         self._loop = loop
         self._inflight = inflight
         self._outside = contextvars.copy_context()
+        self.unwinding = Unwinding(loop, describe_function(self.function))
         if sys.version_info >= (3, 12) and loop.get_task_factory() is None:  # eager tasks
             self._create_task = functools.partial(asyncio.Task, loop=loop, eager_start=True)
         else:
@@ -381,11 +386,13 @@ class Caller:
         if self.adaptive is not None:
             self.adaptive.on_overload(self.timeout)
         if task is not None:  # None: it waits for its turn (key order); see on_timeout
-            task.cancel()
-            task.add_done_callback(functools.partial(self._timed_out, call))
+            unwound = functools.partial(self._timed_out, call)
+            task.add_done_callback(unwound)
+            self.unwinding.cancel(task, unwound)
 
     def _timed_out(self, call: Call, task: asyncio.Task[Any]) -> None:
-        """The timed-out call's Task has unwound (or was cancelled before its first step)."""
+        """The timed-out call's Task has unwound (or was cancelled before its first step), or it
+        ignored the cancel for the whole grace period and was left behind."""
         if not self.stopped:
             self.on_timeout(call)
 

@@ -23,6 +23,11 @@ class BlockedLoopWarning(RuntimeWarning):
     inside ``async def``): every other call in flight waited, so calls ran one at a time."""
 
 
+class CancellationIgnoredWarning(RuntimeWarning):
+    """A call went on after its timeout cancelled it (it caught ``CancelledError`` and did not
+    re-raise it): its row got its timeout outcome and the call was left running."""
+
+
 BLOCKING_ADVICE = ("A blocking call inside 'async def' (time.sleep, requests, a synchronous database driver) "
                    "stops every other call in flight, so calls run one at a time: use an asyncio client, or "
                    "'await asyncio.to_thread(...)' for code that must block.")

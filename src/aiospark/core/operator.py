@@ -63,8 +63,6 @@ OnError = Callable[[Any, BaseException], list[Any]]
 #: what ``on_error`` may turn into an element's results: its call's failure, or its cancellation
 _ROW_ERRORS = (Exception, asyncio.CancelledError)
 
-#: How long ``close()`` waits for cancelled calls to unwind before giving up on them.
-CLOSE_GRACE_SECONDS = 5.0
 
 
 class AsyncWaitOperator:
@@ -199,8 +197,8 @@ class AsyncWaitOperator:
             return
         self._closed = True
         running = self._abandon()
-        if running:
-            await asyncio.wait(running, timeout=CLOSE_GRACE_SECONDS)
+        if running:  # as long as a timed-out call gets to unwind (calls that ignore it are left behind)
+            await asyncio.wait(running, timeout=self._caller.unwinding.grace)
         self._wake_all()
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.close()
@@ -433,6 +431,8 @@ class AsyncWaitOperator:
         if self._deadlines is not None:
             self._deadlines.stop()
         running = [task for call in self._running_calls() for task in call.running_tasks()]
+        if self._caller.unwinding is not None:  # bound: calls left behind by their deadline, cancelled again
+            running += self._caller.unwinding.left_behind
         for task in running:
             task.cancel()
         return running

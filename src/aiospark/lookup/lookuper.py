@@ -32,6 +32,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core import unwinding
 from .cache import LookupCache
 from .source import LookupSource
 
@@ -128,8 +129,8 @@ class Lookuper:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # a load that ignores its cancel is left behind after the grace, as a call would be
+            await asyncio.wait(tasks, timeout=unwinding.GRACE_SECONDS)
         inflight, self._inflight = self._inflight, {}
         for waiters in inflight.values():
             for waiter in waiters:
