@@ -5,6 +5,7 @@ import asyncio
 import os
 import random
 import re
+import time
 import uuid
 
 import pytest
@@ -67,6 +68,19 @@ class FallbackOnTimeout(AsyncFunction):
 
     def timeout(self, row):
         return [{"id": row["id"], "v": "fallback"}]
+
+
+async def deaf_to_cancel_on_7(row):
+    """Row 7 swallows its timeout's cancel and goes on for 30 s (a bare ``except:`` in a loop)."""
+    if row["id"] == 7:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 30
+        while loop.time() < end:
+            try:
+                await asyncio.sleep(0.05)
+            except BaseException:  # the defect under test: the cancel is swallowed
+                pass
+    return {"id": row["id"], "v": "ok"}
 
 
 _attempts: dict = {}
@@ -225,6 +239,17 @@ def test_timeout_fallback_and_error_row(spark):
     assert {(r.id, r.v) for r in out.collect()} == {(i, "fallback" if i == 7 else "ok") for i in range(20)}
     rows = aiospark.unordered_wait(spark.range(0, 20, 1, 1), slow_on_7, "id LONG, v STRING", timeout=0.3,
                                    on_error="row").collect()
+    assert len(rows) == 20 and [r._input.id for r in rows if r._error] == [7]
+    assert "AsyncTimeoutError" in [r._error for r in rows if r._error][0]
+
+
+@pytest.mark.version_agnostic
+def test_a_call_deaf_to_its_timeout_gets_its_error_row_after_the_grace(spark):
+    t0 = time.monotonic()
+    rows = aiospark.unordered_wait(spark.range(0, 20, 1, 1), deaf_to_cancel_on_7, "id LONG, v STRING",
+                                   timeout=0.3, on_error="row").collect()
+    # the workers' grace is the default 5 s: the task ends then (~5.5 s), not when the call gives up (30 s)
+    assert time.monotonic() - t0 < 25
     assert len(rows) == 20 and [r._input.id for r in rows if r._error] == [7]
     assert "AsyncTimeoutError" in [r._error for r in rows if r._error][0]
 
