@@ -70,9 +70,9 @@ def test_a_call_that_ignores_its_cancel_gets_its_timeout_outcome_after_the_grace
         after_close = dict(fn.cancels)
         fn.release.set()
         await asyncio.sleep(0.1)
-        return finished, emitted, after_finish, closing, after_close, list(out)
+        return finished, emitted, after_finish, closing, after_close, list(out), op.metrics
 
-    finished, emitted, after_finish, closing, after_close, final = run(main())
+    finished, emitted, after_finish, closing, after_close, final, metrics = run(main())
     expected = [Record(0, 0), Record("fallback-1", 1), Record(2, 2), Record("fallback-3", 3)]
     assert (emitted if ordered else sorted(emitted, key=lambda r: r.timestamp)) == expected
     assert TIMEOUT + GRACE - EPS <= finished < 5.0
@@ -83,6 +83,8 @@ def test_a_call_that_ignores_its_cancel_gets_its_timeout_outcome_after_the_grace
     # released, they end; what they return is not emitted (their rows were decided)
     assert sorted(fn.ended) == [1, 3]
     assert final == emitted
+    assert (metrics.timeouts, metrics.left_behind) == (2, 2)
+    assert str(metrics).endswith(" left_behind=2")
 
 
 def test_without_a_timeout_handler_the_row_gets_the_timeout_error():

@@ -186,7 +186,7 @@ class Caller:
         self._loop = loop
         self._inflight = inflight
         self._outside = contextvars.copy_context()
-        self.unwinding = Unwinding(loop, describe_function(self.function))
+        self.unwinding = Unwinding(loop, describe_function(self.function), self.metrics)
         if sys.version_info >= (3, 12) and loop.get_task_factory() is None:  # eager tasks
             self._create_task = functools.partial(asyncio.Task, loop=loop, eager_start=True)
         else:

@@ -42,7 +42,7 @@ _SIZE = HISTOGRAM_BUCKETS + 2   # [0] underflow, [1..N] regular, [N+1] overflow
 # [0, 10 µs), bucket k is [10 µs * 1.1**(k-1), 10 µs * 1.1**k), the last one is open-ended.
 _UPPER = [HISTOGRAM_MIN * HISTOGRAM_FACTOR ** k for k in range(HISTOGRAM_BUCKETS + 1)]
 
-COUNTERS = ("calls", "successes", "retries", "timeouts", "failures", "error_rows", "rate_limited")
+COUNTERS = ("calls", "successes", "retries", "timeouts", "failures", "error_rows", "rate_limited", "left_behind")
 FORMAT_VERSION = 1
 
 
@@ -66,6 +66,8 @@ class OperatorMetrics:
     * ``failures`` -- final failures (after retries)
     * ``error_rows`` -- final failures turned into output rows by ``on_error``
     * ``rate_limited`` -- calls that had to wait for the rate limit before starting
+    * ``left_behind`` -- timed-out calls that ignored their cancel for the whole grace period and
+      were left running (:mod:`aiospark.core.unwinding`); their elements count in ``timeouts``
     * ``inflight_peak`` -- the most calls in flight at once (``record_inflight``)
     * ``usage`` -- what the calls reported with :func:`~aiospark.core.usage.record_usage` (e.g. LLM tokens), by name
 
@@ -78,7 +80,7 @@ class OperatorMetrics:
 
     def __init__(self) -> None:
         self.calls = self.successes = self.retries = self.timeouts = 0
-        self.failures = self.error_rows = self.rate_limited = self.inflight_peak = 0
+        self.failures = self.error_rows = self.rate_limited = self.left_behind = self.inflight_peak = 0
         self.usage: dict[str, float] = {}
         self._counts: list[int] = [0] * _SIZE
         self._count = 0
@@ -252,6 +254,7 @@ class OperatorMetrics:
         return (f"calls={self.calls} ok={self.successes} retries={self.retries} "
                 f"timeouts={self.timeouts} failed={self.failures} error_rows={self.error_rows} "
                 f"inflight_peak={self.inflight_peak} p50={p[0]} p95={p[1]} p99={p[2]}"
+                + (f" left_behind={self.left_behind}" if self.left_behind else "")
                 + "".join(f" {name}={_fmt_amount(amount)}" for name, amount in sorted(self.usage.items())))
 
     def __repr__(self) -> str:

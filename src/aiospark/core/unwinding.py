@@ -12,7 +12,7 @@ grace bounds how long ``close()`` waits for the calls it cancels.
 
 Example (what the caller does when a deadline passes)::
 
-    unwinding = Unwinding(loop, "fetch")
+    unwinding = Unwinding(loop, "fetch", metrics)
     done = functools.partial(on_unwound, call)     # done(task): the Task ended, or was left behind
     task.add_done_callback(done)
     unwinding.cancel(task, done)
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import CancellationIgnoredWarning
+from .metrics import OperatorMetrics
 
 #: How long a cancelled call may take to unwind before its element is decided without it.
 GRACE_SECONDS = 5.0
@@ -35,11 +36,14 @@ Ended = Callable[["asyncio.Task[Any]"], object]
 
 class Unwinding:
     """The cancels of one operator's calls (see the module docstring). ``name`` is the user
-    function's, for the warning; ``grace`` defaults to :data:`GRACE_SECONDS` as it is when made."""
+    function's, for the warning; ``metrics`` counts the calls left behind (``left_behind``);
+    ``grace`` defaults to :data:`GRACE_SECONDS` as it is when made."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, grace: float | None = None):
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, metrics: OperatorMetrics,
+                 grace: float | None = None):
         self._loop = loop
         self._name = name
+        self._metrics = metrics
         self.grace = GRACE_SECONDS if grace is None else grace
         #: Tasks that ignored their cancellation for longer than the grace and still run
         self.left_behind: set[asyncio.Task[Any]] = set()
@@ -57,6 +61,7 @@ class Unwinding:
             return
         task.remove_done_callback(ended)
         self.left_behind.add(task)
+        self._metrics.left_behind += 1
         task.add_done_callback(self._forget)
         warnings.warn(
             f"aiospark: a call of {self._name} went on {self.grace:g} s after its timeout cancelled it "
