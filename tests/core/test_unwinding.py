@@ -193,3 +193,30 @@ def test_a_call_that_unwinds_within_the_grace_is_waited_for_and_not_warned_about
         out = run(run_operator(SlowCleanup(), [Record(1, 1)], timeout=TIMEOUT))
     assert events == ["unwound", "timeout handler"]
     assert out == [Record("fallback", 1)]
+
+
+def test_a_warning_made_an_error_does_not_hold_the_row():
+    fn = Stubborn()
+
+    async def main():
+        fn.release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        handled = []
+        loop.set_exception_handler(lambda loop, context: handled.append(context.get("exception")))
+        out = Collector()
+        op = AsyncWaitOperator(fn, out, capacity=4, timeout=TIMEOUT)
+        await op.open()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", CancellationIgnoredWarning)  # as under python -W error
+                await feed(op, [Record(1, 1)])
+                await op.finish()
+        finally:
+            fn.release.set()
+            await op.close()
+        return out, handled
+
+    out, handled = run(main())
+    assert out == [Record("fallback-1", 1)]
+    # the warning, raised in the loop's callback, went to the loop's exception handler
+    assert [type(exc) for exc in handled] == [CancellationIgnoredWarning]

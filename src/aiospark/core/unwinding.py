@@ -36,15 +36,14 @@ Ended = Callable[["asyncio.Task[Any]"], object]
 
 class Unwinding:
     """The cancels of one operator's calls (see the module docstring). ``name`` is the user
-    function's, for the warning; ``metrics`` counts the calls left behind (``left_behind``);
-    ``grace`` defaults to :data:`GRACE_SECONDS` as it is when made."""
+    function's, for the warning; ``metrics`` counts the calls left behind (``left_behind``). The
+    grace is :data:`GRACE_SECONDS` as it is when the operator opens."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, metrics: OperatorMetrics,
-                 grace: float | None = None):
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, metrics: OperatorMetrics):
         self._loop = loop
         self._name = name
         self._metrics = metrics
-        self.grace = GRACE_SECONDS if grace is None else grace
+        self.grace = GRACE_SECONDS
         #: Tasks that ignored their cancellation for longer than the grace and still run
         self.left_behind: set[asyncio.Task[Any]] = set()
 
@@ -63,6 +62,7 @@ class Unwinding:
         self.left_behind.add(task)
         self._metrics.left_behind += 1
         task.add_done_callback(self._forget)
+        ended(task)  # first: a warning turned into an error (-W error) must not hold the element
         warnings.warn(
             f"aiospark: a call of {self._name} went on {self.grace:g} s after its timeout cancelled it "
             f"(it caught CancelledError and did not re-raise it); its row got its timeout outcome and the "
@@ -70,7 +70,6 @@ class Unwinding:
             f"re-raise it in 'except asyncio.CancelledError' and 'except BaseException' blocks, and do "
             f"not use a bare 'except:'.",
             CancellationIgnoredWarning, stacklevel=1)  # run by the loop: no user frame to point at
-        ended(task)
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         """A Task left behind ended after all: its outcome no longer matters (retrieved, so that
