@@ -216,23 +216,26 @@ class WorkerLoop:
     def untrack(self, token: int) -> None:
         if token not in self._running:
             return
-        if len(self._running) == 1 and self._heartbeat is not None:
-            # the last partition ends: a beat overdue now means the loop was blocked until now
-            self._check_lag(self.loop.time())
-            self._heartbeat.cancel()
-            self._heartbeat = None
-        del self._running[token]
-        self._failers.pop(token, None)
-        self.gc.exit()
+        try:
+            if len(self._running) == 1 and self._heartbeat is not None:
+                self._heartbeat.cancel()
+                self._heartbeat = None
+                # the last partition ends: a beat overdue now means the loop was blocked until now
+                self._check_lag(self.loop.time() - self._expected)
+        finally:  # a warning turned into an error (-W error) fails the partition, not this bookkeeping
+            del self._running[token]
+            self._failers.pop(token, None)
+            self.gc.exit()
 
     def _beat(self) -> None:
         now = self.loop.time()
-        self._check_lag(now)
+        lag = now - self._expected
+        # the next beat first: a warning turned into an error (-W error) must not stop the heartbeat
         self._expected = now + HEARTBEAT_SECONDS
         self._heartbeat = self.loop.call_at(self._expected, self._beat)
+        self._check_lag(lag)
 
-    def _check_lag(self, now: float) -> None:
-        lag = now - self._expected
+    def _check_lag(self, lag: float) -> None:
         if lag > BLOCKED_SECONDS and self._running:
             self._late_beats += 1
             # twice in a row, or one long stall: not just this thread being descheduled once
