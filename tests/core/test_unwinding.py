@@ -7,7 +7,14 @@ import warnings
 
 import pytest
 
-from aiospark.core import AsyncFunction, AsyncWaitOperator, CancellationIgnoredWarning, Record, unwinding
+from aiospark.core import (
+    AsyncFunction,
+    AsyncWaitOperator,
+    CancellationIgnoredWarning,
+    Record,
+    RetryStrategy,
+    unwinding,
+)
 
 from ._util import EPS, Collector, feed, run, run_operator
 
@@ -220,3 +227,40 @@ def test_a_warning_made_an_error_does_not_hold_the_row():
     assert out == [Record("fallback-1", 1)]
     # the warning, raised in the loop's callback, went to the loop's exception handler
     assert [type(exc) for exc in handled] == [CancellationIgnoredWarning]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_call_left_behind_makes_no_new_attempt_when_it_fails_later(batched):
+    attempts = []
+    release = None
+
+    async def swallows_then_fails(value):
+        attempts.append(value)
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass
+        raise ConnectionError("the service went away meanwhile")  # retryable, but the row is decided
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        out = Collector()
+        op = AsyncWaitOperator(swallows_then_fails, out, capacity=4, timeout=TIMEOUT,
+                               retry=RetryStrategy.fixed_delay(3, 0.01), batch_size=1 if batched else None,
+                               on_error=lambda value, exc: [type(exc).__name__])
+        await op.open()
+        try:
+            with pytest.warns(CancellationIgnoredWarning):
+                await feed(op, [Record(1, 1)])
+                await op.finish()
+            release.set()
+            await asyncio.sleep(0.2)  # time for three retries, were any made
+        finally:
+            await op.close()
+        return out, op.metrics
+
+    out, metrics = run(main())
+    assert out == [Record("AsyncTimeoutError", 1)]
+    assert len(attempts) == 1 and metrics.retries == 0

@@ -276,6 +276,8 @@ class Caller:
                     delay = next(delays, None) if again else None
                     if delay is None:
                         break  # accepted, or retries exhausted: the last result stands
+                if self.stopped or entry.timed_out:  # decided while this attempt swallowed the cancel:
+                    break  # no new attempt, no new spend, for an element that has its outcome
                 metrics.retries += 1
                 await asyncio.sleep(delay)
         except asyncio.CancelledError:
