@@ -264,3 +264,43 @@ def test_a_call_left_behind_makes_no_new_attempt_when_it_fails_later(batched):
     out, metrics = run(main())
     assert out == [Record("AsyncTimeoutError", 1)]
     assert len(attempts) == 1 and metrics.retries == 0
+
+
+def test_no_attempt_starts_when_a_shared_limiter_swallowed_the_cancel():
+    calls = []
+    release = None
+
+    class DeafLimiter:
+        """A user's shared limiter whose acquire() catches the cancel and waits on."""
+
+        async def acquire(self):
+            while not release.is_set():
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    pass
+            return False
+
+    async def paid(value):
+        calls.append(value)
+        return value
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        out = Collector()
+        op = AsyncWaitOperator(paid, out, capacity=4, timeout=TIMEOUT, rate_limit=DeafLimiter(),
+                               on_error=lambda value, exc: [type(exc).__name__])
+        await op.open()
+        try:
+            with pytest.warns(CancellationIgnoredWarning):
+                await feed(op, [Record(1, 1)])
+                await op.finish()
+            release.set()
+            await asyncio.sleep(0.1)  # the limiter lets the call through now, were it to start
+        finally:
+            await op.close()
+        return out
+
+    assert run(main()) == [Record("AsyncTimeoutError", 1)]
+    assert calls == []

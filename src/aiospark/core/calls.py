@@ -238,6 +238,8 @@ class Caller:
             while True:
                 if self._limited:
                     await self._wait_for_rate_limit(cost)
+                    if self.stopped or entry.timed_out:  # decided while a limiter swallowed the cancel
+                        break
                 if self.budget is not None:
                     await self._spend(value)
                 metrics.calls += 1

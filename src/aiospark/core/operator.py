@@ -64,7 +64,6 @@ OnError = Callable[[Any, BaseException], list[Any]]
 _ROW_ERRORS = (Exception, asyncio.CancelledError)
 
 
-
 class AsyncWaitOperator:
     """Runs ``function`` for every element with at most ``capacity`` elements held at once.
 
