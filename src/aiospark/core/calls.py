@@ -46,7 +46,7 @@ from typing import Any
 
 from .adaptive import AdaptiveConcurrency
 from .context import CallContext, current_call
-from .durable import BudgetExhausted, BudgetGate, Identify
+from .durable import BudgetExhausted, BudgetGate, Identify, not_an_answer
 from .elements import Record, StreamElement
 from .errors import AsyncTimeoutError, describe_input, error_line
 from .function import AsyncFunction, describe_function
@@ -127,9 +127,13 @@ class _PredicateError(Exception):
 class _NotAList(TypeError):
     """An AsyncFunction returned something other than a list: a failure, never retried."""
 
+    aiospark_not_an_answer = True  # the function's definition is wrong, not the row's answer
+
 
 class CostError(ValueError):
     """The rate limit's ``cost(value)`` raised or gave no finite number >= 0 for this input."""
+
+    aiospark_not_an_answer = True  # no call was made: never a row's recorded answer
 
 
 class Caller:
@@ -233,15 +237,18 @@ class Caller:
         results: list[Any] | None = None
         error: BaseException | None = None
         what = ""
+        admitting = True  # an error raised now is aiospark's refusal, not a call's answer
         try:
             cost = self.cost_of(value) if self._cost is not None else None
             while True:
+                admitting = True
                 if self._limited:
                     await self._wait_for_rate_limit(cost)
                     if self.stopped or entry.timed_out:  # decided while a limiter swallowed the cancel
                         break
                 if self.budget is not None:
                     await self._spend(value)
+                admitting = False
                 metrics.calls += 1
                 begun = _clock()
                 try:
@@ -289,7 +296,7 @@ class Caller:
         except _PredicateError as exc:
             error, what = exc.cause, exc.what
         except Exception as exc:
-            error, what = exc, CALL
+            error, what = (not_an_answer(exc) if admitting else exc), CALL
         except BaseException as exc:  # KeyboardInterrupt, SystemExit: reported, and they stop the loop
             if not isinstance(exc, GeneratorExit):  # GeneratorExit: the Task was destroyed unfinished
                 results, error, what = None, exc, CALL

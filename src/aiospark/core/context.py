@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -57,10 +58,15 @@ def time_left() -> float | None:
     return context[0] - context[1].time()
 
 
-def idempotency_key() -> str:
+def idempotency_key(namespace: str | None = None) -> str:
     """Inside a call: a string that is the same for the same row in every attempt, task retry and
     rerun (its journal key, else its input values) and differs between rows; for a service's
     ``Idempotency-Key`` header, so that a side effect made twice is applied once.
+
+    On Spark it is a UUID namespaced by the function's fingerprint (its name, code and state):
+    two functions (``charge``, ``refund``) never send the same key for the same row.
+    ``namespace`` (a non-empty string) gives another key for another side effect of the same
+    call, e.g. ``idempotency_key("email")`` next to ``idempotency_key("charge")``.
 
     Example::
 
@@ -69,13 +75,20 @@ def idempotency_key() -> str:
             async with session.post(url, json=row, headers=headers) as r:
                 return await r.json()
     """
+    if namespace is not None and (not isinstance(namespace, str) or not namespace or len(namespace) > 200):
+        raise ValueError(f"idempotency_key(namespace=...) takes a non-empty string of at most 200 characters "
+                         f"naming the side effect, got {namespace!r}")
     context = current_call.get()
+    key = None
     if context is not None:
-        identity = context[2]
-        if identity is not None:
-            return identity
         if context[3] is not None:
-            return context[3](context[4])  # computed when asked; the same input gives the same key
-    raise RuntimeError("aiospark.idempotency_key() is called inside a call of ordered_wait, "
-                       "unordered_wait, async_udf or lookup_join (one row's call): not outside "
-                       "one, and not in a batch call (batch_size=), whose rows each have their own")
+            key = context[3](context[4])  # computed when asked; the same input gives the same key
+        elif context[2] is not None:
+            key = context[2]
+    if key is None:
+        raise RuntimeError("aiospark.idempotency_key() is called inside a call of ordered_wait, "
+                           "unordered_wait, async_udf or lookup_join (one row's call): not outside "
+                           "one, and not in a batch call (batch_size=), whose rows each have their own")
+    if namespace is None:
+        return key
+    return str(uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL, "aiospark:idempotency:" + namespace), key))

@@ -22,17 +22,58 @@ Example (what the Spark layer does for each task)::
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal"]
+__all__ = ["BudgetExhausted", "BudgetGate", "Recorded", "RecordedError", "TaskJournal", "is_answer", "not_an_answer"]
 
-#: ``identify(value) -> str``: an element's identity (see the module docstring)
-Identify = Callable[[Any], str]
+#: ``identify(value) -> str | None``: an element's identity (see the module docstring); None: it
+#: has none (a NULL in its key): it is called, never recorded nor served from a record
+Identify = Callable[[Any], "str | None"]
+
+#: HTTP statuses that say the service's state, not the row's answer (timeout, too early, too many
+#: requests) -- and every 5xx
+_STATE_STATUSES = (408, 425, 429)
+
+#: the attribute marking an error raised before any call of the row was made (aiospark's own
+#: refusals: budget, rate limiter, cost function): see :func:`not_called`
+NOT_AN_ANSWER = "aiospark_not_an_answer"
 
 
 class BudgetExhausted(RuntimeError):
     """The job's :class:`aiospark.Budget` is spent: this row's call was not started."""
+
+    aiospark_not_an_answer = True
+
+
+def not_an_answer(error: BaseException) -> BaseException:
+    """Mark ``error`` as raised before the row's call was made (it is not the row's answer)."""
+    try:
+        setattr(error, NOT_AN_ANSWER, True)
+    except (AttributeError, TypeError):  # an exception type without a __dict__: its type decides
+        pass
+    return error
+
+
+def is_answer(error: BaseException) -> bool:
+    """Whether a call's final ``error`` is the row's answer, which ``keep_errors`` records.
+
+    Not an answer: aiospark's own refusals (marked by :func:`not_called`: a spent or unreachable
+    budget, the rate limiter's or a cost function's errors -- no call was made), and what says the
+    service's state rather than the row's: a timeout, a connection error (``OSError``), an HTTP
+    408/425/429 or 5xx status (``status`` or ``status_code``), an error its raiser marked
+    ``retryable``. A rerun calls those rows again. Anything else the call raised (a 400, a 404
+    that is an error, a refusal of the content) is its answer."""
+    if not isinstance(error, Exception) or getattr(error, NOT_AN_ANSWER, False):
+        return False
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError, OSError)) or getattr(error, "retryable", False) is True:
+        return False
+    for name in ("status", "status_code"):
+        status = getattr(error, name, None)
+        if isinstance(status, int) and not isinstance(status, bool) and (status in _STATE_STATUSES or status >= 500):
+            return False
+    return True
 
 
 class Recorded(NamedTuple):
@@ -55,6 +96,10 @@ class TaskJournal(Protocol):
     def record(self, identity: str, results: list[Any] | None, error: BaseException | None) -> None:
         """The call of ``identity`` is over: keep ``results`` (and ``error``, if the journal keeps
         errors). Must not block the loop: writing is the journal's own business."""
+
+    # optional: ``adopt(value, results, recorded) -> outputs``: the outputs of element ``value``
+    # from its identity's outcome (recorded, or shared from an equal element's call); a journal
+    # without it hands the results over as they are
 
 
 class BudgetGate(Protocol):

@@ -10,8 +10,16 @@ before its call starts (without one, an identity is computed only when a call as
    its outcome (:meth:`Identities.settle`, when the first one's call is over);
 4. otherwise its call starts, and its outcome is recorded when it is over.
 
-Not recorded: a timeout handler's results and a budget refusal (neither is what the service
-answered), nor a cancelled call.
+An element whose identity is None (a NULL in its journal key) has none: it is called, never
+recorded, never served from a record and never shares a call.
+
+Recorded: what a call answered -- its results, and (if the journal keeps errors) an error that
+is the row's answer (:func:`~aiospark.core.durable.is_answer`). Not recorded: a timed-out
+element's outcome (its timeout handler's results or error), aiospark's own refusals (budget,
+rate limiter, cost function), errors that say the service's state (a timeout, a 429, a 5xx, a
+connection error), a cancelled call, and errors of aiospark's own steps (the key function, the
+journal). Each element takes its outputs from its identity's outcome through the journal's
+``adopt`` (a lookup join rebuilds them from the element's own input row).
 
 Example (what the operator does)::
 
@@ -26,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .calls import TIMEOUT_RESULTS, Call, Report
-from .durable import BudgetExhausted, Identify, TaskJournal, recorded_outcome
+from .calls import CALL, Call, Report
+from .durable import Identify, TaskJournal, is_answer, recorded_outcome
 
 #: ``what`` of an outcome that came from the journal, or from the call of an equal element
 RECORDED = "recorded outcome"
@@ -46,18 +54,27 @@ class Identities:
         self._sharing: dict[str, list[Call]] = {}
         self._report = report
         self._fail = fail
+        #: ``adopt(value, results, recorded) -> outputs`` (see the module docstring), or None
+        self._adopt = getattr(journal, "adopt", None)
 
     def admit(self, call: Call) -> bool:
         """Give ``call`` its identity; True when it needs no call of its own: it completed from
         the journal, or it waits for the call of an equal element in flight."""
+        value = call.element[0]
         try:
-            identity = call.identity = self.identify(call.element[0])
+            identity = self.identify(value)
+            if identity is None:  # no identity (a NULL in its key): called, never recorded
+                return False
+            call.identity = identity
             recorded = self.journal.recorded(identity)
-        except Exception as exc:  # identify() or the journal's read raised: this element's error
+            if recorded is not None:
+                results, error = recorded_outcome(recorded)
+                if results is not None and self._adopt is not None:
+                    results = self._adopt(value, results, True)
+        except Exception as exc:  # identify(), the journal's read or adopt raised: this element's error
             self._report(call, None, exc, "row identity" if call.identity is None else "journal")
             return True
         if recorded is not None:
-            results, error = recorded_outcome(recorded)
             self._report(call, results, error, RECORDED)
             return True
         sharing = self._sharing.get(identity)
@@ -80,13 +97,19 @@ class Identities:
         """Record the outcome of ``call``'s own call, then hand it to the elements that shared it."""
         identity, journal, sharing = call.identity, self.journal, self._sharing
         assert identity is not None  # settles() said so
-        # recorded: results and the call's own errors; not a refused budget, a cancellation, a SystemExit
-        if what != TIMEOUT_RESULTS and (error is None or isinstance(error, Exception)
-                                        and not isinstance(error, BudgetExhausted)):
+        # recorded: what the call answered (see the module docstring)
+        if what in ("", CALL) and not call.timed_out and (error is None or is_answer(error)):
             try:
                 journal.record(identity, results, error)
             except Exception as exc:
                 self._fail(call.value, exc, "journal")
                 return
+        adopt = self._adopt
         for other in sharing.pop(identity, ()):
-            self._report(other, results, error, SHARED)
+            outputs, failure = results, error
+            if results is not None and adopt is not None:
+                try:
+                    outputs = adopt(other.element[0], results, False)
+                except Exception as exc:  # that element's error
+                    outputs, failure = None, exc
+            self._report(other, outputs, failure, SHARED)

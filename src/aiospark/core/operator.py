@@ -82,7 +82,10 @@ class AsyncWaitOperator:
     ``aiospark.idempotency_key()`` returns inside its call, computed only when the call asks for
     it unless a journal needs it first); with ``journal`` (a
     :class:`~aiospark.core.durable.TaskJournal`) an element whose outcome is recorded is not called,
-    elements of equal identity share one call, and every call's outcome is recorded. ``budget``
+    elements of equal identity share one call, and every call's outcome is recorded (an element
+    whose identity is None is called and not recorded). ``idempotency(value) -> str``, when given,
+    is what ``idempotency_key()`` returns instead of the identity (the Spark layer namespaces it by
+    the function's fingerprint). ``budget``
     (a :class:`~aiospark.core.durable.BudgetGate`) is charged before every attempt.
     ``values=True`` is for drivers without event time (the Spark runtime): ``output`` then gets
     each entry's results as one list of plain values (``output(results)``, e.g. a ``list.extend``)
@@ -95,7 +98,8 @@ class AsyncWaitOperator:
                  rate_limit: Any = None, batch_size: int | None = None, batch_delay: float = 0.01,
                  key: Callable[[Any], Any] | None = None, manage_lifecycle: bool = True,
                  identify: Identify | None = None, journal: TaskJournal | None = None,
-                 budget: BudgetGate | None = None, values: bool = False):
+                 budget: BudgetGate | None = None, values: bool = False,
+                 idempotency: Callable[[Any], str] | None = None):
         check_async_function(function)
         if not callable(output):
             raise TypeError(f"output must be a callable receiving each emitted element, got {type(output).__name__}")
@@ -125,9 +129,14 @@ class AsyncWaitOperator:
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
         self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
+        if idempotency is not None and not callable(idempotency):
+            raise TypeError(f"idempotency must be a callable value -> str, got {type(idempotency).__name__}")
+        # what idempotency_key() returns, computed only when a call asks: idempotency(value), else
+        # the element's identity (identify(value); a journal computed it already)
+        keys = idempotency if idempotency is not None else identify if journal is None else None
         calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
                       "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget,
-                      "identify": identify if journal is None else None}
+                      "identify": keys}
         #: the batch caller, with batch_size (it also keeps the batch being filled)
         self._batches: BatchCaller | None = None
         if self.batch_size is not None:
@@ -145,6 +154,8 @@ class AsyncWaitOperator:
         self._space_waiter: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self._room_listener: Callable[[], None] | None = None
+        #: calls whose key's next turn is to be handed over (see _next_turn), while one is
+        self._handing: list[Call] | None = None
         #: elements whose call is not over yet
         self.inflight = 0
         #: elements (and watermarks) held: in flight, or completed and not emitted yet
@@ -234,10 +245,11 @@ class AsyncWaitOperator:
         self._queue.add(call)
         if self._deadlines is not None:
             self._deadlines.started(call)
-        if self._identities is not None and self._identities.admit(call):
-            return True  # its outcome is recorded, or an equal element's call will be its own
+        # key order first: a recorded element, too, leaves only after the earlier ones of its key
         if self._turns is not None and not self._take_turn(call):
             return True  # it waits behind the call under way for its key
+        if self._identities is not None and self._identities.admit(call):
+            return True  # its outcome is recorded, or an equal element's call will be its own
         self._caller.start(call)
         return True
 
@@ -373,15 +385,29 @@ class AsyncWaitOperator:
             return False
 
     def _next_turn(self, call: Call) -> None:
-        """``call`` is over: the next element of its key starts (or, if its deadline passed while
-        it waited, gets its timeout results)."""
-        following = self._turns.next_after(call)  # type: ignore[union-attr]
-        if following is None:
+        """``call`` is over: the next element of its key takes its turn: it completes from the
+        journal's record, or shares an equal element's call, or starts (or, if its deadline passed
+        while it waited, gets its timeout results). A turn that completes at once (a record, an
+        eager call) hands the next turn over in this loop, not by recursion: a key with a long run
+        of recorded elements must not exhaust the stack."""
+        handing = self._handing
+        if handing is not None:  # inside the loop below: it takes this turn over next
+            handing.append(call)
             return
-        if following.timed_out:
-            self._caller.on_timeout(following)
-        else:
-            self._caller.start(following)
+        self._handing = handing = [call]
+        try:
+            while handing:
+                following = self._turns.next_after(handing.pop())  # type: ignore[union-attr]
+                if following is None:
+                    continue
+                if self._identities is not None and self._identities.admit(following):
+                    continue  # recorded (it completed: its turn is handed on), or it shares a call
+                if following.timed_out:
+                    self._caller.on_timeout(following)
+                else:
+                    self._caller.start(following)
+        finally:
+            self._handing = None
 
     def _call_over(self, call: Call, results: list[Any] | None, error: BaseException | None,
                    what: str) -> None:

@@ -14,10 +14,10 @@ Example::
     view = bound.open_task(partition=0, batch=None, attempt="0")
 """
 from .api import BoundJournal, Journal
-from .identity import RowIdentity, ValuesIdentity, identity
+from .identity import IdempotencyKey, RowIdentity, ValuesIdentity, identity
 from .manifest import JournalMismatch, Manifest
 from .redis_store import JournalStoreError
 from .task import TaskView
 
-__all__ = ["BoundJournal", "Journal", "JournalMismatch", "JournalStoreError", "Manifest",
+__all__ = ["BoundJournal", "IdempotencyKey", "Journal", "JournalMismatch", "JournalStoreError", "Manifest",
            "RowIdentity", "TaskView", "ValuesIdentity", "identity"]

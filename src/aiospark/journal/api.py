@@ -8,6 +8,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import urllib.parse
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 
 from .directory import DirectoryStore
 from .manifest import Manifest
-from .redis_store import RedisStore, redacted
+from .redis_store import DEFAULT_PREFIX, RedisStore, redacted
 from .task import TaskView
 
 #: URI schemes of directory locations (what pyarrow's filesystems open)
@@ -30,8 +31,13 @@ class Journal:
     ``location``: a directory (a local path, ``file://``, ``s3://``, ``gs://``, ``hdfs://``,
     ``abfs://``: any filesystem pyarrow opens) or a ``redis://``/``rediss://`` URL (``?prefix=``
     names the key space). ``key``: the input column(s) that identify a row (default: every input
-    column, by value). ``keep_errors=True`` also records failed calls' errors (emitted again as
-    the same error rows); by default failed rows are called again on a rerun.
+    column, by value; a row with a NULL in a ``key=`` column has no identity: it is always
+    called, never recorded). ``keep_errors=True`` also records the errors a call answered with
+    (emitted again as the same error rows; never a timeout, a 429/5xx, a connection error or the
+    library's own refusals); by default failed rows are called again on a rerun. ``version`` (a
+    non-empty string or an int) names the version of the question: a journal refuses a function
+    whose code or state changed, and a new ``version`` records its outcomes next to the old
+    ones in the same location (going back to an old version serves its outcomes again).
 
     Example::
 
@@ -40,16 +46,17 @@ class Journal:
     """
 
     def __init__(self, location: str | os.PathLike[str], *, key: str | Sequence[str] | None = None,
-                 keep_errors: bool = False):
+                 keep_errors: bool = False, version: str | int | None = None):
         if isinstance(location, os.PathLike):
             location = os.fspath(location)
         if not isinstance(location, str) or not location.strip():
             raise TypeError(f"Journal(location) takes a directory path or URI, or a redis:// URL; got {location!r}")
         scheme = urllib.parse.urlsplit(location).scheme.lower() if "://" in location else ""
+        self.version = _check_version(version)
         if scheme in REDIS_SCHEMES:
-            self.store: Any = RedisStore(location)
+            self.store: Any = RedisStore(_versioned(location, self.version, redis=True))
         elif scheme == "" or scheme in DIRECTORY_SCHEMES:
-            self.store = DirectoryStore(location)
+            self.store = DirectoryStore(_versioned(location, self.version, redis=False))
         else:
             raise ValueError(f"Journal({redacted(location)!r}): {scheme}:// is not a journal location; pass a "
                              f"directory (a path, or {', '.join(s + '://' for s in DIRECTORY_SCHEMES)}) or a "
@@ -72,12 +79,15 @@ class Journal:
 
     def bind(self, manifest: Manifest) -> BoundJournal:
         """Check the store (writable, no other function's outcomes) for this job: on the driver."""
+        if manifest.version != self.version:
+            manifest = dataclasses.replace(manifest, version=self.version)
         self.store.check(manifest)
         return BoundJournal(self.store, manifest, self.keep_errors, redacted(self.location))
 
     def __repr__(self) -> str:
         return (f"Journal({redacted(self.location)!r}, key={self.key!r}"
-                + (", keep_errors=True" if self.keep_errors else "") + ")")
+                + (", keep_errors=True" if self.keep_errors else "")
+                + (f", version={self.version!r}" if self.version is not None else "") + ")")
 
 
 class BoundJournal:
@@ -90,14 +100,46 @@ class BoundJournal:
         self.shown = shown
 
     def open_task(self, partition: int, batch: str | None, attempt: str, encode: Any = None,
-                  decode: Any = None) -> TaskView:
+                  rebuild: Any = None) -> TaskView:
         """This task's view, its recorded outcomes loaded (on the task's thread, before any row)."""
         view = TaskView(self.store.task(self.manifest, partition, batch, attempt), self.keep_errors,
-                        encode=encode, decode=decode)
+                        encode=encode, rebuild=rebuild)
         return view.load()
 
     def __repr__(self) -> str:
         return f"<journal {self.shown} for {self.manifest.function}>"
+
+
+def _check_version(version: Any) -> str | None:
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, (str, int)):
+        raise TypeError(f"Journal(version=...) takes a string or an int naming the version of the question, "
+                        f"got {type(version).__name__}")
+    text = str(version)
+    if not text or len(text) > 64 or not all(c.isalnum() or c in "._-" for c in text):
+        raise ValueError(f"Journal(version=...) takes 1 to 64 letters, digits, '.', '_' or '-' (it names a "
+                         f"folder or a Redis key prefix), got {version!r}")
+    return text
+
+
+def _versioned(location: str, version: str | None, redis: bool) -> str:
+    """Where a version's outcomes live: ``<location>/v=<version>``, or the Redis prefix
+    ``<prefix>:v=<version>`` (no version: the location itself, as before versions existed)."""
+    if version is None:
+        return location
+    if redis:
+        parts = urllib.parse.urlsplit(location)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        prefix = next((v for k, v in query if k == "prefix"), DEFAULT_PREFIX) or DEFAULT_PREFIX
+        query = [(k, v) for k, v in query if k != "prefix"] + [("prefix", f"{prefix}:v={version}")]
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, urllib.parse.urlencode(query),
+                                        parts.fragment))
+    if "://" in location:
+        parts = urllib.parse.urlsplit(location)
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + f"/v={version}",
+                                        parts.query, parts.fragment))
+    return os.path.join(location, f"v={version}")
 
 
 def _check_key(key: Any) -> list[str] | None:

@@ -121,22 +121,62 @@ def identity(values: Sequence[Any]) -> str:
 
 
 class RowIdentity:
-    """``row dict -> identity`` of the given columns (picklable)."""
+    """``row dict -> identity`` of the given columns (picklable).
 
-    def __init__(self, columns: Sequence[str]):
+    ``nulls=False`` (an explicit ``Journal(key=...)``): a row with a NULL (None) in any of the
+    columns has no identity (None): NULL is no value, so it identifies nothing -- two such rows
+    are not the same row, and no rerun can find it again."""
+
+    def __init__(self, columns: Sequence[str], nulls: bool = True):
         self.columns = tuple(columns)
+        self.nulls = nulls
         self._get = itemgetter(*self.columns) if len(self.columns) > 1 else None
 
-    def __call__(self, row: Any) -> str:
+    def __call__(self, row: Any) -> str | None:
         if self._get is None:
             value = row[self.columns[0]]
             if type(value) is int and -2**63 <= value < 2**63:  # the commonest key (a LONG), inline:
                 return f"[{int.__repr__(value)}]"               # what identity([value]) returns
+            if value is None and not self.nulls:
+                return None
             return identity([value])
-        return identity(self._get(row))
+        values = self._get(row)
+        if not self.nulls and None in values:
+            return None
+        return identity(values)
 
     def __reduce__(self) -> Any:
-        return RowIdentity, (self.columns,)
+        return RowIdentity, (self.columns, self.nulls)
+
+
+class IdempotencyKey:
+    """``row -> aiospark.idempotency_key()``: a UUID (RFC 4122 version 5, 36 characters: what
+    services' ``Idempotency-Key`` headers take) of the row's identity in the namespace of the
+    question -- the entry point and the function's fingerprint (its name and the hash of its
+    code and state: :mod:`aiospark.journal.fingerprint`). So the key is the same for the same row
+    in every attempt, task retry and rerun of the same program, and two functions (``charge``,
+    ``refund``) never send the same key for the same row. The row's identity is its journal key,
+    else (no journal, or a NULL in the key) its input values. Picklable."""
+
+    def __init__(self, question: str, of: Any, whole: Any):
+        #: ``question``: the entry point, the function's name and its fingerprint's hash
+        self.namespace = uuid.uuid5(uuid.NAMESPACE_URL, f"aiospark:{question}")
+        self.of = of
+        self.whole = whole
+
+    @classmethod
+    def of_function(cls, entry: str, function: Any, of: Any, whole: Any) -> IdempotencyKey:
+        """The keys of ``function``'s rows in ``entry`` (``ordered_wait/unordered_wait``, ...)."""
+        from .manifest import function_fingerprint
+
+        name, code, _ = function_fingerprint(function)
+        return cls(f"{entry}:{name}:{code}", of, whole)
+
+    def __call__(self, row: Any) -> str:
+        key = self.of(row) if self.of is not None else None
+        if key is None:
+            key = self.whole(row)
+        return str(uuid.uuid5(self.namespace, key))
 
 
 class ValuesIdentity:

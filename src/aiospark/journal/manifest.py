@@ -1,79 +1,43 @@
-"""What a journal's outcomes belong to: the function, its code, the output schema, the key.
+"""What a journal's outcomes belong to: the question they answer.
 
-A journal written by one function must never answer for another: the manifest, recorded next to
-the outcomes on the first write, names the entry point, the function (qualified name and a hash
-of its code), the output schema and the key columns with their types. A journal whose manifest
-differs is refused, naming what differs.
-
-The code hash is of the function's source text when Python can find it (stable across Python
-versions; an edit of the function's body is a new function), else of its bytecode without line
-numbers (so a blank line above it changes nothing). An :class:`~aiospark.core.AsyncFunction` is
-identified by its class (and by its ``journal_identity`` string when it has one: the built-in
-lookups name their source there). Data the code reads from elsewhere (a prompt in a global, a
-model name in an attribute) is not in the hash: start a new journal when that changes.
+A journal written for one question must never answer another: the manifest, recorded next to
+the outcomes on the first write, names the entry point, the function (its qualified name and the
+hashes of everything that decides its answers: :mod:`aiospark.journal.fingerprint`), the output
+schema the user declared (not the ``_error``/``_input`` columns ``on_error="row"`` adds: a first
+run with error rows and a rerun without them ask the same question), the key columns with their
+types, and the ``version`` the user gave. A journal whose manifest differs is refused before any
+call, naming what changed (``attribute 'style' of the function changed``) and the ways on.
 
 Example::
 
     m = Manifest.of("ordered_wait", enrich, "id BIGINT, name STRING", ["id"], ["bigint"])
-    m.differences(Manifest.from_json(stored))   # [] or ["function: 'a' (journal) vs 'b' (now)", ...]
+    m.differences(Manifest.from_json(stored))   # [] or ["the function's attribute 'style' changed", ...]
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
-import textwrap
-import types
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FORMAT = 1
+from .fingerprint import fingerprint
+
+#: 2: the function's parts (code, closures, defaults, attributes, a connector's settings)
+FORMAT = 2
 
 
-def _code_digest(code: types.CodeType, h: Any) -> None:
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _code_digest(const, h)
-        else:
-            h.update(repr(const).encode())
-
-
-def _target(function: Any) -> Any:
-    while isinstance(function, functools.partial):
-        function = function.func
-    return getattr(function, "__wrapped__", function)
-
-
-def function_fingerprint(function: Any) -> tuple:
-    """``(qualified name, code hash)`` of ``function`` (see the module docstring)."""
-    extra = getattr(function, "journal_identity", None)
-    target = _target(function)
-    if not (inspect.isfunction(target) or inspect.ismethod(target)):
-        target = type(target)  # an AsyncFunction or another callable object: its class's code
-    name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
-    h = hashlib.sha256()
-    try:
-        h.update(textwrap.dedent(inspect.getsource(target)).encode())
-    except (OSError, TypeError):
-        code = getattr(getattr(target, "__func__", target), "__code__", None)
-        if code is not None:
-            _code_digest(code, h)
-        else:
-            h.update(name.encode())
-    if isinstance(function, functools.partial):
-        h.update(repr((function.args, sorted(function.keywords.items()))).encode())
-    if extra:
-        h.update(str(extra).encode())
-    return name, h.hexdigest()[:16]
+def function_fingerprint(function: Any) -> tuple[str, str, dict[str, str]]:
+    """``(qualified name, one hash of every part, {part: hash})`` of ``function``."""
+    name, parts = fingerprint(function)
+    whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    return name, whole, parts
 
 
 @dataclass(frozen=True)
 class Manifest:
-    """What identifies the outcomes of one journal (see the module docstring)."""
+    """What identifies the outcomes of one journal (see the module docstring). ``code`` is one
+    hash of all of ``parts`` (what ``aiospark journal`` shows); ``parts`` name what changed."""
 
     entry_point: str
     function: str
@@ -82,12 +46,15 @@ class Manifest:
     key: list[str]
     key_types: list[str]
     format: int = FORMAT
+    parts: dict[str, str] = field(default_factory=dict)
+    version: str | None = None
 
     @classmethod
     def of(cls, entry_point: str, function: Any, output_schema: str, key: Sequence[str],
-           key_types: Sequence[str]) -> Manifest:
-        name, code = function_fingerprint(function)
-        return cls(entry_point, name, code, output_schema, list(key), list(key_types))
+           key_types: Sequence[str], version: str | None = None) -> Manifest:
+        name, code, parts = function_fingerprint(function)
+        return cls(entry_point, name, code, output_schema, list(key), list(key_types), parts=parts,
+                   version=version)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -95,7 +62,9 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        values = {k: data.get(k) for k in cls.__dataclass_fields__}
+        values["parts"] = values["parts"] or {}
+        return cls(**values)
 
     @property
     def digest(self) -> str:
@@ -104,17 +73,36 @@ class Manifest:
 
     def differences(self, recorded: Manifest) -> list[str]:
         """What differs between ``recorded`` (the journal's) and this one (the job's)."""
+        if recorded.format != self.format:
+            return [f"the journal was written by another aiospark release (manifest format {recorded.format!r}, "
+                    f"this one writes {self.format!r}), which identified functions differently"]
         out = []
-        for field in self.__dataclass_fields__:
-            theirs, ours = getattr(recorded, field), getattr(self, field)
-            if theirs != ours:
-                what = "code (a hash of the function's source)" if field == "code" else field.replace("_", " ")
-                out.append(f"{what}: {theirs!r} (journal) vs {ours!r} (now)")
+        for name in self.__dataclass_fields__:
+            theirs, ours = getattr(recorded, name), getattr(self, name)
+            if name in ("code", "parts") or theirs == ours:
+                continue
+            out.append(f"{name.replace('_', ' ')}: {theirs!r} (journal) vs {ours!r} (now)")
+        if recorded.function == self.function and recorded.code != self.code:
+            out += [f"the function's {part}" for part in _changed(recorded.parts, self.parts)] \
+                or ["the function's code"]
         return out
 
 
+def _changed(theirs: dict[str, str], ours: dict[str, str]) -> list[str]:
+    out = []
+    for part in sorted(set(theirs) | set(ours)):
+        if part not in ours:
+            out.append(f"{part} is gone")
+        elif part not in theirs:
+            out.append(f"{part} is new")
+        elif theirs[part] != ours[part]:
+            out.append(f"{part} changed")
+    return out
+
+
 class JournalMismatch(ValueError):
-    """The journal was written by another function, schema or key: its outcomes do not apply."""
+    """The journal was written for another question (function, its state, schema or key): its
+    outcomes do not apply."""
 
 
 def refuse(location: str, recorded: Manifest | None, ours: Manifest) -> None:
@@ -123,7 +111,9 @@ def refuse(location: str, recorded: Manifest | None, ours: Manifest) -> None:
         return
     diff = ours.differences(recorded)
     if diff:
+        version = "" if ours.version is None else f" (version {ours.version!r})"
         raise JournalMismatch(
-            f"the journal at {location} was written by another function or schema, so its outcomes are not this "
-            f"job's: " + "; ".join(diff) + ". Start a new journal: pass another location to aiospark.Journal "
-            "(or delete this one to re-call every row)")
+            f"the journal at {location}{version} holds the outcomes of another question, not this job's: "
+            + "; ".join(diff) + ". Nothing was called. Ways on: pass another location to aiospark.Journal "
+            "(a new journal), or bump aiospark.Journal(..., version=...) to record this version's outcomes "
+            "next to the old ones (or delete the journal to call every row again)")

@@ -43,16 +43,18 @@ FLUSH_SECONDS = 1.0
 class TaskView:
     """A :class:`~aiospark.core.durable.TaskJournal` over one task's part of a store.
 
-    ``encode(results)`` / ``decode(results)`` adapt what the operator sees to what is stored
-    (the Spark layer takes its own tags off outputs there).
+    ``encode(results)`` is what is stored of a call's results (a lookup join keeps the looked-up
+    columns only; the Spark layer takes its own tags off outputs); ``rebuild(value, stored)``
+    makes the outputs of element ``value`` from what is stored for its identity -- from the
+    current input, never from the input of the row that was called (:meth:`adopt`).
     """
 
     def __init__(self, store_task: Any, keep_errors: bool, encode: Callable[[Any], Any] | None = None,
-                 decode: Callable[[Any], Any] | None = None, flush_seconds: float = FLUSH_SECONDS):
+                 rebuild: Callable[[Any, Any], Any] | None = None, flush_seconds: float = FLUSH_SECONDS):
         self.store_task = store_task
         self.keep_errors = keep_errors
         self.encode = encode
-        self.decode = decode
+        self.rebuild = rebuild
         self.flush_seconds = flush_seconds
         #: identity -> (results -- or them pickled, as Redis hands them --, error text): recorded
         #: before this task, or by this task's own calls
@@ -98,13 +100,21 @@ class TaskView:
             results = pickle.loads(results)
             self.known[identity] = (results, None)
         self.hits += 1
-        return Recorded(self.decode(results) if self.decode is not None else results)
+        return Recorded(results)
+
+    def adopt(self, value: Any, results: list[Any], recorded: bool) -> list[Any]:
+        """The outputs of element ``value`` from the outcome of its identity: ``results`` as
+        stored (``recorded``), or as another element's call returned them (an equal element's
+        shared call). Only what ``encode`` keeps is taken over; the rest comes from ``value``."""
+        if self.rebuild is None:
+            return results
+        return list(self.rebuild(value, results if recorded or self.encode is None else self.encode(results)))
 
     def recorded_prefix(self, identities: list[str]) -> tuple[list[Any], int]:
         """The outputs of the leading ``identities`` whose results are recorded, concatenated in
         their order, and how many of them that is (it stops at the first one that must be called,
         or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
-        entry per row. Only for a view without ``decode`` (outputs that need their input again)."""
+        entry per row. Only for a view without ``rebuild`` (outputs that need their input again)."""
         known, out, n = self.known, [], 0
         for identity in identities:
             hit = known.get(identity)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
+from ..journal.identity import IdempotencyKey
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -33,43 +34,43 @@ def check_journal(journal: Any, what: str) -> Journal | None:
     raise TypeError(f"{what}(journal=...) takes an aiospark.Journal (or None), got {type(journal).__name__}")
 
 
-class Stash:
-    """``identify`` that remembers the last value it identified: the operator asks the journal
-    right after identifying a value, and a recorded output is tagged with its input again."""
-
-    def __init__(self, of: Callable[[Any], str]):
-        self.of = of
-        self.last: Any = None
-
-    def __call__(self, value: Any) -> str:
-        self.last = value
-        return self.of(value)
-
-
 class Durable:
-    """One entry point's identities and journal (picklable; checked on the driver)."""
+    """One entry point's identities, idempotency keys and journal (picklable; checked on the driver).
 
-    def __init__(self, of: Callable[[Any], str], bound: BoundJournal | None):
+    ``of(row)``: the row's journal identity -- None for a row with a NULL in a ``key=`` column,
+    which has none (it is always called, never recorded: NULL is no value, and two rows whose
+    key is NULL are not the same row). ``idempotency(row)``: what ``aiospark.idempotency_key()``
+    returns (:class:`IdempotencyKey`). ``rebuild``: a lookup join's journal outputs rebuilt from
+    the current input row (:meth:`aiospark.spark.lookup_join._LookupJoin.journal_rows`)."""
+
+    def __init__(self, of: Callable[[Any], str | None], bound: BoundJournal | None,
+                 idempotency: Callable[[Any], str] | None = None):
         #: a row's identity: the operator's ``identify=`` (without a journal it runs only when a
         #: call asks for its ``idempotency_key()``)
         self.of = of
         self.bound = bound
+        self.idempotency = idempotency
 
     @classmethod
     def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
-        """For a DataFrame entry point: rows are dicts; the key is ``journal.key`` or every column."""
+        """For a DataFrame entry point: rows are dicts; the key is ``journal.key`` or every column.
+        ``output_schema`` is the schema the user declared (not the columns ``on_error`` adds)."""
         journal = check_journal(journal, what)
         columns = list(df.columns)
-        if journal is None:
-            return cls(RowIdentity(columns), None)
-        key = journal.key_columns(columns, what)
-        types = [df.schema[c].dataType.simpleString() for c in key]
         # ordered_wait and unordered_wait give a row the same outputs: one journal serves both
         entry = "ordered_wait/unordered_wait" if what in ("ordered_wait", "unordered_wait") else what
+        whole = RowIdentity(columns)
+        if journal is None:
+            return cls(whole, None, IdempotencyKey.of_function(entry, function, None, whole))
+        key = journal.key_columns(columns, what)
+        types = [df.schema[c].dataType.simpleString() for c in key]
         manifest = Manifest.of(entry, function, output_schema, key, types)
-        return cls(RowIdentity(key), journal.bind(manifest))
+        # the default key is the whole row: its values, NULLs among them, are the question asked
+        of = whole if journal.key is None else RowIdentity(key, nulls=False)
+        keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
+        return cls(of, journal.bind(manifest), keys)
 
-    def open_task(self, encode: Any = None, decode: Any = None) -> TaskView | None:
+    def open_task(self, encode: Any = None, rebuild: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""
         if self.bound is None:
             return None
@@ -77,10 +78,10 @@ class Durable:
 
         ctx = TaskContext.get()
         if ctx is None:  # not in a Spark task (a direct call in tests)
-            return self.bound.open_task(0, None, "local", encode, decode)
+            return self.bound.open_task(0, None, "local", encode, rebuild)
         batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
         return self.bound.open_task(ctx.partitionId(), batch, f"{ctx.stageId()}.{ctx.taskAttemptId()}",
-                                    encode, decode)
+                                    encode, rebuild)
 
     def feed(self, chunks: Iterator[list[Any]], view: TaskView | None) -> Iterator[list[Any]]:
         """``chunks`` as they are, each one's outcomes asked for first when the store is asked
@@ -91,7 +92,7 @@ class Durable:
 
         def fed() -> Iterator[list[Any]]:
             for chunk in chunks:
-                view.prefetch([of(v) for v in chunk])
+                view.prefetch([i for i in map(of, chunk) if i is not None])
                 yield chunk
 
         return fed()
@@ -107,7 +108,7 @@ def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]
     operator gives: each row's outputs in input order, the recorded prefix before everything
     after it. ``view.replayed`` counts the output values replayed so."""
     source = iter(chunks)
-    if view is None or view.decode is not None:
+    if view is None or view.rebuild is not None:
         return run(durable.feed(source, view))
 
     def outputs() -> Iterator[list[Any]]:
@@ -118,7 +119,7 @@ def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]
             except Exception:  # a value without an identity: the operator makes it that row's error
                 ids = []
             if ids:
-                view.prefetch(ids)
+                view.prefetch([i for i in ids if i is not None])
             values, n = view.recorded_prefix(ids)
             buffered += values
             if n < len(chunk):
@@ -168,5 +169,5 @@ def run_journaled(durable: Durable | None, view: TaskView | None, results: Itera
         close_view(view, failed)
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "Stash", "check_journal", "close_view",
+__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view",
            "counting_replayed", "replayed", "run_journaled"]

@@ -44,9 +44,14 @@ class _LookupJoin(AsyncFunction):
         #: wrapper tells apart from the dicts of hits: see _SourceRows)
         self.names = names
         self.pad_as_tuple = pad_as_tuple
-        #: what a journal's manifest names this join by (its source, key and columns)
-        self.journal_identity = (f"{type(source).__module__}.{type(source).__qualname__} "
-                                 f"schema={getattr(source, 'schema', '')!r} on={on} columns={columns} how={how}")
+        self.source, self.how = source, how
+        #: what a journal stores of a row's outputs, and how they are rebuilt (see _JoinedRows)
+        self.journal_rows = _JoinedRows(columns, names, pad_as_tuple)
+
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """What decides this join's answers (a journal's manifest): the source (its own settings:
+        what it reads, never its credentials or connections), the key and the looked-up columns."""
+        return {"source": self.source, "on": self.on, "columns": self.columns, "how": self.how}
 
     async def open(self) -> None:
         await self.lookuper.open()
@@ -70,6 +75,39 @@ class _LookupJoin(AsyncFunction):
             for c in self.columns:
                 joined[c] = hit.get(c)
             out.append(joined)
+        return out
+
+
+class _JoinedRows:
+    """A lookup join's outputs as a journal keeps them: only the looked-up columns of each row
+    found (a dict), or None for a left join's padded miss -- never the input row's own columns.
+    A recorded (or shared) outcome is rebuilt onto the current input row, so two rows with equal
+    keys (order 1 and order 2 of customer 7) each keep their own columns."""
+
+    def __init__(self, columns: list[str], names: Sequence[str], pad_as_tuple: bool):
+        self.columns = columns
+        self.names = names
+        self.pad_as_tuple = pad_as_tuple
+
+    def encode(self, results: list[Any]) -> list[Any]:
+        columns = self.columns
+        out: list[Any] = []
+        for r in results:
+            if type(r) is dict and all(c in r for c in columns) and columns:
+                out.append({c: r[c] for c in columns})
+            else:  # a padded miss (the input row itself, or its tuple); no looked-up value in it
+                out.append(None)
+        return out
+
+    def rebuild(self, row: dict[str, Any], stored: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for found in stored:
+            if found is None:
+                out.append(tuple(row.get(n) for n in self.names) if self.pad_as_tuple else row)
+            else:
+                joined = row.copy()
+                joined.update(found)
+                out.append(joined)
         return out
 
 

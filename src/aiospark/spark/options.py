@@ -92,7 +92,8 @@ class CallOptions:
     async def make_operator(self, wl: WorkerLoop, output: Callable[[list[Any]], None],
                             on_error: Callable[[Any, BaseException], list] | None = None,
                             invoke: Callable[..., Any] | None = None, budget: Any = None,
-                            identify: Any = None, journal: Any = None) -> AsyncWaitOperator:
+                            identify: Any = None, journal: Any = None,
+                            idempotency: Any = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function
         (``identify``/``journal``: see :mod:`aiospark.spark.journaled`). It emits plain values,
         a list at a time, to ``output`` (the bridge's pump: rows carry no event time)."""
@@ -109,4 +110,5 @@ class CallOptions:
                                  retry=self.retry, on_error=on_error, rate_limit=rate_limit,
                                  batch_size=None if columnar else self.batch_size,
                                  batch_delay=self.batch_delay, key=self.order_key, manage_lifecycle=False,
-                                 budget=budget, identify=identify, journal=journal, values=True)
+                                 budget=budget, identify=identify, journal=journal, values=True,
+                                 idempotency=idempotency)

@@ -16,7 +16,7 @@ from pyspark.sql.types import DataType, StructType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
-from ..journal import Manifest, ValuesIdentity
+from ..journal import IdempotencyKey, Manifest, ValuesIdentity
 from .budget import Budget
 from .journaled import Durable, check_journal
 from .metrics import Metrics
@@ -61,7 +61,9 @@ class AsyncUDF:
         #: job-level call metrics of every query that used this function (see aiospark.Metrics)
         self.metrics = options.metrics
         #: identities of rows (their argument values) and the journal, if any (set by async_udf)
-        self._durable = Durable(ValuesIdentity(True), None)
+        self._durable = Durable(ValuesIdentity(True), None,
+                                IdempotencyKey.of_function("async_udf", _user_function(function), None,
+                                                           ValuesIdentity(True)))
 
     @property
     def returnType(self) -> DataType:
@@ -271,9 +273,10 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
         watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget)
         if journal is not None:
             shown = return_type if isinstance(return_type, str) else return_type.simpleString()
-            made._durable = Durable(ValuesIdentity(True), journal.bind(
-                Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function, shown,
-                            ["<arguments>"], [])))
+            manifest = Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function,
+                                   shown, ["<arguments>"], [])
+            made._durable = Durable(ValuesIdentity(True), journal.bind(manifest), IdempotencyKey(
+                f"async_udf:{manifest.function}:{manifest.code}", None, ValuesIdentity(True))))
         if isinstance(function, OneValue):
             return made
         functools.update_wrapper(made, function, updated=())  # the UDF takes the function's name and doc
@@ -287,6 +290,11 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
 
 
 _NO_METRICS = Metrics("validation")
+
+
+def _user_function(function: Any) -> Any:
+    """The function the user gave (an AsyncFunction is wrapped in a OneValue)."""
+    return function.function if isinstance(function, OneValue) else function
 
 
 async def _probe(value: Any) -> Any:  # stands in for the function when validating options early

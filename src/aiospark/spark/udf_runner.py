@@ -87,14 +87,14 @@ class UdfRunner:
 
         gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
         durable = self.durable
-        identify = view = None
+        identify = view = keys = None
         if durable is not None:
-            identify, view = durable.of, durable.open_task()
+            identify, view, keys = durable.of, durable.open_task(), durable.idempotency
             chunks = durable.feed(chunks, view)
 
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view)
+                                               identify=identify, journal=view, idempotency=keys)
 
         try:
             yield from run_journaled(durable, view, run_partition(

@@ -22,7 +22,7 @@ from .arrow_lane import PYARROW, ROWS, run_lane
 from .budget import Budget, close_gate, task_gate
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
-from .journaled import Durable, Stash, counting_replayed, replayed, run_journaled
+from .journaled import Durable, counting_replayed, replayed, run_journaled
 from .metrics import Metrics, task_reporter
 from .options import CallOptions
 from .progress import check_progress
@@ -94,16 +94,13 @@ class _PartitionRunner:
         durable = self.durable
         view: TaskView | None = None
         identify = durable.of if durable is not None else None
+        keys = durable.idempotency if durable is not None else None
         if durable is not None and durable.bound is not None:
-            if checks is not None:  # outputs are tagged with their input: stored untagged, tagged again
-                identify = Stash(durable.of)
-                view = durable.open_task(_untagged, _retagger(identify))
-            else:
-                view = durable.open_task()
+            view = durable.open_task(*_journal_forms(options.function, checks is not None))
 
         async def make_operator(output: Callable[[Any], None]):
             return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view)
+                                               identify=identify, journal=view, idempotency=keys)
 
         chunks = (to_python(batch) for batch in batches)
         report = counting_replayed(view, task_reporter(options.metrics))
@@ -136,18 +133,28 @@ def _error_row(value: Any, exc: BaseException) -> list[Any]:
     return [ErrorRow(value, error_text(exc))]
 
 
-def _untagged(results: Any) -> Any:
-    return [r.row if type(r) is Output else r for r in results]
+def _journal_forms(function: Any, tagged: bool) -> tuple[Any, Any]:
+    """``(encode, rebuild)`` of a task's journal (see :class:`aiospark.journal.TaskView`): what is
+    stored of a call's outputs, and a row's outputs rebuilt from it and the row itself. A lookup
+    join stores the looked-up columns only (``function.journal_rows``): every output row is
+    rebuilt from the current input row, whatever the journal's key. In error-row mode outputs are
+    tagged with their input: stored untagged, tagged again with the row's own input."""
+    rows = getattr(function, "journal_rows", None)
+    if rows is None and not tagged:
+        return None, None
 
+    def encode(results: Any) -> Any:
+        if tagged:
+            results = [r.row if type(r) is Output else r for r in results]
+        return rows.encode(results) if rows is not None else results
 
-def _retagger(stash: Stash) -> Callable[[Any], Any]:
-    """Recorded outputs tagged with their input again (error-row mode checks them as a call's)."""
-    def retag(results: Any) -> Any:
-        rows = list(results)
-        if rows == [None]:
-            return rows  # a plain function's "no row"
-        return tag_outputs(stash.last, rows)
-    return retag
+    def rebuild(value: Any, stored: Any) -> Any:
+        outputs = rows.rebuild(value, stored) if rows is not None else list(stored)
+        if not tagged or outputs == [None]:  # [None]: a plain function's "no row"
+            return outputs
+        return tag_outputs(value, outputs)
+
+    return encode, rebuild
 
 
 def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: bool, timeout: Any, capacity: Any,
@@ -191,7 +198,8 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
                               f"{name} function {describe_function(function)!r}")
     runner.check_schema = declared
-    runner.durable = Durable.prepare(journal, df, name, function, out_schema.simpleString())
+    # the question is the schema the user declared: not the columns on_error="row" adds
+    runner.durable = Durable.prepare(journal, df, name, function, declared.simpleString())
     out = df.mapInArrow(runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]

@@ -191,6 +191,15 @@ class HttpLookup(LookupSource):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_session": None, "_session_key": None}
 
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """What decides the rows found, for a journal's manifest: the URL template (credential-like
+        query values masked), method, the names of the headers (not their values: they may be
+        credentials), the JSON path, the batch endpoint and its functions, the schema."""
+        return {"url_template": mask_query(self._tpl.template), "method": self.method,
+                "headers": sorted(self._headers), "json_path": self.json_path, "batch_url": self.batch_url,
+                "batch_request": self._batch_request, "batch_response": self._batch_response,
+                "schema": self.schema, "key_columns": list(self.key_columns), "not_found": self.not_found}
+
     def __repr__(self) -> str:
         tpl = mask_query(self._tpl.template)
         return (f"HttpLookup({tpl!r}, {self.schema!r}, method={self.method!r}, "

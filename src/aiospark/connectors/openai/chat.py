@@ -68,6 +68,8 @@ class OpenAIChat(OpenAIFunction):
         judge = aiospark.async_udf(rate.response_type)(rate)  # df.select(judge("review").label)
     """
 
+    _answer_settings = OpenAIFunction._answer_settings + ("system", "max_tokens", "temperature", "_response_format")
+
     __module__ = "aiospark.connectors.openai"  # its public home (pickles, reprs)
     _path = "/chat/completions"
     _output_type = "STRING"

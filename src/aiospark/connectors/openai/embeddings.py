@@ -110,6 +110,8 @@ class OpenAIEmbeddings(OpenAIFunction):
         vec = aiospark.async_udf("array<float>")(embed)       # df.select(vec("text"))
     """
 
+    _answer_settings = OpenAIFunction._answer_settings + ("dimensions",)
+
     __module__ = "aiospark.connectors.openai"  # its public home (pickles, reprs)
     _path = "/embeddings"
     _output_type = "ARRAY<FLOAT>"

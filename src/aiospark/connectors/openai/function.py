@@ -159,6 +159,13 @@ class OpenAIFunction(AsyncFunction):
     _output_type = "STRING"
     #: it groups rows into requests itself: the entry points' batch_size= is refused with it
     batches_itself = True
+    #: the attributes that decide its answers (a journal's fingerprint): never the key, headers' values,
+    #: limits, client or transport
+    _answer_settings: tuple[str, ...] = ("model", "base_url", "input", "output", "extra_body")
+
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """What decides the answers, for a journal's manifest (no secret, nothing per run)."""
+        return {name: getattr(self, name, None) for name in self._answer_settings}
 
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None, api_key_env: str | None,
                  input: str, output: str, client: str, timeout: float, max_connections: int,

@@ -175,6 +175,11 @@ class PostgresLookup(LookupSource):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pool": None, "_pool_key": None, "_convert": None}
 
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """What decides the rows found, for a journal's manifest: the table, key columns and
+        columns read (not the server, its database name or credentials)."""
+        return {"table": self.table, "key_columns": list(self.key_columns), "schema": self.schema}
+
     def __repr__(self) -> str:
         return (f"PostgresLookup({self.table!r}, {list(self.key_columns)!r}, {self.schema!r}, "
                 f"host={self.host!r}, port={self.port!r}, user={self.user!r}, "

@@ -150,6 +150,13 @@ class RedisLookup(LookupSource):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_client": None, "_sem": None, "_client_key": None}
 
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """What decides the rows found, for a journal's manifest: the key pattern, the kind of
+        value and the schema (not where the server is, nor its credentials: moving the data
+        keeps the answers)."""
+        return {"key_template": self._tpl.template, "kind": self.kind, "schema": self.schema,
+                "key_columns": list(self.key_columns)}
+
     def __repr__(self) -> str:
         return (f"RedisLookup({self._tpl.template!r}, {self.schema!r}, url={self._url!r}, "
                 f"kind={self.kind!r}, password={'***' if self._password else None})")
