@@ -142,6 +142,11 @@ def check_durable(out: str, tmp: Path) -> None:
     assert "budget 2000: 1500 calls, 2000 rows done" in out, out
 
 
+def check_idempotency(out: str, tmp: Path) -> None:
+    # the same key for a row run after run, one per row, none shared with another function
+    assert "same keys: True distinct: 100 shared with refund: 0" in out, out
+
+
 CHECKS: dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
@@ -153,6 +158,7 @@ CHECKS: dict[str, Callable[[str, Path], None]] = {
     "print(out.count(), out.first().name.startswith": check_http_client,
     "response_format=": check_structured,
     "aiospark.Journal(": check_durable,
+    '"Idempotency-Key": key': check_idempotency,
 }
 
 
