@@ -110,13 +110,15 @@ class TaskView:
             return results
         return list(self.rebuild(value, results if recorded or self.encode is None else self.encode(results)))
 
-    def recorded_prefix(self, identities: list[str]) -> tuple[list[Any], int]:
+    def recorded_prefix(self, identities: list[str | None]) -> tuple[list[Any], int]:
         """The outputs of the leading ``identities`` whose results are recorded, concatenated in
         their order, and how many of them that is (it stops at the first one that must be called,
         or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
         entry per row. Only for a view without ``rebuild`` (outputs that need their input again)."""
         known, out, n = self.known, [], 0
         for identity in identities:
+            if identity is None:  # no identity (a NULL key): it must be called
+                break
             hit = known.get(identity)
             if hit is None or hit[0] is None:
                 break

@@ -276,7 +276,7 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
             manifest = Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function,
                                    shown, ["<arguments>"], [])
             made._durable = Durable(ValuesIdentity(True), journal.bind(manifest), IdempotencyKey(
-                f"async_udf:{manifest.function}:{manifest.code}", None, ValuesIdentity(True))))
+                f"async_udf:{manifest.function}:{manifest.code}", None, ValuesIdentity(True)))
         if isinstance(function, OneValue):
             return made
         functools.update_wrapper(made, function, updated=())  # the UDF takes the function's name and doc
