@@ -319,3 +319,65 @@ def test_a_systemexit_is_not_recorded_as_the_rows_outcome():
         asyncio.run(main())
     assert "k2" not in [r[0] for r in journal.records]
     assert isinstance(op.failure, AsyncFunctionError) and isinstance(op.failure.__cause__, SystemExit)
+
+
+def test_a_key_with_thousands_of_recorded_rows_after_a_slow_call_hands_turns_over_without_recursion():
+    """Key order: recorded rows wait behind the call under way for their key, then complete one
+    after the other as their turns come -- in a loop: 5,000 of them must not exhaust the stack."""
+    async def f(x):
+        await asyncio.sleep(0.05)
+        return x
+
+    journal = MemoryJournal({f"k{i}": Recorded([i]) for i in range(1, 5000)})
+    out = Collector()
+    run(drive(AsyncWaitOperator(f, out, ordered=False, capacity=5000, key=lambda v: 0, identify=identity,
+                                journal=journal), range(5000)))
+    assert out.values() == list(range(5000))
+
+
+def test_a_null_identity_is_called_every_time_and_never_recorded_nor_shared():
+    calls = []
+
+    async def f(x):
+        calls.append(x)
+        await asyncio.sleep(0.01)
+        return x
+
+    journal = MemoryJournal({"kNone": Recorded(["stale"])})
+    out = Collector()
+    run(drive(AsyncWaitOperator(f, out, ordered=True, identify=lambda v: None if v < 0 else f"k{v}",
+                                journal=journal), [-1, -1, 3]))
+    assert out.values() == [-1, -1, 3] and calls == [-1, -1, 3]
+    assert [r[0] for r in journal.records] == ["k3"]
+
+
+def test_only_answers_are_recorded_with_keep_errors():
+    class Status(Exception):
+        def __init__(self, status):
+            super().__init__(f"HTTP {status}")
+            self.status = status
+
+    async def f(x):
+        if x == 1:
+            raise ValueError("refused")        # the row's answer
+        if x == 2:
+            raise Status(503)                  # the service's state
+        if x == 3:
+            raise TimeoutError("slow")         # the service's state
+        if x == 4:
+            raise ConnectionResetError("gone")  # the service's state
+        return x
+
+    def gate(value):
+        return value != 5  # the budget refuses row 5: no call
+
+    class Gate:
+        def take(self, value):
+            return gate(value)
+
+    journal = MemoryJournal(keep_errors=True)
+    out = Collector()
+    run(drive(AsyncWaitOperator(f, out, identify=identity, journal=journal, budget=Gate(),
+                                on_error=lambda v, e: [type(e).__name__]), range(6)))
+    assert out.values() == [0, "ValueError", "Status", "TimeoutError", "ConnectionResetError", "BudgetExhausted"]
+    assert sorted((i, e) for i, _, e in journal.records) == [("k0", None), ("k1", "ValueError")]

@@ -147,6 +147,9 @@ class _Walk:
     def _compound(self, value: Any, depth: int) -> None:
         if isinstance(value, (list, tuple)):
             self.put("list" if isinstance(value, list) else "tuple", str(len(value)))
+            if all(type(v) in _PLAIN_TYPES for v in value):  # a big table of plain values: one repr
+                self.put("plain", repr(value))
+                return
             for v in value:
                 self.value(v, depth)
         elif isinstance(value, dict):
@@ -174,8 +177,12 @@ class _Walk:
             self.instance(value, depth)
 
     def mapping(self, value: dict[Any, Any], depth: int) -> None:
-        items = sorted((_digest_of(k, depth), v) for k, v in value.items() if not is_secret_name(k))
+        items = sorted(((_key_text(k, depth), v) for k, v in value.items() if not is_secret_name(k)),
+                       key=lambda item: item[0])
         self.put("dict", str(len(items)))
+        if all(type(v) in _PLAIN_TYPES for _, v in items):  # plain values: one repr of them all
+            self.put("plain", repr(items))
+            return
         for key, v in items:
             self.put("key", key)
             self.value(v, depth)
@@ -208,6 +215,17 @@ class _Walk:
             if _own_code(base):
                 self.put("source", _source(base) or _qualname(base))
         self.mapping(attributes(obj), depth)
+
+
+#: exactly these types (not subclasses, whose repr may be anything) take the one-repr fast path
+_PLAIN_TYPES = frozenset(_PLAIN) - {range}
+
+
+def _key_text(key: Any, depth: int) -> str:
+    """A dict key's canonical text (its sort order, too): a plain key's type and repr, else a digest."""
+    if type(key) in _PLAIN_TYPES:
+        return f"{type(key).__name__}:{key!r}"
+    return _digest_of(key, depth)
 
 
 def _digest_of(value: Any, depth: int) -> str:
