@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
+from .journal_location import check_location
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -63,6 +64,7 @@ class Durable:
         if journal is None:
             return cls(RowIdentity(columns), None)
         key = journal.key_columns(columns, what)
+        check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
         # ordered_wait and unordered_wait give a row the same outputs: one journal serves both
         entry = "ordered_wait/unordered_wait" if what in ("ordered_wait", "unordered_wait") else what
