@@ -34,8 +34,8 @@ class S3Server:
         self._server = None
 
     def start(self) -> S3Server:
-        from moto.server import ThreadedMotoServer
         import pyarrow.fs as pafs
+        from moto.server import ThreadedMotoServer
 
         os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # no metadata lookup for a region
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise

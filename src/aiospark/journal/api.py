@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .directory import DirectoryStore
-from .manifest import Manifest
 from .location import redacted
+from .manifest import Manifest
 from .redis_store import RedisStore
 from .task import TaskView
 

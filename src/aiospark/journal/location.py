@@ -20,7 +20,7 @@ Example::
     >>> loc.shown
     's3://***:***@bucket/j?region=eu-west-1&session_token=***'
     >>> loc.scrub("Cannot parse URI: 's3://AKIAX:s3cr3t@bucket/j'")
-    "Cannot parse URI: 's3://AKIAX:***@bucket/j'"
+    "Cannot parse URI: 's3://***:***@bucket/j'"
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class Location:
 
     def clean(self, exc: BaseException, what: str) -> BaseException:
         """``exc`` as it may leave the journal: itself when no credential shows in it or in its
-        causes, else an ``OSError`` of the same message scrubbed (no cause attached)."""
+        causes, else a ``JournalStoreError`` of its message scrubbed (no cause attached)."""
         if not self.leaks(exc):
             return exc
         from .redis_store import JournalStoreError

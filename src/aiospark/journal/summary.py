@@ -39,9 +39,9 @@ import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
 from .directory import MANIFEST, DirectoryStore
-from .manifest import Manifest
 from .lease import holder
 from .location import redacted
+from .manifest import Manifest
 from .redis_store import JournalStoreError, RedisStore
 from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 
