@@ -30,6 +30,7 @@ import urllib.parse
 
 from ..connectors.redaction import Redactor
 from ..connectors.secrets import Secret
+from .errors import JournalStoreError
 
 __all__ = ["Location", "redacted"]
 
@@ -73,8 +74,6 @@ class Location:
         causes, else a ``JournalStoreError`` of its message scrubbed (no cause attached)."""
         if not self.leaks(exc):
             return exc
-        from .redis_store import JournalStoreError
-
         return JournalStoreError(f"{what}: {type(exc).__name__}: {self.scrub(str(exc))}")
 
     def __repr__(self) -> str:

@@ -19,9 +19,12 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from .errors import JournalStoreError
 from .location import Location, redacted
 from .manifest import Manifest, refuse
 from .segment import pickled
+
+__all__ = ["JournalStoreError", "RedisStore", "RedisTask", "redacted", "split_url"]
 
 DEFAULT_PREFIX = "aiospark:journal"
 MGET_CHUNK = 1000
@@ -36,10 +39,6 @@ def split_url(url: str) -> tuple[str, str]:
         raise ValueError(f"Journal({redacted(url)!r}): ?prefix= must not be empty")
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "prefix"])
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), prefix
-
-
-class JournalStoreError(RuntimeError):
-    """The journal's store failed (unreachable, refused a write)."""
 
 
 class RedisStore:
