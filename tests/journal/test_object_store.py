@@ -122,6 +122,7 @@ def test_a_dead_writers_expired_lease_does_not_block_the_drop(tmp_path, capsys):
     code, out, err = cli(capsys, location, "--drop-errors")
     assert code == 0 and out.startswith("dropped 1 recorded error"), err
     assert sorted(bound.open_task(0, None, "3.3").known) == ["[1]"]
+    assert not os.path.exists(lease)  # the dead writer's lease went with its segment
 
 
 def test_a_live_writer_renews_its_lease(tmp_path):

@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
 from .directory import MANIFEST, DirectoryStore
-from .lease import holder
+from .lease import SUFFIX, holder, stem
 from .location import redacted
 from .manifest import Manifest
 from .redis_store import JournalStoreError, RedisStore
@@ -221,6 +221,11 @@ def _directory_drop(store: DirectoryStore, quiet: float) -> int:
                     write_batch(writer, entries[start:start + BATCH_ROWS])
         for info, _ in affected:
             fs.delete_file(info.path)
+        for lease in sorted({stem(info.path) + SUFFIX for info, _ in affected}):
+            try:  # a dead writer's expired lease (a live one refused the drop above): nothing holds it now
+                fs.delete_file(lease)
+            except FileNotFoundError:
+                pass
         dropped += errors
     return dropped
 
