@@ -1,7 +1,9 @@
 """A journal makes a failure cost only the calls in flight: a Python worker and the driver SIGKILLed.
 
 Both jobs run in driver subprocesses (``python -m tests.chaos.journal_kill_job``, ``local[2,4]``:
-task retries on) against a counting FaultService here, 50 ms per call, capacity 16 per task.
+task retries on) against a counting FaultService here, 50 ms per call, capacity 16 per task; the
+journal is a local directory, or an ``s3://`` location on an S3-compatible server (moto's server
+mode on 127.0.0.1, tests/support/s3.py), where each flush is an object of its own.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import subprocess
 
 import pytest
 
+from tests.support.s3 import S3Server
 from tests.support.service import item_value
 
 from . import kill_tree, log_tail, wait_until
@@ -21,6 +24,19 @@ CAPACITY = 16
 DRIVER_TIMEOUT = 300
 #: calls in flight plus one second of completions (the durability window) of one task
 WINDOW = CAPACITY + int(CAPACITY / LATENCY)  # 336
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(params=["dir", "s3"])
+def journal_location(request, tmp_path):
+    if request.param == "dir":
+        return str(tmp_path / "journal")
+    return request.getfixturevalue("s3").uri()
 
 
 def expected(rows):
@@ -38,26 +54,29 @@ def result_of(proc):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_worker_killed_mid_partition_recalls_only_the_last_second(fault_service, driver, tmp_path):
+def test_worker_killed_mid_partition_recalls_only_the_last_second(fault_service, driver, tmp_path,
+                                                                   journal_location):
     rows = 12000
     svc = fault_service(latency=LATENCY)
-    proc = driver("tests.chaos.journal_kill_job", "--url", svc.url, "--journal", str(tmp_path / "journal"),
+    proc = driver("tests.chaos.journal_kill_job", "--url", svc.url, "--journal", journal_location,
                   "--mode", "worker", "--rows", str(rows), "--partitions", "4", "--capacity", str(CAPACITY),
                   "--marker-dir", str(tmp_path))
     result = result_of(proc)
     stats = svc.stats()
     again = stats["requests"] - rows
-    print(f"\n[journal, worker killed] calls {stats['requests']} for {rows} rows: {again} rows called again "
+    store = "s3" if journal_location.startswith("s3:") else "dir"
+    print(f"\n[journal {store}, worker killed] calls {stats['requests']} for {rows} rows: {again} rows called again "
           f"(bound {CAPACITY} + {WINDOW - CAPACITY} = {WINDOW}; ~1,800 without a journal); killed {result['killed']}")
     assert result["killed"] is not None and result["killed"]["partition"] == 1, result["killed"]
     assert [r[:4] for r in result["rows"]] == expected(rows)
     assert 0 < again <= 352, again
 
 
-def test_driver_killed_at_60_percent_and_rerun_pays_only_the_last_second(fault_service, driver, tmp_path):
+def test_driver_killed_at_60_percent_and_rerun_pays_only_the_last_second(fault_service, driver, tmp_path,
+                                                                         journal_location):
     rows, partitions = 6000, 2
     svc = fault_service(latency=LATENCY)
-    args = ("tests.chaos.journal_kill_job", "--url", svc.url, "--journal", str(tmp_path / "journal"),
+    args = ("tests.chaos.journal_kill_job", "--url", svc.url, "--journal", journal_location,
             "--mode", "driver", "--rows", str(rows), "--partitions", str(partitions), "--capacity", str(CAPACITY))
     first = driver(*args)
     wait_until(lambda: svc.stats()["requests"] >= int(rows * 0.6) or first.poll() is not None, DRIVER_TIMEOUT,
@@ -67,7 +86,8 @@ def test_driver_killed_at_60_percent_and_rerun_pays_only_the_last_second(fault_s
     at_kill = svc.stats()["requests"]
     result = result_of(driver(*args))
     total = svc.stats()["requests"]
-    print(f"\n[journal, driver killed] {at_kill} calls before the kill, {total - at_kill} after, {total} in all "
+    store = "s3" if journal_location.startswith("s3:") else "dir"
+    print(f"\n[journal {store}, driver killed] {at_kill} calls before the kill, {total - at_kill} after, {total} in all "
           f"for {rows} rows: {total - rows} paid twice (bound {partitions} x {WINDOW} = {partitions * WINDOW})")
     assert result["rows"] == expected(rows)  # as an uninterrupted run: nothing lost, nothing twice
     assert total <= rows + partitions * WINDOW, total

@@ -40,11 +40,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     parser.add_argument("location", help="the journal: a directory (path, file://, s3://, ...) or a redis:// URL "
                                          "(with ?prefix= if the job used one)")
     parser.add_argument("--drop-errors", action="store_true",
-                        help="remove the recorded errors (run it when no job is writing the journal)")
+                        help="remove the recorded errors; a directory segment a running task still writes (it "
+                             "holds a lease) refuses it")
     parser.add_argument("--errors", type=count, default=SAMPLES, help="error texts to show")
     parser.add_argument("--quiet", type=seconds, default=QUIET_SECONDS,
-                        help="--drop-errors refuses a directory segment changed less than this many seconds ago "
-                             "(a job may still be writing it)")
+                        help="--drop-errors also refuses a directory segment changed less than this many seconds "
+                             "ago (for journals written by versions that take no lease)")
     return parser
 
 
@@ -94,12 +95,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if type(exc).__name__ not in ("JournalNotFound", "JournalStoreError"):
             text = f"cannot read the journal at {_shown(args.location)}: {type(exc).__name__}: {text}"
-        print(f"aiospark journal: {text}", file=err)
+        print(f"aiospark journal: {_scrubbed(args.location, text)}", file=err)
         return 2
     return 0
 
 
 def _shown(location: str) -> str:
-    from ..journal.redis_store import redacted
+    from ..journal.location import redacted
 
     return redacted(location)
+
+
+def _scrubbed(location: str, text: str) -> str:
+    """``text`` without the credentials of ``location`` (a filesystem's error may echo it whole)."""
+    from ..journal.location import Location
+
+    try:
+        return Location(location).scrub(text)
+    except Exception:  # not even a location: nothing of it to scrub
+        return text

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .directory import DirectoryStore
+from .location import redacted
 from .manifest import Manifest
-from .redis_store import DEFAULT_PREFIX, RedisStore, redacted
+from .redis_store import DEFAULT_PREFIX, RedisStore
 from .task import TaskView
 
 #: URI schemes of directory locations (what pyarrow's filesystems open)
@@ -61,7 +62,7 @@ class Journal:
             raise ValueError(f"Journal({redacted(location)!r}): {scheme}:// is not a journal location; pass a "
                              f"directory (a path, or {', '.join(s + '://' for s in DIRECTORY_SCHEMES)}) or a "
                              "redis:// / rediss:// URL")
-        self.location = location
+        self.location = self.store.loc.text  # a relative path made absolute here, on the driver, once
         self.key = _check_key(key)
         if not isinstance(keep_errors, bool):
             raise TypeError(f"Journal(keep_errors=) takes True or False, got {keep_errors!r}")

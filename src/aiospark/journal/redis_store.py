@@ -19,8 +19,12 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from .errors import JournalStoreError
+from .location import Location, redacted
 from .manifest import Manifest, refuse
 from .segment import pickled
+
+__all__ = ["JournalStoreError", "RedisStore", "RedisTask", "redacted", "split_url"]
 
 DEFAULT_PREFIX = "aiospark:journal"
 MGET_CHUNK = 1000
@@ -32,23 +36,9 @@ def split_url(url: str) -> tuple[str, str]:
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     prefix = next((v for k, v in query if k == "prefix"), DEFAULT_PREFIX)
     if not prefix:
-        raise ValueError(f"Journal({url!r}): ?prefix= must not be empty")
+        raise ValueError(f"Journal({redacted(url)!r}): ?prefix= must not be empty")
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "prefix"])
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), prefix
-
-
-def redacted(url: str) -> str:
-    """``url`` without a password (for errors and reprs)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-
-
-class JournalStoreError(RuntimeError):
-    """The journal's store failed (unreachable, refused a write)."""
 
 
 class RedisStore:
@@ -56,7 +46,8 @@ class RedisStore:
 
     def __init__(self, url: str):
         self.url, self.prefix = split_url(url)
-        self.shown = redacted(url)
+        self.loc = Location(url)
+        self.shown = self.loc.shown
 
     def client(self) -> Any:
         import redis
@@ -64,7 +55,8 @@ class RedisStore:
         return redis.Redis.from_url(self.url, socket_timeout=10, socket_connect_timeout=5)
 
     def failed(self, exc: BaseException) -> JournalStoreError:
-        return JournalStoreError(f"the journal's Redis at {self.shown} failed: {type(exc).__name__}: {exc}")
+        return JournalStoreError(self.loc.scrub(f"the journal's Redis at {self.shown} failed: {type(exc).__name__}: "
+                                                f"{exc}"))
 
     def read_manifest(self, client: Any) -> Manifest | None:
         raw = client.get(f"{self.prefix}:manifest")

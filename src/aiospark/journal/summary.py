@@ -12,8 +12,11 @@ as they are):
   segment holding their results (in the layout tasks write) (``compact-<random>.arrow``, written and closed first), then those
   segments are deleted. At every moment the results are in the old segments, the new one, or
   both, so a reader never sees neither; a crash in between leaves both (equal results, harmless;
-  run it again). Segments without errors are not touched. A segment another job is still appending
-  to must not be rewritten: a segment changed less than :data:`QUIET_SECONDS` ago refuses the drop.
+  run it again). Segments without errors are not touched. A segment a live task still writes is
+  never rewritten: its writer holds a lease (:mod:`~aiospark.journal.lease`), renewed while it
+  runs, quiet or not; a live lease refuses the drop, an expired one means its writer died.
+  ``quiet`` (default 0) also refuses segments changed that recently (for writers that take no
+  lease: journals written by versions before leases).
 * Redis: every ``E`` key is deleted by a server-side script that deletes it only if it still holds
   an error, so a result written meanwhile by a running job is never removed.
 
@@ -36,12 +39,14 @@ import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
 from .directory import MANIFEST, DirectoryStore
+from .lease import SUFFIX, holder, stem
+from .location import redacted
 from .manifest import Manifest
-from .redis_store import JournalStoreError, RedisStore, redacted
+from .redis_store import JournalStoreError, RedisStore
 from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 
-#: a segment changed more recently than this may have a live writer: --drop-errors refuses it
-QUIET_SECONDS = 5.0
+#: by default no quiet period: a live writer is known by its lease (journal/lease.py), not by silence
+QUIET_SECONDS = 0.0
 
 #: error texts :func:`summarize` keeps by default
 SAMPLES = 5
@@ -104,8 +109,8 @@ def summarize(location: str, samples: int = SAMPLES) -> JournalSummary:
 def drop_errors(location: str, quiet: float = QUIET_SECONDS) -> int:
     """Remove the kept errors of the journal at ``location``; returns how many were removed.
     A rerun then calls those rows again (see the module docstring for how, and its safety).
-    A directory segment holding errors that changed less than ``quiet`` seconds ago refuses the
-    drop (:class:`JournalStoreError`): a job may still be writing it."""
+    A directory segment holding errors whose writer's lease is live (or that changed less than
+    ``quiet`` seconds ago) refuses the drop (:class:`JournalStoreError`): a task still writes it."""
     store = open_store(location)
     if isinstance(store, RedisStore):
         return _redis_drop(store)
@@ -117,13 +122,13 @@ def _directory_manifest(store: DirectoryStore) -> Manifest:
     fs, root = store.fs
     kind = fs.get_file_info(root).type
     if kind == pafs.FileType.NotFound:
-        raise JournalNotFound(f"no journal at {store.location}: nothing is there")
+        raise JournalNotFound(f"no journal at {store.shown}: nothing is there")
     if kind == pafs.FileType.File:
-        raise JournalNotFound(f"no journal at {store.location}: it is a file; a directory journal is a directory "
+        raise JournalNotFound(f"no journal at {store.shown}: it is a file; a directory journal is a directory "
                               f"holding {MANIFEST}")
     manifest = store.read_manifest()
     if manifest is None:
-        raise JournalNotFound(f"no journal at {store.location}: the directory holds no {MANIFEST} (a journal "
+        raise JournalNotFound(f"no journal at {store.shown}: the directory holds no {MANIFEST} (a journal "
                               "writes it with its first outcome)")
     return manifest
 
@@ -164,7 +169,7 @@ def _directory_summary(store: DirectoryStore, samples: int) -> JournalSummary:
     manifest = _directory_manifest(store)
     fs, _ = store.fs
     size, parts = _partitions(store, manifest)
-    out = JournalSummary(store.location, "directory", manifest, bytes=size,
+    out = JournalSummary(store.shown, "directory", manifest, bytes=size,
                          segments=sum(len(v) for v in parts.values()))
     for directory in sorted(parts):
         read = [_read(fs, info) for info in sorted(parts[directory], key=lambda i: i.path)]
@@ -193,9 +198,16 @@ def _directory_drop(store: DirectoryStore, quiet: float) -> int:
         if not errors:
             continue
         affected = [(info, found) for info, found in read if any(p is None for p, _ in found.values())]
+        for info, _ in affected:
+            expires = holder(fs, info.path, now)
+            if expires is not None:
+                raise JournalStoreError(
+                    f"the journal at {store.shown} is being written (segment {info.path} is held by a running task, "
+                    f"its lease runs until {time.strftime('%H:%M:%S', time.localtime(expires))}): drop its errors "
+                    "once the job has ended (a killed task's lease expires by itself)")
         busy = [i.path for i, _ in affected if i.mtime is not None and now - i.mtime.timestamp() < quiet]
         if busy:
-            raise JournalStoreError(f"the journal at {store.location} is being written (segment {busy[0]} changed "
+            raise JournalStoreError(f"the journal at {store.shown} is being written (segment {busy[0]} changed "
                                     f"less than {quiet:g} s ago): drop its errors once the job has ended")
         plan.append((directory, affected, errors))
     dropped = 0
@@ -209,6 +221,11 @@ def _directory_drop(store: DirectoryStore, quiet: float) -> int:
                     write_batch(writer, entries[start:start + BATCH_ROWS])
         for info, _ in affected:
             fs.delete_file(info.path)
+        for lease in sorted({stem(info.path) + SUFFIX for info, _ in affected}):
+            try:  # a dead writer's expired lease (a live one refused the drop above): nothing holds it now
+                fs.delete_file(lease)
+            except FileNotFoundError:
+                pass
         dropped += errors
     return dropped
 

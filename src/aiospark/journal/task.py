@@ -159,16 +159,19 @@ class TaskView:
             return out
 
     def _write_loop(self) -> None:
+        renew = getattr(self.store_task, "renew", None)  # a directory segment's lease (journal/lease.py)
         while True:
             stopping = self._stop.wait(self.flush_seconds)
             entries = self._drain()
-            if entries:
-                try:
+            try:
+                if entries:
                     self.store_task.write(entries)
                     self.written += len(entries)
-                except BaseException as exc:  # the next record() or close() raises it
-                    self._failure = exc
-                    return
+                if renew is not None and not stopping:
+                    renew()  # also while no call completes: a quiet writer is still alive
+            except BaseException as exc:  # the next record() or close() raises it
+                self._failure = exc
+                return
             if stopping:
                 return
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
 from ..journal.identity import IdempotencyKey
+from .journal_location import check_location
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -63,6 +64,7 @@ class Durable:
         if journal is None:
             return cls(whole, None, IdempotencyKey.of_function(entry, function, None, whole))
         key = journal.key_columns(columns, what)
+        check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
         manifest = Manifest.of(entry, function, output_schema, key, types)
         # the default key is the whole row: its values, NULLs among them, are the question asked

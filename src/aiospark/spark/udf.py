@@ -18,6 +18,7 @@ from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
 from ..journal import IdempotencyKey, Manifest, ValuesIdentity
 from .budget import Budget
+from .journal_location import check_location
 from .journaled import Durable, check_journal
 from .metrics import Metrics
 from .options import CallOptions
@@ -272,6 +273,7 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
         made = AsyncUDF(function, return_type, options, on_error, bool(deterministic), name=name)
         watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget)
         if journal is not None:
+            check_location(journal, _active_session(), "async_udf")
             shown = return_type if isinstance(return_type, str) else return_type.simpleString()
             manifest = Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function,
                                    shown, ["<arguments>"], [])
@@ -313,3 +315,13 @@ def _all_nullable(data_type: DataType) -> DataType:
     if isinstance(data_type, MapType):
         return MapType(data_type.keyType, _all_nullable(data_type.valueType), True)
     return data_type
+
+
+def _active_session() -> Any:
+    """The session an ``async_udf`` will most likely run in (None before any): decorated early."""
+    try:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession()
+    except Exception:
+        return None

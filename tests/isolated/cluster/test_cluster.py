@@ -204,3 +204,15 @@ def test_error_rows_on_the_cluster(spark):
     assert len(rows) == 40
     assert [(r.id, r._input.id) for r in rows if r._error] == [(None, 13)]
     assert sorted(r.id for r in rows if not r._error) == [i for i in range(40) if i != 13]
+
+
+def test_a_journal_at_a_local_path_is_warned_about_on_a_cluster(spark, tmp_path):
+    """A local path on a cluster master: each executor host would keep its own journal. A warning
+    naming the fix (not a refusal: the path may be a mount every host shares)."""
+    from aiospark.spark.journal_location import JournalLocationWarning
+
+    df = spark.range(0, 20, 1, 2).select("id")
+    with pytest.warns(JournalLocationWarning, match=r"spark://127\.0\.0\.1.*object store \(s3://.*redis://"):
+        out = aiospark.unordered_wait(df, jittery_identity, "id LONG, pid INT",
+                                      journal=aiospark.Journal(str(tmp_path / "j"), key="id"))
+    assert sorted(r.id for r in out.collect()) == list(range(20))  # this cluster's hosts share the disk
