@@ -82,7 +82,7 @@ def test_another_function_is_refused_without_the_secret_and_the_cli_shows_none(s
     df = frame(spark)
     rows = aiospark.unordered_wait(df, double, "id LONG, twice LONG", journal=aiospark.Journal(location, key="id"))
     assert sorted(r.twice for r in rows.collect()) == [2 * i for i in range(20)]
-    with pytest.raises(ValueError, match="written by another function") as info:
+    with pytest.raises(ValueError, match="outcomes of another question") as info:
         aiospark.unordered_wait(df, triple, "id LONG, twice LONG", journal=aiospark.Journal(location, key="id"))
     assert_no_secret(everything(info.value), "the mismatch error")
     assert main(["journal", location]) == 0
