@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import enum
 import json
 import re
 import sys
@@ -61,7 +62,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["AnswerError", "response_struct", "json_schema", "read_answer", "schema_name"]
+__all__ = ["ENUM", "AnswerError", "json_schema", "read_answer", "response_struct", "schema_name", "validated"]
 
 _NTZ = getattr(sys.modules["pyspark.sql.types"], "TimestampNTZType", None)
 _CHARS = tuple(t for t in (getattr(sys.modules["pyspark.sql.types"], n, None) for n in ("CharType", "VarcharType"))
@@ -75,6 +76,12 @@ _TIMESTAMP = re.compile(_TIME + r"(?:(Z)|([+-])(\d{2}):(\d{2}))", re.IGNORECASE)
 _TIMESTAMP_NTZ = re.compile(_TIME)
 _NTZ_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"
 _NAME = re.compile(r"[^a-zA-Z0-9_-]")
+#: a field's metadata key holding its allowed values (JSON Schema's ``enum``)
+ENUM = "enum"
+_ENUM_COMMENT = re.compile(r"\s*enum\s*:\s*(.+?)\s*", re.IGNORECASE | re.DOTALL)
+#: integers longer than this are kept as Decimal while parsing: converting a huge JSON integer to
+#: int (or a float) costs time quadratic in its digits, or raises
+_INT_DIGITS = 40
 
 
 class AnswerError(ValueError):
@@ -101,7 +108,7 @@ def response_struct(response_format: Any) -> tuple[StructType, Any]:
         raise TypeError("response_format must be a Spark DDL string ('label STRING, score INT'), a StructType or "
                         f"a pydantic (v2) model class, got {type(response_format).__name__}")
     _check_type(struct, "")
-    return struct, model
+    return _with_enums(struct, ""), model
 
 
 def _parse_ddl(ddl: str) -> StructType:
@@ -148,7 +155,10 @@ def _struct_of_model(model: Any, path: str, seen: set) -> StructType:
             raise ValueError(f"response_format field {where!r} has the alias {info.alias!r}: the answer's JSON and "
                              "the Spark column use the field name; rename the field instead")
         data_type, nullable = _from_annotation(info.annotation, where, seen)
-        meta = {"comment": info.description} if info.description else {}
+        meta: dict[str, Any] = {"comment": info.description} if info.description else {}
+        allowed = _allowed_of(info.annotation, where)
+        if allowed is not None:
+            meta[ENUM] = allowed
         fields.append(StructField(name, data_type, nullable, meta))
     if not fields:
         raise ValueError(f"response_format {model.__name__} has no fields: a STRUCT needs at least one")
@@ -166,6 +176,9 @@ def _from_annotation(ann: Any, path: str, seen: set) -> tuple[DataType, bool]:
             raise ValueError(f"response_format field {path!r} is a union {ann!r}: a Spark column has one type; "
                              "use one type, or Optional[T] for a nullable one")
         return _from_annotation(rest[0], path, seen)[0], True
+    allowed = _choices(ann, path)
+    if allowed is not None:  # Literal[...] or an Enum: its values' type, checked against them
+        return (StringType() if isinstance(allowed[0], str) else LongType()), False
     simple = {str: StringType(), bool: BooleanType(), int: LongType(), float: DoubleType(),
               _dt.datetime: TimestampType(), _dt.date: DateType()}
     for py, spark_type in simple.items():
@@ -186,6 +199,129 @@ def _from_annotation(ann: Any, path: str, seen: set) -> tuple[DataType, bool]:
     raise ValueError(f"response_format field {path!r} has the type {getattr(ann, '__name__', ann)!r}, which has no "
                      "exact Spark type: use str, int, float, bool, datetime.date, datetime.datetime, Optional[...], "
                      "list[...], dict[str, ...] or a nested BaseModel (or pass a StructType, e.g. for DECIMAL)")
+
+
+def _choices(ann: Any, path: str) -> list | None:
+    """The allowed values of a ``Literal[...]`` or an ``Enum`` annotation (all strings, or all
+    integers), else None."""
+    if typing.get_origin(ann) is typing.Literal:
+        values = list(typing.get_args(ann))
+    elif isinstance(ann, type) and issubclass(ann, enum.Enum):
+        values = [member.value for member in ann]
+    else:
+        return None
+    if values and all(isinstance(v, str) for v in values):
+        return values
+    if values and all(type(v) is int for v in values):
+        return values
+    raise ValueError(f"response_format field {path!r} allows {values!r}: a Spark column has one type, so the "
+                     "values must be all strings or all integers")
+
+
+def _allowed_of(ann: Any, path: str) -> list | None:
+    """The allowed values a field's annotation sets for its value (``Literal``, ``Enum``, within
+    ``Optional``/``Annotated``) or for its elements (``list[...]`` of them); None if none."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Annotated:
+        return _allowed_of(args[0], path)
+    if origin is typing.Union or origin is getattr(types, "UnionType", None):
+        rest = [a for a in args if a is not type(None)]
+        return _allowed_of(rest[0], path) if len(rest) == 1 else None
+    if origin is list and args:
+        inner = args[0]
+        inner_origin = typing.get_origin(inner)
+        if inner_origin is typing.Union or inner_origin is getattr(types, "UnionType", None):
+            rest = [a for a in typing.get_args(inner) if a is not type(None)]
+            inner = rest[0] if len(rest) == 1 else inner
+        if _choices(inner, path) is None and _nested_choices(inner):
+            raise ValueError(f"response_format field {path!r}: allowed values (Literal/Enum) are supported on a "
+                             "field or on the elements of a list field, not deeper: use a nested model")
+        return _choices(inner, path)
+    if origin is dict and len(args) == 2 and _nested_choices(args[1]):
+        raise ValueError(f"response_format field {path!r}: allowed values (Literal/Enum) are not supported as "
+                         "map values: use a list of a key/value model")
+    return _choices(ann, path)
+
+
+def _nested_choices(ann: Any) -> bool:
+    """Whether a Literal or an Enum hides somewhere inside ``ann`` (a list of lists, ...)."""
+    if typing.get_origin(ann) is typing.Literal or (isinstance(ann, type) and issubclass(ann, enum.Enum)):
+        return True
+    return any(_nested_choices(a) for a in typing.get_args(ann) if a is not type(None))
+
+
+def _with_enums(data_type: DataType, path: str) -> DataType:
+    """``data_type`` with each field's allowed values checked and kept as ``metadata["enum"]``:
+    from that key (a StructType's own), or from a comment ``enum: a, b, c`` (or ``enum: ["a, b",
+    "c"]``; the DDL way: ``label STRING NOT NULL COMMENT 'enum: pos, neg'``), which is then the
+    values, not a description."""
+    if isinstance(data_type, StructType):
+        fields = []
+        for f in data_type.fields:
+            where = f"{path}.{f.name}" if path else f.name
+            meta = dict(f.metadata or {})
+            comment = meta.get("comment")
+            declared = _ENUM_COMMENT.fullmatch(comment) if isinstance(comment, str) else None
+            if declared is not None:
+                if ENUM in meta:
+                    raise ValueError(f"response_format field {where!r} gives its allowed values twice (a comment "
+                                     "'enum: ...' and metadata['enum']): keep one")
+                meta[ENUM] = _enum_comment(declared.group(1), f.dataType, where)
+                del meta["comment"]
+            if ENUM in meta:
+                meta[ENUM] = _check_enum(meta[ENUM], f.dataType, where)
+            fields.append(StructField(f.name, _with_enums(f.dataType, where), f.nullable, meta))
+        return StructType(fields)
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_with_enums(data_type.elementType, f"{path}[]"), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(data_type.keyType, _with_enums(data_type.valueType, f"{path}.value"),
+                       data_type.valueContainsNull)
+    return data_type
+
+
+def _enum_comment(text: str, data_type: DataType, path: str) -> list:
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            values = json.loads(text)
+        except ValueError:
+            raise ValueError(f"response_format field {path!r}: its comment 'enum: {text}' is not a JSON list; write "
+                             "'enum: a, b, c' or 'enum: [\"a, b\", \"c\"]'") from None
+        return values if isinstance(values, list) else [values]
+    element = data_type.elementType if isinstance(data_type, ArrayType) else data_type
+    values = [v.strip() for v in text.split(",")]
+    if type(element) in _RANGES:
+        try:
+            return [int(v) for v in values]
+        except ValueError:
+            raise ValueError(f"response_format field {path!r} is {element.simpleString()}: its allowed values "
+                             f"{values!r} must be integers") from None
+    return values
+
+
+def _check_enum(values: Any, data_type: DataType, path: str) -> list:
+    """The allowed values of a field of ``data_type`` (a string or integer type, or an array of
+    one), checked: a non-empty list of distinct values of that type."""
+    element = data_type.elementType if isinstance(data_type, ArrayType) else data_type
+    where = f"response_format field {path!r}"
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{where}: allowed values must be a non-empty list, got {values!r}")
+    values = list(values)
+    if isinstance(element, (StringType, *_CHARS)):
+        if not all(isinstance(v, str) for v in values):
+            raise ValueError(f"{where} is {element.simpleString()}: its allowed values must be strings, got {values!r}")
+    elif type(element) in _RANGES:
+        low, high = _RANGES[type(element)]
+        if not all(type(v) is int and low <= v <= high for v in values):
+            raise ValueError(f"{where} is {element.simpleString()}: its allowed values must be integers in its "
+                             f"range, got {values!r}")
+    else:
+        raise ValueError(f"{where} is {data_type.simpleString()}: allowed values ('enum') apply to a STRING or "
+                         "integer field, or an ARRAY of one")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{where}: its allowed values repeat one: {values!r}")
+    return values
 
 
 def _check_type(data_type: DataType, path: str) -> None:
@@ -222,16 +358,21 @@ def schema_name(model: Any) -> str:
     return name or "response"
 
 
-def json_schema(data_type: DataType, nullable: bool = False, comment: str | None = None) -> dict:
-    """The strict-mode JSON Schema of ``data_type`` (see the module doc for the mapping)."""
+def json_schema(data_type: DataType, nullable: bool = False, comment: str | None = None,
+                allowed: list | None = None) -> dict:
+    """The strict-mode JSON Schema of ``data_type`` (see the module doc for the mapping);
+    ``allowed``: the value's ``enum`` (for an array: its elements')."""
     schema: dict[str, Any]
     if isinstance(data_type, StructType):
         schema = {"type": "object",
-                  "properties": {f.name: json_schema(f.dataType, f.nullable, (f.metadata or {}).get("comment"))
+                  "properties": {f.name: json_schema(f.dataType, f.nullable, (f.metadata or {}).get("comment"),
+                                                     (f.metadata or {}).get(ENUM))
                                  for f in data_type.fields},
                   "required": [f.name for f in data_type.fields], "additionalProperties": False}
     elif isinstance(data_type, ArrayType):
-        schema = {"type": "array", "items": json_schema(data_type.elementType, data_type.containsNull)}
+        schema = {"type": "array", "items": json_schema(data_type.elementType, data_type.containsNull,
+                                                        allowed=allowed)}
+        allowed = None
     elif isinstance(data_type, MapType):
         pair = {"type": "object", "properties": {"key": {"type": "string"},
                                                   "value": json_schema(data_type.valueType, data_type.valueContainsNull)},
@@ -261,6 +402,8 @@ def json_schema(data_type: DataType, nullable: bool = False, comment: str | None
         schema = {"type": "string"}
     if comment:
         schema["description"] = f"{comment} ({schema['description']})" if "description" in schema else comment
+    if allowed is not None:
+        schema["enum"] = list(allowed) + ([None] if nullable else [])  # strict mode lists null too
     if nullable:
         schema["type"] = [schema["type"], "null"]
     return schema
@@ -272,13 +415,48 @@ def _no_constant(name: str) -> Any:
     raise AnswerError(f"{name} is not a JSON number")
 
 
+def _parse_int(text: str) -> int | decimal.Decimal:
+    # a long integer stays a Decimal (linear to parse); the conversions check its size first
+    return int(text) if len(text) <= _INT_DIGITS else decimal.Decimal(text)
+
+
 def read_answer(struct: StructType, text: str) -> dict:
-    """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError."""
+    """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError.
+    Numbers are parsed at a cost linear in their text (``1e1000000`` is 9 characters, not a
+    million digits), and their size is checked before any conversion."""
     try:
-        value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=decimal.Decimal, parse_int=_parse_int, parse_constant=_no_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise AnswerError(f"not JSON ({exc})") from None
+    except (ValueError, ArithmeticError) as exc:  # a number Decimal cannot hold
+        raise AnswerError(f"not JSON of numbers Python can read ({_short(exc)})") from None
     return _convert(struct, False, value, "")
+
+
+def validated(model: Any, struct: StructType, value: dict) -> dict:
+    """``value`` (read_answer's) validated by the pydantic ``model``: what its validators made of
+    it (a ``field_validator`` that trims or lower-cases is what Spark gets), as plain values of
+    ``struct`` (an Enum member becomes its value; fields not in the struct are left out)."""
+    return _plain(struct, model.model_validate(value).model_dump())
+
+
+def _plain(data_type: DataType, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(data_type, StructType) and isinstance(value, dict):
+        return {f.name: _plain(f.dataType, value.get(f.name)) for f in data_type.fields}
+    if isinstance(data_type, ArrayType) and isinstance(value, (list, tuple)):
+        return [_plain(data_type.elementType, v) for v in value]
+    if isinstance(data_type, MapType) and isinstance(value, dict):
+        return {k: _plain(data_type.valueType, v) for k, v in value.items()}
+    return value
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _kind(value: Any) -> str:
@@ -287,7 +465,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, decimal.Decimal)):
-        return f"the number {value}"
+        return f"the number {_short(value)}"
     if isinstance(value, str):
         return f"the string {value[:40]!r}"
     if isinstance(value, list):
@@ -295,7 +473,16 @@ def _kind(value: Any) -> str:
     return "an object" if isinstance(value, dict) else type(value).__name__
 
 
-def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
+def _convert(data_type: DataType, nullable: bool, value: Any, path: str, allowed: list | None = None) -> Any:
+    converted = _convert_value(data_type, nullable, value, path, allowed)
+    if allowed is not None and converted is not None and not isinstance(data_type, ArrayType) \
+            and converted not in allowed:
+        raise AnswerError(f"{path or 'the answer'} is {_kind(converted)}, not one of the allowed values "
+                          f"{allowed[:20]}")
+    return converted
+
+
+def _convert_value(data_type: DataType, nullable: bool, value: Any, path: str, allowed: list | None) -> Any:
     where = path or "the answer"
     if value is None:
         if nullable:
@@ -315,12 +502,14 @@ def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
         missing = [n for n in names if n not in value]
         if missing:
             raise AnswerError(f"{where} lacks the fields {missing[:5]}")
-        return {f.name: _convert(f.dataType, f.nullable, value[f.name], f"{path}.{f.name}" if path else f.name)
+        return {f.name: _convert(f.dataType, f.nullable, value[f.name], f"{path}.{f.name}" if path else f.name,
+                                 (f.metadata or {}).get(ENUM))
                 for f in data_type.fields}
     if isinstance(data_type, ArrayType):
         if not isinstance(value, list):
             raise wrong("an array")
-        return [_convert(data_type.elementType, data_type.containsNull, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_convert(data_type.elementType, data_type.containsNull, v, f"{path}[{i}]", allowed)
+                for i, v in enumerate(value)]
     if isinstance(data_type, MapType):
         if not isinstance(value, list):
             raise wrong("an array of {key, value} pairs")
@@ -338,21 +527,26 @@ def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
             raise wrong("a boolean")
         return value
     if type(data_type) in _RANGES:
-        if isinstance(value, decimal.Decimal) and value.is_finite() and value == value.to_integral_value():
-            value = int(value)  # 3.0 is an integer in JSON Schema
+        low, high = _RANGES[type(data_type)]
+        if isinstance(value, decimal.Decimal) and value.is_finite():
+            if value.adjusted() > _INT_DIGITS:  # checked first: int() of 1e1000000 takes seconds
+                raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()} "
+                                  f"[{low}, {high}]")
+            if value == value.to_integral_value():
+                value = int(value)  # 3.0 is an integer in JSON Schema
         if type(value) is not int:
             raise wrong("an integer")
-        low, high = _RANGES[type(data_type)]
         if not low <= value <= high:
-            raise AnswerError(f"{where} is {value}, out of the range of {data_type.simpleString()} [{low}, {high}]")
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()} "
+                              f"[{low}, {high}]")
         return value
     if isinstance(data_type, (FloatType, DoubleType)):
         if type(value) not in (int, decimal.Decimal):
             raise wrong("a number")
-        number = float(value)
+        number = float(value)  # a Decimal goes through its short text: inf when too large, never an error
         limit = _FLOAT_MAX if isinstance(data_type, FloatType) else sys.float_info.max
         if not -limit <= number <= limit:
-            raise AnswerError(f"{where} is {value}, out of the range of {data_type.simpleString()}")
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()}")
         return number
     if isinstance(data_type, DecimalType):
         return _decimal(data_type, value, where, wrong)
@@ -374,16 +568,23 @@ def _decimal(data_type: DecimalType, value: Any, where: str, wrong: Any) -> deci
     if type(value) not in (int, decimal.Decimal):
         raise wrong("a number")
     number = decimal.Decimal(value)
+    if not number.is_finite():
+        raise wrong("a finite number")
+    integer_digits = data_type.precision - data_type.scale
+    # the size first: quantizing 1e200 to 2 places needs 203 digits (InvalidOperation)
+    if number and number.adjusted() >= integer_digits:
+        raise AnswerError(f"{where} is {_short(value)}, too large for {data_type.simpleString()}")
     with decimal.localcontext() as ctx:
-        ctx.prec = 100
-        if not number.is_finite():
-            raise wrong("a finite number")
-        exact = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
-        if exact != number:
-            raise AnswerError(f"{where} is {value}, which has more than {data_type.scale} digits after the point "
-                              f"({data_type.simpleString()})")
-        if abs(exact) >= decimal.Decimal(10) ** (data_type.precision - data_type.scale):
-            raise AnswerError(f"{where} is {value}, too large for {data_type.simpleString()}")
+        ctx.prec = 100  # above DECIMAL's 38 digits: the quantize below is exact or says so
+        try:
+            exact = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
+        except ArithmeticError:
+            exact = None
+        if exact is None or exact != number:
+            raise AnswerError(f"{where} is {_short(value)}, which has more than {data_type.scale} digits after the "
+                              f"point ({data_type.simpleString()})")
+        if abs(exact) >= decimal.Decimal(10) ** integer_digits:  # 99.995 -> 100.00 for DECIMAL(4,2)
+            raise AnswerError(f"{where} is {_short(value)}, too large for {data_type.simpleString()}")
     return exact
 
 
