@@ -67,8 +67,11 @@ import inside it is relative or absolute, so ``import openai`` there is always t
 
 from __future__ import annotations
 
+from .answers import NotAnAnswer
 from .chat import OpenAIChat
 from .embeddings import OpenAIEmbeddings
 from .function import OpenAIFunction, default_retry, estimate_tokens
+from .pacing import RequestTooLarge
 
-__all__ = ["OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "default_retry", "estimate_tokens"]
+__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "RequestTooLarge", "default_retry",
+           "estimate_tokens"]
