@@ -43,12 +43,14 @@ def _by_index(data: list, n: int, dimensions: int | None, bad: Any) -> list[list
     position; an item without one among items with one is index 0 (protobuf's default, which
     Gemini's OpenAI layer leaves out). Each vector: finite numbers only, ``dimensions`` of them
     when asked. ``bad(what)`` makes the error for the request."""
-    positional = not any(isinstance(item, Mapping) and "index" in item for item in data)
+    # (the SDK's model writes a missing index as None)
+    positional = not any(isinstance(item, Mapping) and item.get("index") is not None for item in data)
     ordered: list[Any] = [None] * n
     for pos, item in enumerate(data):
         if not isinstance(item, Mapping):
             raise bad(f"item {pos} of 'data' is a {type(item).__name__}, not {{'index': int, 'embedding': [numbers]}}")
-        index = pos if positional else item.get("index", 0)
+        index = item.get("index")
+        index = pos if positional else 0 if index is None else index
         if type(index) is not int or not 0 <= index < n:
             raise bad(f"item {pos} of 'data' has the index {index!r}, not one of 0..{n - 1}")
         if ordered[index] is not None:
