@@ -15,6 +15,7 @@ from aiospark.connectors.openai import NotAnAnswer, OpenAIChat, OpenAIEmbeddings
 
 from ._openai_support import CLIENTS, ScriptedServer, chat_reply, error_reply, invoke_all, run, through_operator
 
+
 def NULL(value, exc):  # the operator's on_error: the row's result is None
     return [None]
 

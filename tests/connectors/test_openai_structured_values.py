@@ -13,8 +13,16 @@ from typing import Literal
 
 import pydantic
 import pytest
-from pyspark.sql.types import ArrayType, DecimalType, DoubleType, IntegerType, LongType, StringType, StructField, \
-    StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from aiospark.connectors import ConnectorError
 from aiospark.connectors.openai import OpenAIChat

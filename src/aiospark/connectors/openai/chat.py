@@ -41,14 +41,22 @@ class OpenAIChat(OpenAIFunction):
     column is that ``STRUCT`` (``response_type``): ``output_schema(df)`` reports it, and
     ``async_udf(chat.response_type)(chat)`` returns it. An answer that is not JSON of that shape
     (not JSON, a missing/extra field, a wrong type, a null for a NOT NULL field, an integer out of
-    range) is a *retryable* ``ConnectorError`` showing the answer's first 200 characters, so
-    ``retry=default_retry()`` asks again and ``on_error="row"`` keeps the row with that text.
+    range, a value not among a field's allowed values) is a *retryable* ``ConnectorError`` showing
+    the answer's first 200 characters, so ``retry=default_retry()`` asks again and
+    ``on_error="row"`` keeps the row with that text. ``Literal[...]``/``Enum`` fields, or a column
+    comment ``enum: a, b``, give allowed values (classification); a pydantic model's validated
+    values are what the column gets.
+
+    An answer that is not an answer -- the content filter, a refusal, a tool call, no message, a
+    cut-off at ``max_tokens``, nothing after reasoning -- is a :class:`NotAnAnswer` (``reason``
+    names which), on both paths, not retried; its usage is recorded.
     Types JSON cannot carry exactly (BINARY, intervals, MAP with non-string keys, ...) are refused
     here, naming the field.
 
     Args:
         model, base_url, api_key, api_key_env, client, timeout, max_connections, headers,
-        requests_per_minute, tokens_per_minute, pace_by_headers: as for :class:`OpenAIEmbeddings`.
+        requests_per_minute, tokens_per_minute, pace_by_headers: as for :class:`OpenAIEmbeddings`
+        (``timeout`` 60 s by default, the entry points' row timeout: a longer one warns).
         input: the prompt or messages column (``"prompt"``). output: the new column (``"answer"``).
         system: an optional system message put before every prompt.
         max_tokens, temperature: sent when given (``max_tokens`` also counts in the token estimate).

@@ -22,6 +22,11 @@ its answer (one round trip per worker and job); a full budget would otherwise be
 in-flight slot of every worker at once. An answer without these headers (most self-hosted
 servers) leaves the worker unpaced. A header that does not parse is ignored (as if absent).
 
+Nothing stalls: with nothing left by the last reading, no refill rate known and its reset past,
+one request probes and the others wait for its answer; a request estimated above the advertised
+token ``limit`` fails at once with :class:`RequestTooLarge` (the endpoint would refuse it), before
+it queues; a pause (a 429's ``Retry-After``) is at most :data:`MAX_RETRY_AFTER`.
+
 Waits are ``asyncio`` waits (never ``time.sleep``); one waiter at a time holds the pacing turn
 (a FIFO ``asyncio.Lock``), the others queue behind it.
 
