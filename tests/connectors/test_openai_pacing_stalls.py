@@ -99,3 +99,30 @@ def test_an_infinite_retry_after_is_capped_at_a_finite_pause(client, sent):
         error, pause = run(go(), 30)
         assert error.retryable and error.retry_after == MAX_RETRY_AFTER
         assert math.isfinite(pause) and 0 < pause <= MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_embeddings_batch_above_the_token_limit_is_split_until_it_fits(client):
+    from aiospark.connectors.openai import OpenAIEmbeddings
+
+    from ._openai_support import embeddings_reply
+
+    headers = {"x-ratelimit-limit-tokens": "30", "x-ratelimit-remaining-tokens": "30",
+               "x-ratelimit-reset-tokens": "100ms"}
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: embeddings_reply(body["input"], headers=headers)
+        fn = OpenAIEmbeddings("emb", base_url=srv.base_url, client=client, batch_size=8, batch_delay=0.2)
+        texts = [f"{i:02d}" + "y" * 38 for i in range(4)] + ["z" * 400]  # 10 tokens each; the last 100
+
+        async def go():
+            await fn.open()
+            try:
+                await fn.async_invoke("a")  # the first answer brings the headers
+                return await asyncio.gather(*(fn.async_invoke(t) for t in texts), return_exceptions=True)
+            finally:
+                await fn.close()
+
+        results = run(go(), 60)
+        assert all(isinstance(r, list) and len(r[0]) == 4 for r in results[:4]), results
+        assert isinstance(results[4], RequestTooLarge)  # alone, it still cannot fit: its row only
+        assert max(len(s["body"]["input"]) for s in srv.seen) <= 3  # 30 tokens: at most 3 texts a request

@@ -22,6 +22,7 @@ from ..checks import check_positive
 from ..http.response import HttpStatusError
 from ..secrets import Secret
 from .function import OpenAIFunction, estimate_tokens
+from .pacing import RequestTooLarge
 
 __all__ = ["OpenAIEmbeddings"]
 
@@ -88,6 +89,13 @@ class _EmbeddingsEndpoint(LookupSource):
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         try:
             return await self._request(keys)
+        except RequestTooLarge as exc:
+            # above the endpoint's advertised token limit as a whole: smaller batches may fit
+            if len(keys) == 1:
+                return {keys[0]: exc}
+            half = len(keys) // 2
+            first, second = await asyncio.gather(self.lookup_batch(keys[:half]), self.lookup_batch(keys[half:]))
+            return {**first, **second}
         except HttpStatusError as exc:
             # a refusal of the content (400, 413, 422) may be one text's fault (too long, bad
             # content): halve the batch until that text stands alone and gets the error as its
