@@ -26,7 +26,7 @@ Type mapping (Spark -> JSON Schema -> Python value handed to Spark):
 * Allowed values (``metadata["enum"]``, from ``Literal``/``Enum`` or a comment ``enum: a, b``,
   :mod:`.choices`) -> ``enum`` (with ``null`` for a nullable field), checked in the answer.
 
-Numbers are parsed at a cost linear in their text (long integers and all decimals as ``Decimal``)
+Numbers are parsed at a bounded cost (non-integers as ``Decimal``; Python refuses integers over 4,300 digits)
 and their size is checked before any conversion; every conversion error is an AnswerError.
 
 Example::
@@ -296,21 +296,18 @@ def _no_constant(name: str) -> Any:
     raise AnswerError(f"{name} is not a JSON number")
 
 
-def _parse_int(text: str) -> int | decimal.Decimal:
-    # a long integer stays a Decimal (linear to parse); the conversions check its size first
-    return int(text) if len(text) <= _INT_DIGITS else decimal.Decimal(text)
-
-
 def read_answer(struct: StructType, text: str) -> dict:
     """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError.
     Numbers are parsed at a cost linear in their text (``1e1000000`` is 9 characters, not a
     million digits), and their size is checked before any conversion."""
     try:
-        value = json.loads(text, parse_float=decimal.Decimal, parse_int=_parse_int, parse_constant=_no_constant)
+        # integers as int: Python refuses those over 4,300 digits (ValueError, below), and the
+        # conversions check sizes before converting
+        value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise AnswerError(f"not JSON ({exc})") from None
-    except (ValueError, ArithmeticError) as exc:  # a number Decimal cannot hold
-        raise AnswerError(f"not JSON of numbers Python can read ({_short(exc)})") from None
+    except (ValueError, ArithmeticError) as exc:  # e.g. an integer of more than 4,300 digits
+        raise AnswerError(f"not JSON of numbers Python can read ({_short(exc, 120)})") from None
     return _convert(struct, False, value, "")
 
 
@@ -355,15 +352,6 @@ def _kind(value: Any) -> str:
 
 
 def _convert(data_type: DataType, nullable: bool, value: Any, path: str, allowed: list | None = None) -> Any:
-    converted = _convert_value(data_type, nullable, value, path, allowed)
-    if allowed is not None and converted is not None and not isinstance(data_type, ArrayType) \
-            and converted not in allowed:
-        raise AnswerError(f"{path or 'the answer'} is {_kind(converted)}, not one of the allowed values "
-                          f"{allowed[:20]}")
-    return converted
-
-
-def _convert_value(data_type: DataType, nullable: bool, value: Any, path: str, allowed: list | None) -> Any:
     where = path or "the answer"
     if value is None:
         if nullable:
@@ -420,10 +408,14 @@ def _convert_value(data_type: DataType, nullable: bool, value: Any, path: str, a
         if not low <= value <= high:
             raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()} "
                               f"[{low}, {high}]")
+        if allowed is not None and value not in allowed:
+            raise _not_allowed(where, value, allowed)
         return value
     if isinstance(data_type, (FloatType, DoubleType)):
         if type(value) not in (int, decimal.Decimal):
             raise wrong("a number")
+        if type(value) is int and value.bit_length() > 1024:  # float() would raise OverflowError
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()}")
         number = float(value)  # a Decimal goes through its short text: inf when too large, never an error
         limit = _FLOAT_MAX if isinstance(data_type, FloatType) else sys.float_info.max
         if not -limit <= number <= limit:
@@ -442,7 +434,13 @@ def _convert_value(data_type: DataType, nullable: bool, value: Any, path: str, a
                           "RFC 3339, YYYY-MM-DDTHH:MM:SS[.ffffff] with Z or an offset")
     if _CHARS and isinstance(data_type, _CHARS) and len(value) > data_type.length:
         raise AnswerError(f"{where} has {len(value)} characters, more than {data_type.simpleString()} holds")
+    if allowed is not None and value not in allowed:
+        raise _not_allowed(where, value, allowed)
     return value
+
+
+def _not_allowed(where: str, value: Any, allowed: list) -> AnswerError:
+    return AnswerError(f"{where} is {_kind(value)}, not one of the allowed values {allowed[:20]}")
 
 
 def _decimal(data_type: DecimalType, value: Any, where: str, wrong: Any) -> decimal.Decimal:
