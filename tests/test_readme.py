@@ -184,7 +184,9 @@ def test_block_runs(index, spark, servers, tmp_path, capsys):
     for readme_text, local in substitutions(servers, tmp_path):
         code = code.replace(readme_text, local)
     namespace = {"__name__": f"readme_block_{index + 1}"}  # not importable: workers get it by value
-    exec(compile(code, f"{README} (python block {index + 1})", "exec"), namespace)
+    # dont_inherit: the block runs as a script of its own would, not under this file's
+    # `from __future__ import annotations` (a pydantic model's annotations must resolve)
+    exec(compile(code, f"{README} (python block {index + 1})", "exec", dont_inherit=True), namespace)
     check_for(PY_BLOCKS[index])(capsys.readouterr().out, tmp_path)
 
 

@@ -124,7 +124,11 @@ def test_nothing_left_waits_for_the_refill_of_what_is_missing():
         pacer.update(t2, headers(0, "2s"))                  # no limit: only the reset is known
         assert pacer.delay() == pytest.approx(2.0)
         clock.now += 3                                      # past it, without a fresher answer:
-        assert pacer.delay() == pytest.approx(0.05)         # one request now and then
+        assert pacer.delay() == 0.0                         # one request goes and finds out,
+        probe = await pacer.admit()
+        assert pacer.delay() == math.inf                    # the others wait for its answer
+        pacer.update(probe, headers(5, "1s"))
+        assert pacer.delay() == pytest.approx(0.2)          # 5 left over 1 s
 
     run(go())
 

@@ -122,3 +122,18 @@ def test_ddl_response_formats_are_checked_when_the_function_is_made(spark):
         OpenAIChat("chat", base_url=url, response_format="STRING")
     with pytest.raises(ValueError, match="does not parse as a Spark DDL string"):
         OpenAIChat("chat", base_url=url, response_format="label STRNG,")
+
+
+def test_a_ddl_comment_enum_classifies_and_an_answer_outside_it_is_an_error_row(spark, srv):
+    # the DDL way to say "one of": a column comment 'enum: ...' (issue 45); sent as JSON Schema enum
+    ddl = "label STRING NOT NULL COMMENT 'enum: pos, neg, neutral', why STRING"
+    fn = chat(srv, ddl)
+    assert fn._response_format["json_schema"]["schema"]["properties"]["label"] == {
+        "type": "string", "enum": ["pos", "neg", "neutral"]}
+    prompts = ['json:{"label": "neg", "why": null}', 'json:{"label": "negative", "why": null}', "anything"]
+    df = spark.createDataFrame(list(enumerate(prompts)), "id INT, prompt STRING")
+    out = aiospark.ordered_wait(df, fn, fn.output_schema(df), on_error="row")
+    rows = {r._input.id if r._input else r.id: r for r in out.collect()}
+    assert rows[0].answer.label == "neg" and rows[0]._error is None
+    assert rows[1].answer is None and "not one of the allowed values ['pos', 'neg', 'neutral']" in rows[1]._error
+    assert rows[2].answer.label == "pos"  # the server's sample: the first allowed value

@@ -59,7 +59,10 @@ def sample(schema: dict, text: str) -> Any:
     (dates ``2024-05-01``, date-times ``2024-05-01T12:30:00Z``, a ``pattern`` string
     ``2024-05-01T12:30:00``), integers ``len(text)``, numbers ``len(text) / 4``, booleans
     ``len(text)`` even; arrays have two items, made from ``text + " #0"`` and ``text + " #1"``;
-    a nullable value is never null."""
+    a nullable value is never null; a value with an ``enum`` is its first allowed value."""
+    allowed = [v for v in schema.get("enum") or () if v is not None]
+    if allowed:
+        return allowed[0]
     kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
     kind = next(k for k in kinds if k != "null")
     if kind == "object":

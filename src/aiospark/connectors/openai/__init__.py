@@ -38,8 +38,9 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   ``batch_size`` texts, sent when full or ``batch_delay`` seconds after its first text (an
   :class:`aiospark.lookup.Lookuper` over the endpoint). Equal texts in flight share one slot;
   ``cache=LookupCache(...)`` keeps answers. An error for a request (429, 5xx, timeout, a bad
-  answer) reaches every row of it; a refusal (other 4xx) is split in halves until the text
-  at fault stands alone, so only its row gets the error. A
+  answer, a 401/403/404) reaches every row of it; a refusal of the content (400, 413, 422) is
+  split in halves until the text at fault stands alone, so only its row gets the error. Vectors
+  are placed by their ``index`` exactly (each input once, else an error for the request). A
   batch fills only from rows in flight: give the entry point ``capacity >= 2 * batch_size``.
 * Limits: ``requests_per_minute`` and ``tokens_per_minute`` are token buckets per worker process
   (so the cluster's total is workers x limit; for one limit across the cluster pass the entry
@@ -50,25 +51,36 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   buckets: the worker's next requests wait it out.
 * Errors: 429/5xx are retryable :class:`~aiospark.connectors.HttpStatusError` with ``retry_after``
   from ``Retry-After`` (or ``retry-after-ms``); the entry points' ``retry=`` waits at least that
-  long. Use :func:`default_retry`. Other statuses, timeouts, connection errors and answers that do
-  not fit the API: see :mod:`aiospark.connectors.openai.transport`.
+  long (at most 600 s). Use :func:`default_retry`. A 429 ``insufficient_quota`` is not retried
+  and stops the worker's requests of that configuration. A chat answer that is not an answer
+  (content filter, refusal, tool call, no message, cut off at ``max_tokens``, empty after
+  reasoning) is a :class:`NotAnAnswer` naming its ``reason``, not retried
+  (:mod:`aiospark.connectors.openai.answers`). A request estimated above the endpoint's advertised
+  token limit fails at once (:class:`RequestTooLarge`). Other statuses, timeouts, connection
+  errors and answers that do not fit the API: see :mod:`aiospark.connectors.openai.transport`.
 * Usage: after each answer, ``aiospark.record_usage(prompt_tokens=...,
-  completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once);
+  completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once;
+  ``cached_prompt_tokens`` and ``reasoning_tokens`` where the endpoint reports them;
+  ``abandoned_requests`` for requests a timeout gave up on after sending);
   the job's total is ``out.aiospark_metrics.total.usage``.
 * Secrets: ``api_key`` (else the ``api_key_env`` environment variable, ``OPENAI_API_KEY`` by
   default; ``api_key_env=None`` never reads it) never shows in a repr, message or error text
   (:class:`~aiospark.connectors.redaction.Redactor`); no key -> no ``Authorization`` header.
 
 The package: ``function.py`` (what both functions share: limits, retries, usage, the transport's
-life), ``embeddings.py``, ``chat.py`` with ``schema.py`` (structured outputs), ``pacing.py`` (the
+life), ``embeddings.py``, ``chat.py`` with ``answers.py`` (what a choice holds), ``schema.py``
+(structured outputs) and ``choices.py`` (their allowed values), ``pacing.py`` (the
 endpoint's ``x-ratelimit-*`` headers) and ``transport.py`` (aiohttp or the ``openai`` SDK). Every
 import inside it is relative or absolute, so ``import openai`` there is always the SDK.
 """
 
 from __future__ import annotations
 
+from .answers import NotAnAnswer
 from .chat import OpenAIChat
 from .embeddings import OpenAIEmbeddings
 from .function import OpenAIFunction, default_retry, estimate_tokens
+from .pacing import RequestTooLarge
 
-__all__ = ["OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "default_retry", "estimate_tokens"]
+__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "RequestTooLarge", "default_retry",
+           "estimate_tokens"]

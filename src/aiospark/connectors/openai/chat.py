@@ -18,6 +18,7 @@ from typing import Any
 from ..checks import check_positive
 from ..errors import ConnectorError
 from ..secrets import Secret
+from .answers import read_choice
 from .function import OpenAIFunction, estimate_tokens
 
 #: how much of a bad structured answer its error shows
@@ -40,14 +41,22 @@ class OpenAIChat(OpenAIFunction):
     column is that ``STRUCT`` (``response_type``): ``output_schema(df)`` reports it, and
     ``async_udf(chat.response_type)(chat)`` returns it. An answer that is not JSON of that shape
     (not JSON, a missing/extra field, a wrong type, a null for a NOT NULL field, an integer out of
-    range) is a *retryable* ``ConnectorError`` showing the answer's first 200 characters, so
-    ``retry=default_retry()`` asks again and ``on_error="row"`` keeps the row with that text.
+    range, a value not among a field's allowed values) is a *retryable* ``ConnectorError`` showing
+    the answer's first 200 characters, so ``retry=default_retry()`` asks again and
+    ``on_error="row"`` keeps the row with that text. ``Literal[...]``/``Enum`` fields, or a column
+    comment ``enum: a, b``, give allowed values (classification); a pydantic model's validated
+    values are what the column gets.
+
+    An answer that is not an answer -- the content filter, a refusal, a tool call, no message, a
+    cut-off at ``max_tokens``, nothing after reasoning -- is a :class:`NotAnAnswer` (``reason``
+    names which), on both paths, not retried; its usage is recorded.
     Types JSON cannot carry exactly (BINARY, intervals, MAP with non-string keys, ...) are refused
     here, naming the field.
 
     Args:
         model, base_url, api_key, api_key_env, client, timeout, max_connections, headers,
-        requests_per_minute, tokens_per_minute, pace_by_headers: as for :class:`OpenAIEmbeddings`.
+        requests_per_minute, tokens_per_minute, pace_by_headers: as for :class:`OpenAIEmbeddings`
+        (``timeout`` 60 s by default, the entry points' row timeout: a longer one warns).
         input: the prompt or messages column (``"prompt"``). output: the new column (``"answer"``).
         system: an optional system message put before every prompt.
         max_tokens, temperature: sent when given (``max_tokens`` also counts in the token estimate).
@@ -77,7 +86,7 @@ class OpenAIChat(OpenAIFunction):
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", input: str = "prompt", output: str = "answer",
                  system: str | None = None, max_tokens: int | None = None, temperature: float | None = None,
-                 client: str = "aiohttp", timeout: float = 120.0, max_connections: int = 100,
+                 client: str = "aiohttp", timeout: float = 60.0, max_connections: int = 100,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
                  response_format: Any = None, pace_by_headers: bool = True) -> None:
@@ -156,40 +165,30 @@ class OpenAIChat(OpenAIFunction):
         if self._response_format is not None:
             body["response_format"] = self._response_format
             estimate += self._schema_tokens
-        answer = await self._post(body, estimate)
-        choices = answer.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-            raise self._bad_answer("the answer has no 'choices'")
-        message = choices[0].get("message")
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if content is not None and not isinstance(content, str):
-            raise self._bad_answer(f"choices[0].message.content is a {type(content).__name__}, not a string")
+        answer = await self._post(body, estimate)  # its usage is recorded, answer or not
+        content, _ = read_choice(answer, f"POST {self._path}", self._name, self.max_tokens,
+                                 empty_ok=self._response_format is None)
         if self._response_format is None:
             return content
-        return self._read_structured(content, message, choices[0].get("finish_reason"))
+        return self._read_structured(content)
 
-    def _read_structured(self, content: str | None, message: Any, finish_reason: Any) -> dict:
+    def _read_structured(self, content: str) -> dict:
         """The answer as the ``response_type`` value; a retryable error showing its start when it does
         not fit (a model may well answer right when asked again)."""
-        from .schema import AnswerError, read_answer
+        from .schema import AnswerError, read_answer, validated
 
-        if content is None:
-            refusal = message.get("refusal") if isinstance(message, Mapping) else None
-            why = f"the model refused: {str(refusal)[:_ANSWER_PREFIX]!r}" if refusal else "the answer has no content"
-            raise ConnectorError(f"POST {self._path}: {why}", source=self._name, retryable=True)
         try:
             value = read_answer(self.response_type, content)
-            if self._response_model is not None:  # its own validators and constraints (Field(ge=...));
-                self._response_model.model_validate(value)  # on the value: maps came as {key, value} pairs
-        except (AnswerError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            if self._response_model is not None:  # its own validators and constraints (Field(ge=...))
+                value = validated(self._response_model, self.response_type, value)
+        except (AnswerError, ValueError, ArithmeticError, TypeError, RecursionError) as exc:
+            # pydantic's ValidationError is a ValueError; any conversion error is the answer's
             errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists where and why
             errors = errors() if callable(errors) else None
             if errors:
                 why = f"{'.'.join(map(str, errors[0].get('loc', ())))}: {errors[0].get('msg')}"
             else:
-                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if finish_reason == "length":
-                why += " (cut off at max_tokens: raise max_tokens)"
+                why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             shown = content[:_ANSWER_PREFIX] + ("..." if len(content) > _ANSWER_PREFIX else "")
             raise ConnectorError(f"POST {self._path}: the answer does not fit response_format ({why}); "
                                  f"the answer: {shown!r}", source=self._name, retryable=True) from None

@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,8 +22,51 @@ from ..checks import check_positive
 from ..http.response import HttpStatusError
 from ..secrets import Secret
 from .function import OpenAIFunction, estimate_tokens
+from .pacing import RequestTooLarge
 
 __all__ = ["OpenAIEmbeddings"]
+
+#: the statuses that may be one text's fault, so a batch is halved to find it
+_CONTENT_REFUSALS = (400, 413, 422)
+_NUMBER_TYPES = frozenset((float, int))
+
+
+def _finite(vec: list) -> bool:
+    try:
+        return math.isfinite(sum(vec))
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
+def _by_index(data: list, n: int, dimensions: int | None, bad: Any) -> list[list]:
+    """The answer's vectors in input order, placed by their ``index`` exactly: every index in
+    ``0..n-1`` once. Without any ``index`` (a server that keeps the order and says nothing) by
+    position; an item without one among items with one is index 0 (protobuf's default, which
+    Gemini's OpenAI layer leaves out). Each vector: finite numbers only, ``dimensions`` of them
+    when asked. ``bad(what)`` makes the error for the request."""
+    # (the SDK's model writes a missing index as None)
+    positional = not any(isinstance(item, Mapping) and item.get("index") is not None for item in data)
+    ordered: list[Any] = [None] * n
+    for pos, item in enumerate(data):
+        if not isinstance(item, Mapping):
+            raise bad(f"item {pos} of 'data' is a {type(item).__name__}, not {{'index': int, 'embedding': [numbers]}}")
+        index = item.get("index")
+        index = pos if positional else 0 if index is None else index
+        if type(index) is not int or not 0 <= index < n:
+            raise bad(f"item {pos} of 'data' has the index {index!r}, not one of 0..{n - 1}")
+        if ordered[index] is not None:
+            raise bad(f"item {pos} of 'data' repeats the index {index}: which text each vector is for is unknown")
+        vec = item.get("embedding")
+        if not isinstance(vec, list) or not vec:
+            raise bad(f"item {pos} of 'data' has no 'embedding' list of numbers (got {type(vec).__name__})")
+        # C-speed checks (a batch holds 64 x 3072 numbers): only floats/ints (no bool, string,
+        # null), and a finite sum (no NaN, no infinity, nothing near the float range's end)
+        if not set(map(type, vec)) <= _NUMBER_TYPES or not _finite(vec):
+            raise bad(f"item {pos} of 'data' has an embedding that is not all finite numbers")
+        if dimensions is not None and len(vec) != dimensions:
+            raise bad(f"embedding has {len(vec)} values, dimensions={dimensions} asked")
+        ordered[index] = vec
+    return ordered
 
 
 class _EmbeddingsEndpoint(LookupSource):
@@ -45,11 +89,20 @@ class _EmbeddingsEndpoint(LookupSource):
     async def lookup_batch(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         try:
             return await self._request(keys)
+        except RequestTooLarge as exc:
+            # above the endpoint's advertised token limit as a whole: smaller batches may fit
+            if len(keys) == 1:
+                return {keys[0]: exc}
+            half = len(keys) // 2
+            first, second = await asyncio.gather(self.lookup_batch(keys[:half]), self.lookup_batch(keys[half:]))
+            return {**first, **second}
         except HttpStatusError as exc:
-            # a refusal (4xx but 429) may be one text's fault (too long, bad content): halve the
-            # batch until that text stands alone and gets the error as its own; 429 and 5xx stay
-            # the whole request's (retryable: the retried rows form new batches)
-            if exc.retryable or not 400 <= exc.status < 500:
+            # a refusal of the content (400, 413, 422) may be one text's fault (too long, bad
+            # content): halve the batch until that text stands alone and gets the error as its
+            # own. Anything else is the request's, whatever its texts: a bad key (401), no access
+            # (403), an unknown model (404), a spent quota or a 429/5xx (retryable: the retried
+            # rows form new batches) -- halving those would only repeat it 2n - 1 times
+            if exc.retryable or exc.status not in _CONTENT_REFUSALS:
                 raise
             if len(keys) == 1:
                 return {keys[0]: exc}
@@ -68,16 +121,7 @@ class _EmbeddingsEndpoint(LookupSource):
         if not isinstance(data, list) or len(data) != len(texts):
             got = len(data) if isinstance(data, list) else type(data).__name__
             raise fn._bad_answer(f"expected 'data' with {len(texts)} embedding(s), got {got}")
-        # answers carry their input's index; some servers do not keep the order
-        ordered: list[Any] = [None] * len(texts)
-        for pos, item in enumerate(data):
-            index = item.get("index", pos) if isinstance(item, Mapping) else None
-            vec = item.get("embedding") if isinstance(item, Mapping) else None
-            if not isinstance(index, int) or not 0 <= index < len(texts) or not isinstance(vec, list):
-                raise fn._bad_answer(f"item {pos} of 'data' is not {{'index': int, 'embedding': [floats]}}")
-            if fn.dimensions is not None and len(vec) != fn.dimensions:
-                raise fn._bad_answer(f"embedding has {len(vec)} values, dimensions={fn.dimensions} asked")
-            ordered[index] = vec
+        ordered = _by_index(data, len(texts), fn.dimensions, fn._bad_answer)
         return {k: [v] for k, v in zip(keys, ordered)}
 
 

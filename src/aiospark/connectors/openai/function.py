@@ -14,20 +14,21 @@ import asyncio
 import logging
 import math
 import numbers
+import warnings
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ...core.function import AsyncFunction
 from ...core.ratelimit import RateLimit
 from ...core.retry import RetryStrategy
 from ...core.usage import record_usage
 from ..checks import check_positive
-from ..errors import ConnectorError, is_retryable
+from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import Secret, resolve_secret
-from .pacing import Pacer
+from .pacing import MAX_RETRY_AFTER, Pacer
 from .transport import CLIENTS, Transport, open_transport
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
@@ -35,6 +36,10 @@ __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer
 log = logging.getLogger(__name__)
 
 _RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
+#: query parameters of base_url shown as they are (every other value may be a key: shown as ***)
+_PUBLIC_QUERY = ("api-version",)
+#: the entry points' default row timeout (seconds): a request timeout above it is cut short there
+_ROW_TIMEOUT = 60.0
 
 
 #: tiktoken's encoding of OpenAI's current models, used for every model name it does not know
@@ -107,8 +112,10 @@ def _check_column(name: str, value: Any) -> str:
     return value
 
 
-def _check_base_url(base_url: Any) -> tuple[str, str]:
-    """``(base_url without a trailing '/', host:port)``; ValueError saying what to change."""
+def _check_base_url(base_url: Any) -> tuple[str, str, dict[str, str]]:
+    """``(base_url without its query and a trailing '/', host:port, the query's parameters)``;
+    ValueError saying what to change. The query (Azure's ``?api-version=...``) goes on every
+    request: ``{base_url}/chat/completions?api-version=...``."""
     if not isinstance(base_url, str) or not base_url:
         raise ValueError("base_url must be the endpoint's URL up to the API version, "
                          f"e.g. 'http://127.0.0.1:8000/v1', got {base_url!r}")
@@ -118,15 +125,21 @@ def _check_base_url(base_url: Any) -> tuple[str, str]:
                          f"{parts.scheme + '://' if parts.scheme else ''}{parts.hostname or '...'}")
     if parts.username or parts.password:
         raise ValueError("base_url must not hold credentials: pass the key as api_key= (or set OPENAI_API_KEY)")
-    if parts.query or parts.fragment:
-        raise ValueError("base_url must not have a query string or fragment: give the URL up to the "
+    if parts.fragment:
+        raise ValueError("base_url must not have a fragment ('#...'): give the URL up to the "
                          "API version, e.g. 'http://127.0.0.1:8000/v1'")
+    try:
+        query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)) if parts.query else {}
+    except ValueError:
+        raise ValueError("base_url's query string does not parse: write it as '?name=value&...', e.g. "
+                         "'https://host/openai/deployments/d?api-version=2024-06-01'") from None
     try:
         port = parts.port
     except ValueError:
         raise ValueError(f"base_url has a bad port: {parts.netloc!r}") from None
     hostport = f"{parts.hostname}:{port or (443 if parts.scheme == 'https' else 80)}"
-    return base_url.rstrip("/"), hostport
+    bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    return bare.rstrip("/"), hostport, query
 
 
 def _check_limit(name: str, value: Any) -> float | None:
@@ -135,6 +148,13 @@ def _check_limit(name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
         raise ValueError(f"{name} must be a finite number > 0 (or None for no limit), got {value!r}")
     return float(value)
+
+
+def _amount(value: Any) -> Any:
+    """A usage number as it came, if it is a finite number >= 0; else None."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= float(value) < math.inf:
+        return value
+    return None
 
 
 def _prompt_estimate(body: Mapping[str, Any]) -> int | None:
@@ -175,7 +195,7 @@ class OpenAIFunction(AsyncFunction):
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
         self.model = model
-        self.base_url, self._hostport = _check_base_url(base_url)
+        self.base_url, self._hostport, self._query = _check_base_url(base_url)
         self.input = _check_column("input", input)
         self.output = _check_column("output", output)
         if client not in CLIENTS:
@@ -185,6 +205,14 @@ class OpenAIFunction(AsyncFunction):
         check_positive("max_connections", max_connections, integer=True)
         # not `self.timeout`: that name is AsyncFunction's timeout handler, which the operator calls
         self.request_timeout, self.max_connections = float(timeout), max_connections
+        if self.request_timeout > _ROW_TIMEOUT:
+            # the entry points' row timeout (60 s unless given) cancels the request first: a longer
+            # generation would be paid, thrown away and retried, silently
+            warnings.warn(f"{type(self).__name__}(timeout={timeout:g}) waits longer than the entry points' default "
+                          f"row timeout of {_ROW_TIMEOUT:g} s, which cancels the request first (a longer answer is "
+                          f"paid and thrown away): give ordered_wait/unordered_wait/async_udf timeout= above "
+                          f"{timeout:g} s times the attempts you allow, or a shorter timeout here",
+                          UserWarning, stacklevel=3)
         self.requests_per_minute = _check_limit("requests_per_minute", requests_per_minute)
         self.tokens_per_minute = _check_limit("tokens_per_minute", tokens_per_minute)
         if not isinstance(pace_by_headers, bool):
@@ -212,13 +240,16 @@ class OpenAIFunction(AsyncFunction):
 
     def _make_redactor(self) -> Redactor:
         # every header value may be a credential (e.g. 'api-key' for Azure-style endpoints)
-        return Redactor(self._key, *(Secret(v) for v in self._headers.values() if len(v) >= 4))
+        # and every query value (Gemini's OpenAI layer takes '?key=...')
+        query = [v for k, v in self._query.items() if k not in _PUBLIC_QUERY]
+        return Redactor(self._key, *(Secret(v) for v in (*self._headers.values(), *query) if len(v) >= 4))
 
     def __getstate__(self) -> dict:
         return {k: (None if k in _RUNTIME else v) for k, v in self.__dict__.items()}
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r}, "
+        shown = "&".join(f"{k}={v if k in _PUBLIC_QUERY else '***'}" for k, v in self._query.items())
+        return (f"{type(self).__name__}({self.model!r}, base_url={self.base_url + ('?' + shown if shown else '')!r}, "
                 f"api_key={'***' if self._key else None}, input={self.input!r}, output={self.output!r}, "
                 f"client={self.client!r})")
 
@@ -249,10 +280,11 @@ class OpenAIFunction(AsyncFunction):
             self._redactor = self._make_redactor()
         await load_tokenizer()
         self._transport = await open_transport(self.client, self.base_url, self._key, self.request_timeout,
-                                               self.max_connections, self._headers, self._redactor, self._name)
+                                               self.max_connections, self._headers, self._redactor, self._name,
+                                               self._query)
         self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
         self._tpm = RateLimit(self.tokens_per_minute, per=60.0).bucket() if self.tokens_per_minute else None
-        self._pacer = Pacer() if self.pace_by_headers else None
+        self._pacer = Pacer(source=self._name) if self.pace_by_headers else None
 
     async def close(self) -> None:
         """Give the shared client back. Safe to call twice."""
@@ -283,9 +315,15 @@ class OpenAIFunction(AsyncFunction):
         (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
         counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
         # the endpoint's numbers as they came (an int stays an int in the totals)
-        amounts: dict[str, Any] = {
-            k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-            if isinstance(v := usage.get(k), numbers.Real) and not isinstance(v, bool) and 0 <= float(v) < math.inf}
+        amounts: dict[str, Any] = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                                   if (v := _amount(usage.get(k))) is not None}
+        # what is billed apart, where the provider says (OpenAI's details): cached prompt tokens
+        # (billed at a discount) and reasoning tokens (billed as completion, never shown)
+        for detail, key, name in (("prompt_tokens_details", "cached_tokens", "cached_prompt_tokens"),
+                                  ("completion_tokens_details", "reasoning_tokens", "reasoning_tokens")):
+            details = usage.get(detail)
+            if isinstance(details, Mapping) and (v := _amount(details.get(key))) is not None and v > 0:
+                amounts[name] = v
         if self._tpm is not None:
             used = amounts.get("total_tokens", amounts.get("prompt_tokens", 0) + amounts.get("completion_tokens", 0))
             if used > estimate:
@@ -312,9 +350,14 @@ class OpenAIFunction(AsyncFunction):
             if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
                 for bucket in (self._rpm, self._tpm):
                     if bucket is not None:
-                        bucket.pause(exc.retry_after)
+                        bucket.pause(min(exc.retry_after, MAX_RETRY_AFTER))
                 if pacer is not None:
                     pacer.pause(exc.retry_after)
+            raise
+        except (ConnectorTimeout, asyncio.CancelledError):
+            # sent and abandoned (its own timeout, or the row's): the provider may bill it and no
+            # answer says how much; counted so the usage shows that such requests happened
+            record_usage(abandoned_requests=1)
             raise
         finally:
             if ticket is not None:

@@ -22,6 +22,11 @@ its answer (one round trip per worker and job); a full budget would otherwise be
 in-flight slot of every worker at once. An answer without these headers (most self-hosted
 servers) leaves the worker unpaced. A header that does not parse is ignored (as if absent).
 
+Nothing stalls: with nothing left by the last reading, no refill rate known and its reset past,
+one request probes and the others wait for its answer; a request estimated above the advertised
+token ``limit`` fails at once with :class:`RequestTooLarge` (the endpoint would refuse it), before
+it queues; a pause (a 429's ``Retry-After``) is at most :data:`MAX_RETRY_AFTER`.
+
 Waits are ``asyncio`` waits (never ``time.sleep``); one waiter at a time holds the pacing turn
 (a FIFO ``asyncio.Lock``), the others queue behind it.
 
@@ -43,15 +48,25 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Pacer", "Ticket", "parse_duration", "read_limits"]
+from ..errors import ConnectorError
+
+__all__ = ["MAX_RETRY_AFTER", "Pacer", "RequestTooLarge", "Ticket", "parse_duration", "read_limits"]
 
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|ns)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 #: the longest reset believed (a day): a larger one is a malformed header, not a budget
 _MAX_RESET = 86400.0
 DIMENSIONS = ("requests", "tokens")
-#: with nothing left by the last answer's count and its reset past, how often to try one request
-_STALE_POLL = 0.05
+#: the longest wait a ``Retry-After`` is believed for (seconds): ``1e400`` or ``inf`` is a broken
+#: header, not a reason to hold a worker forever; a row's own timeout ends it sooner anyway
+MAX_RETRY_AFTER = 600.0
+
+
+class RequestTooLarge(ConnectorError):
+    """A request whose token estimate is above the endpoint's advertised token limit: the
+    endpoint would refuse it however long it waited (not retryable)."""
+
+    __module__ = "aiospark.connectors.openai"
 
 
 def parse_duration(value: Any) -> float | None:
@@ -154,8 +169,9 @@ class Pacer:
     429's ``Retry-After``. ``clock`` (seconds, monotonic) is for tests.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, source: str = "") -> None:
         self._clock = clock
+        self.source = source  # names the function in RequestTooLarge
         self._sent = 0
         self._tokens = 0.0
         self._held: dict[str, _Held] = {}
@@ -175,20 +191,39 @@ class Pacer:
 
     def delay(self, cost: float = 0.0) -> float:
         """Seconds until a request of ``cost`` tokens may go (0: now; ``inf``: after the probe's
-        answer)."""
+        answer). :class:`RequestTooLarge` if ``cost`` is above the advertised token limit."""
+        wait, probe = self._gap(cost)
+        return math.inf if probe and self._probe is not None else wait
+
+    def _gap(self, cost: float) -> tuple[float, bool]:
+        """``(seconds to wait, whether the request must go as a probe)``."""
         now = self._clock()
-        if self._probing and self._probe is not None:
-            return math.inf
-        wait = self._pause_until - now
+        if self._probing:
+            return (math.inf, True) if self._probe is not None else (max(0.0, self._pause_until - now), True)
+        wait, probe = self._pause_until - now, False
         for dim, held in self._held.items():
             units = 1.0 if dim == "requests" else float(cost)
-            if units > 0:
-                used = (self._sent if dim == "requests" else self._tokens) - held.sent
-                wait = max(wait, self._wait(held, units, used, now))
-        return max(0.0, wait)
+            if units <= 0:
+                continue
+            if held.limit is not None and units > held.limit:
+                if dim == "tokens":
+                    # it would wait for a budget that never holds it, and hold the turn meanwhile
+                    raise RequestTooLarge(
+                        f"the request's estimated {units:g} tokens are more than the endpoint's advertised "
+                        f"limit of {held.limit:g} tokens (x-ratelimit-limit-tokens), which it would refuse: "
+                        "lower max_tokens or shorten the input", source=self.source)
+                units = held.limit  # a limit below one request: one at a time when full
+            used = (self._sent if dim == "requests" else self._tokens) - held.sent
+            gap = self._wait(held, units, used, now)
+            if gap is None:
+                probe = True  # nothing left that we know of, its reset past: one request finds out
+            else:
+                wait = max(wait, gap)
+        return max(0.0, wait), probe
 
-    def _wait(self, held: _Held, units: float, used: float, now: float) -> float:
-        """One dimension's wait: ``used`` units went after the answered request."""
+    def _wait(self, held: _Held, units: float, used: float, now: float) -> float | None:
+        """One dimension's wait: ``used`` units went after the answered request; None when only
+        a fresh answer can tell (nothing left and the reset past, with no refill rate known)."""
         elapsed = now - held.at
         limit, remaining, reset = held.limit, held.remaining, held.reset
         rate = held.rate()
@@ -207,20 +242,25 @@ class Pacer:
         left = reset - elapsed
         level = (remaining if left > 0 or limit is None else limit) - used
         if level < units:
-            # nothing left that we know of: until the reset, else until a fresher answer
-            return left if left > 0 else _STALE_POLL
+            # nothing left that we know of: until the reset, then one request probes
+            return left if left > 0 else None
         return self._last_send + units * left / level - now if left > 0 else 0.0
 
     async def admit(self, cost: float = 0.0) -> Ticket:
-        """Wait for this request's turn; the returned ticket goes to ``update``/``finished``."""
+        """Wait for this request's turn; the returned ticket goes to ``update``/``finished``.
+        :class:`RequestTooLarge` at once (no wait, no turn held) for a request above the
+        advertised token limit."""
         if not self._held and not self._probing and self._pause_until <= self._clock():
             return self._send(cost)  # unpaced (no headers seen): no lock, no wait
+        self._gap(cost)  # too large: fails here, before it queues for the turn
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # FIFO: one waiter holds the turn, the others queue behind it
             waited = False
             while True:
-                wait = self.delay(cost)
+                wait, probe = self._gap(cost)
+                if probe and self._probe is not None:
+                    wait = math.inf  # one probe at a time: the others wait for its answer
                 if wait <= 0:
                     break
                 waited = True
@@ -230,7 +270,7 @@ class Pacer:
                 await asyncio.wait([self._changed], timeout=None if math.isinf(wait) else wait)
             self.waits += waited
             ticket = self._send(cost)
-            if self._probing:
+            if probe:
                 self._probe = ticket
             return ticket
 
@@ -257,7 +297,9 @@ class Pacer:
                 after = (self._sent if dim == "requests" else self._tokens) - sent
                 self._held[dim] = _Held(limit, remaining, reset, now, sent, remaining - after)
             self._held_sent = ticket.sent
-        self._end_probe(ticket)
+        if self._probing or self._probe is ticket:
+            self._probing = False  # the first answer (or a probe's) is in: pacing goes on
+            self._probe = None
         self._wake()
 
     def finished(self, ticket: Ticket) -> None:
@@ -268,14 +310,10 @@ class Pacer:
             self._wake()
 
     def pause(self, seconds: float) -> None:
-        """Hold every request back ``seconds`` (a 429's ``Retry-After``)."""
-        if seconds > 0:
-            self._pause_until = max(self._pause_until, self._clock() + seconds)
-
-    def _end_probe(self, ticket: Ticket) -> None:
-        if self._probing:
-            self._probing = False
-            self._probe = None
+        """Hold every request back ``seconds`` (a 429's ``Retry-After``), at most
+        :data:`MAX_RETRY_AFTER` (an ``inf`` is a broken header, not a reason to stop)."""
+        if seconds > 0:  # also false for nan
+            self._pause_until = max(self._pause_until, self._clock() + min(float(seconds), MAX_RETRY_AFTER))
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, None

@@ -23,6 +23,11 @@ Type mapping (Spark -> JSON Schema -> Python value handed to Spark):
 * ARRAY<T> -> ``array``; STRUCT -> ``object``; MAP<STRING, V> -> an ``array`` of
   ``{key, value}`` objects (strict mode has no free-form objects), handed over as a dict.
 * Refused: BINARY, intervals, VOID, VARIANT, TIME, user-defined types, MAP with non-string keys.
+* Allowed values (``metadata["enum"]``, from ``Literal``/``Enum`` or a comment ``enum: a, b``,
+  :mod:`.choices`) -> ``enum`` (with ``null`` for a nullable field), checked in the answer.
+
+Numbers are parsed at a bounded cost (non-integers as ``Decimal``; Python refuses integers over 4,300 digits)
+and their size is checked before any conversion; every conversion error is an AnswerError.
 
 Example::
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import enum
 import json
 import re
 import sys
@@ -45,29 +51,29 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
-    ByteType,
     DataType,
     DateType,
     DecimalType,
     DoubleType,
     FloatType,
-    IntegerType,
     LongType,
     MapType,
-    ShortType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-__all__ = ["AnswerError", "response_struct", "json_schema", "read_answer", "schema_name"]
+from .choices import CHARS as _CHARS
+from .choices import ENUM
+from .choices import RANGES as _RANGES
+from .choices import allowed_of as _allowed_of
+from .choices import choices_of as _choices
+from .choices import with_enums as _with_enums
+
+__all__ = ["ENUM", "AnswerError", "json_schema", "read_answer", "response_struct", "schema_name", "validated"]
 
 _NTZ = getattr(sys.modules["pyspark.sql.types"], "TimestampNTZType", None)
-_CHARS = tuple(t for t in (getattr(sys.modules["pyspark.sql.types"], n, None) for n in ("CharType", "VarcharType"))
-               if t is not None)
-_RANGES: dict[type, tuple[int, int]] = {ByteType: (-2**7, 2**7 - 1), ShortType: (-2**15, 2**15 - 1), IntegerType: (-2**31, 2**31 - 1),
-           LongType: (-2**63, 2**63 - 1)}
 _FLOAT_MAX = 3.4028234663852886e38
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _TIME = r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?"
@@ -75,6 +81,9 @@ _TIMESTAMP = re.compile(_TIME + r"(?:(Z)|([+-])(\d{2}):(\d{2}))", re.IGNORECASE)
 _TIMESTAMP_NTZ = re.compile(_TIME)
 _NTZ_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?$"
 _NAME = re.compile(r"[^a-zA-Z0-9_-]")
+#: integers longer than this are kept as Decimal while parsing: converting a huge JSON integer to
+#: int (or a float) costs time quadratic in its digits, or raises
+_INT_DIGITS = 40
 
 
 class AnswerError(ValueError):
@@ -101,7 +110,9 @@ def response_struct(response_format: Any) -> tuple[StructType, Any]:
         raise TypeError("response_format must be a Spark DDL string ('label STRING, score INT'), a StructType or "
                         f"a pydantic (v2) model class, got {type(response_format).__name__}")
     _check_type(struct, "")
-    return struct, model
+    checked = _with_enums(struct, "")
+    assert isinstance(checked, StructType)  # a struct stays a struct
+    return checked, model
 
 
 def _parse_ddl(ddl: str) -> StructType:
@@ -148,7 +159,10 @@ def _struct_of_model(model: Any, path: str, seen: set) -> StructType:
             raise ValueError(f"response_format field {where!r} has the alias {info.alias!r}: the answer's JSON and "
                              "the Spark column use the field name; rename the field instead")
         data_type, nullable = _from_annotation(info.annotation, where, seen)
-        meta = {"comment": info.description} if info.description else {}
+        meta: dict[str, Any] = {"comment": info.description} if info.description else {}
+        allowed = _allowed_of(info.annotation, where)
+        if allowed is not None:
+            meta[ENUM] = allowed
         fields.append(StructField(name, data_type, nullable, meta))
     if not fields:
         raise ValueError(f"response_format {model.__name__} has no fields: a STRUCT needs at least one")
@@ -166,6 +180,9 @@ def _from_annotation(ann: Any, path: str, seen: set) -> tuple[DataType, bool]:
             raise ValueError(f"response_format field {path!r} is a union {ann!r}: a Spark column has one type; "
                              "use one type, or Optional[T] for a nullable one")
         return _from_annotation(rest[0], path, seen)[0], True
+    allowed = _choices(ann, path)
+    if allowed is not None:  # Literal[...] or an Enum: its values' type, checked against them
+        return (StringType() if isinstance(allowed[0], str) else LongType()), False
     simple = {str: StringType(), bool: BooleanType(), int: LongType(), float: DoubleType(),
               _dt.datetime: TimestampType(), _dt.date: DateType()}
     for py, spark_type in simple.items():
@@ -222,16 +239,21 @@ def schema_name(model: Any) -> str:
     return name or "response"
 
 
-def json_schema(data_type: DataType, nullable: bool = False, comment: str | None = None) -> dict:
-    """The strict-mode JSON Schema of ``data_type`` (see the module doc for the mapping)."""
+def json_schema(data_type: DataType, nullable: bool = False, comment: str | None = None,
+                allowed: list | None = None) -> dict:
+    """The strict-mode JSON Schema of ``data_type`` (see the module doc for the mapping);
+    ``allowed``: the value's ``enum`` (for an array: its elements')."""
     schema: dict[str, Any]
     if isinstance(data_type, StructType):
         schema = {"type": "object",
-                  "properties": {f.name: json_schema(f.dataType, f.nullable, (f.metadata or {}).get("comment"))
+                  "properties": {f.name: json_schema(f.dataType, f.nullable, (f.metadata or {}).get("comment"),
+                                                     (f.metadata or {}).get(ENUM))
                                  for f in data_type.fields},
                   "required": [f.name for f in data_type.fields], "additionalProperties": False}
     elif isinstance(data_type, ArrayType):
-        schema = {"type": "array", "items": json_schema(data_type.elementType, data_type.containsNull)}
+        schema = {"type": "array", "items": json_schema(data_type.elementType, data_type.containsNull,
+                                                        allowed=allowed)}
+        allowed = None
     elif isinstance(data_type, MapType):
         pair = {"type": "object", "properties": {"key": {"type": "string"},
                                                   "value": json_schema(data_type.valueType, data_type.valueContainsNull)},
@@ -261,6 +283,8 @@ def json_schema(data_type: DataType, nullable: bool = False, comment: str | None
         schema = {"type": "string"}
     if comment:
         schema["description"] = f"{comment} ({schema['description']})" if "description" in schema else comment
+    if allowed is not None:
+        schema["enum"] = list(allowed) + ([None] if nullable else [])  # strict mode lists null too
     if nullable:
         schema["type"] = [schema["type"], "null"]
     return schema
@@ -273,12 +297,44 @@ def _no_constant(name: str) -> Any:
 
 
 def read_answer(struct: StructType, text: str) -> dict:
-    """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError."""
+    """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError.
+    Numbers are parsed at a cost linear in their text (``1e1000000`` is 9 characters, not a
+    million digits), and their size is checked before any conversion."""
     try:
+        # integers as int: Python refuses those over 4,300 digits (ValueError, below), and the
+        # conversions check sizes before converting
         value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise AnswerError(f"not JSON ({exc})") from None
+    except (ValueError, ArithmeticError) as exc:  # e.g. an integer of more than 4,300 digits
+        raise AnswerError(f"not JSON of numbers Python can read ({_short(exc, 120)})") from None
     return _convert(struct, False, value, "")
+
+
+def validated(model: Any, struct: StructType, value: dict) -> dict:
+    """``value`` (read_answer's) validated by the pydantic ``model``: what its validators made of
+    it (a ``field_validator`` that trims or lower-cases is what Spark gets), as plain values of
+    ``struct`` (an Enum member becomes its value; fields not in the struct are left out)."""
+    return _plain(struct, model.model_validate(value).model_dump())
+
+
+def _plain(data_type: DataType, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(data_type, StructType) and isinstance(value, dict):
+        return {f.name: _plain(f.dataType, value.get(f.name)) for f in data_type.fields}
+    if isinstance(data_type, ArrayType) and isinstance(value, (list, tuple)):
+        return [_plain(data_type.elementType, v) for v in value]
+    if isinstance(data_type, MapType) and isinstance(value, dict):
+        return {k: _plain(data_type.valueType, v) for k, v in value.items()}
+    return value
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _kind(value: Any) -> str:
@@ -287,7 +343,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, decimal.Decimal)):
-        return f"the number {value}"
+        return f"the number {_short(value)}"
     if isinstance(value, str):
         return f"the string {value[:40]!r}"
     if isinstance(value, list):
@@ -295,7 +351,7 @@ def _kind(value: Any) -> str:
     return "an object" if isinstance(value, dict) else type(value).__name__
 
 
-def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
+def _convert(data_type: DataType, nullable: bool, value: Any, path: str, allowed: list | None = None) -> Any:
     where = path or "the answer"
     if value is None:
         if nullable:
@@ -315,12 +371,14 @@ def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
         missing = [n for n in names if n not in value]
         if missing:
             raise AnswerError(f"{where} lacks the fields {missing[:5]}")
-        return {f.name: _convert(f.dataType, f.nullable, value[f.name], f"{path}.{f.name}" if path else f.name)
+        return {f.name: _convert(f.dataType, f.nullable, value[f.name], f"{path}.{f.name}" if path else f.name,
+                                 (f.metadata or {}).get(ENUM))
                 for f in data_type.fields}
     if isinstance(data_type, ArrayType):
         if not isinstance(value, list):
             raise wrong("an array")
-        return [_convert(data_type.elementType, data_type.containsNull, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_convert(data_type.elementType, data_type.containsNull, v, f"{path}[{i}]", allowed)
+                for i, v in enumerate(value)]
     if isinstance(data_type, MapType):
         if not isinstance(value, list):
             raise wrong("an array of {key, value} pairs")
@@ -338,21 +396,30 @@ def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
             raise wrong("a boolean")
         return value
     if type(data_type) in _RANGES:
-        if isinstance(value, decimal.Decimal) and value.is_finite() and value == value.to_integral_value():
-            value = int(value)  # 3.0 is an integer in JSON Schema
+        low, high = _RANGES[type(data_type)]
+        if isinstance(value, decimal.Decimal) and value.is_finite():
+            if value.adjusted() > _INT_DIGITS:  # checked first: int() of 1e1000000 takes seconds
+                raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()} "
+                                  f"[{low}, {high}]")
+            if value == value.to_integral_value():
+                value = int(value)  # 3.0 is an integer in JSON Schema
         if type(value) is not int:
             raise wrong("an integer")
-        low, high = _RANGES[type(data_type)]
         if not low <= value <= high:
-            raise AnswerError(f"{where} is {value}, out of the range of {data_type.simpleString()} [{low}, {high}]")
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()} "
+                              f"[{low}, {high}]")
+        if allowed is not None and value not in allowed:
+            raise _not_allowed(where, value, allowed)
         return value
     if isinstance(data_type, (FloatType, DoubleType)):
         if type(value) not in (int, decimal.Decimal):
             raise wrong("a number")
-        number = float(value)
+        if type(value) is int and value.bit_length() > 1024:  # float() would raise OverflowError
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()}")
+        number = float(value)  # a Decimal goes through its short text: inf when too large, never an error
         limit = _FLOAT_MAX if isinstance(data_type, FloatType) else sys.float_info.max
         if not -limit <= number <= limit:
-            raise AnswerError(f"{where} is {value}, out of the range of {data_type.simpleString()}")
+            raise AnswerError(f"{where} is {_short(value)}, out of the range of {data_type.simpleString()}")
         return number
     if isinstance(data_type, DecimalType):
         return _decimal(data_type, value, where, wrong)
@@ -367,23 +434,36 @@ def _convert(data_type: DataType, nullable: bool, value: Any, path: str) -> Any:
                           "RFC 3339, YYYY-MM-DDTHH:MM:SS[.ffffff] with Z or an offset")
     if _CHARS and isinstance(data_type, _CHARS) and len(value) > data_type.length:
         raise AnswerError(f"{where} has {len(value)} characters, more than {data_type.simpleString()} holds")
+    if allowed is not None and value not in allowed:
+        raise _not_allowed(where, value, allowed)
     return value
+
+
+def _not_allowed(where: str, value: Any, allowed: list) -> AnswerError:
+    return AnswerError(f"{where} is {_kind(value)}, not one of the allowed values {allowed[:20]}")
 
 
 def _decimal(data_type: DecimalType, value: Any, where: str, wrong: Any) -> decimal.Decimal:
     if type(value) not in (int, decimal.Decimal):
         raise wrong("a number")
     number = decimal.Decimal(value)
+    if not number.is_finite():
+        raise wrong("a finite number")
+    integer_digits = data_type.precision - data_type.scale
+    # the size first: quantizing 1e200 to 2 places needs 203 digits (InvalidOperation)
+    if number and number.adjusted() >= integer_digits:
+        raise AnswerError(f"{where} is {_short(value)}, too large for {data_type.simpleString()}")
     with decimal.localcontext() as ctx:
-        ctx.prec = 100
-        if not number.is_finite():
-            raise wrong("a finite number")
-        exact = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
-        if exact != number:
-            raise AnswerError(f"{where} is {value}, which has more than {data_type.scale} digits after the point "
-                              f"({data_type.simpleString()})")
-        if abs(exact) >= decimal.Decimal(10) ** (data_type.precision - data_type.scale):
-            raise AnswerError(f"{where} is {value}, too large for {data_type.simpleString()}")
+        ctx.prec = 100  # above DECIMAL's 38 digits: the quantize below is exact or says so
+        try:
+            exact = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
+        except ArithmeticError:
+            exact = None
+        if exact is None or exact != number:
+            raise AnswerError(f"{where} is {_short(value)}, which has more than {data_type.scale} digits after the "
+                              f"point ({data_type.simpleString()})")
+        if abs(exact) >= decimal.Decimal(10) ** integer_digits:  # 99.995 -> 100.00 for DECIMAL(4,2)
+            raise AnswerError(f"{where} is {_short(value)}, too large for {data_type.simpleString()}")
     return exact
 
 

@@ -40,6 +40,7 @@ from ..errors import ConnectorError, ConnectorTimeout
 from ..http.response import HttpStatusError, parse_retry_after, status_error
 from ..redaction import Redactor, short
 from ..secrets import Secret
+from .pacing import MAX_RETRY_AFTER
 
 __all__ = ["Transport", "open_transport", "retry_after_of"]
 
@@ -49,38 +50,86 @@ CLIENTS = ("aiohttp", "openai")
 OnHeaders = Callable[[Mapping[str, str]], None]
 
 
+
 def retry_after_of(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` (OpenAI's, more precise) or ``Retry-After``."""
+    """Seconds to wait from ``retry-after-ms`` (OpenAI's, more precise) or ``Retry-After``,
+    at most :data:`MAX_RETRY_AFTER` (``nan`` is no value).
+
+    Example: ``retry_after_of({"retry-after-ms": "inf"}) == MAX_RETRY_AFTER``
+    """
     ms = headers.get("retry-after-ms")
+    seconds: float | None = None
     if ms:
         try:
-            return max(0.0, float(ms) / 1000.0)
+            seconds = float(ms) / 1000.0
         except ValueError:
-            pass
-    return parse_retry_after(headers.get("Retry-After"))
+            seconds = None
+        if seconds is not None and seconds != seconds:  # nan
+            seconds = None
+    if seconds is None:
+        seconds = parse_retry_after(headers.get("Retry-After"))
+        if seconds is not None and seconds != seconds:
+            return None
+    return None if seconds is None else min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+def _error_code(body: bytes) -> str | None:
+    """The OpenAI-style error body's ``error.code`` (else ``error.type``), if it has one."""
+    try:
+        data = json.loads(body[:65_536])
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code") or error.get("type")
+    return code if isinstance(code, str) else None
+
+
+#: config key -> the error that said this configuration's quota is spent (while its client lives)
+_QUOTA_SPENT: dict[str, HttpStatusError] = {}
 
 
 class Transport:
     """One configuration's shared client. ``await post(path, body) -> dict``; ``await close()``."""
 
     def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
-                 name: str) -> None:
+                 name: str, query: Mapping[str, str] | None = None) -> None:
         self._key, self._client, self._base_url = key, client, base_url
         self._timeout, self._redactor, self._name = timeout, redactor, name
+        self._query = dict(query or {})
 
     async def close(self) -> None:
         """Give the shared client back (its last user closes it). Safe to call twice."""
         client, self._client = self._client, None
         if client is not None:
             await SHARED.release(self._key)
+            if not SHARED.users(self._key):
+                _QUOTA_SPENT.pop(self._key, None)  # a new client (a new job) asks again
 
     def _error(self, status: int, reason: str | None, headers: Mapping[str, str], body: bytes,
                path: str) -> HttpStatusError:
         exc = status_error(status, reason, headers.get("Retry-After"), body, f"POST {path}",
                            self._redactor, self._name)
-        if exc.retryable:
+        if status == 429 and _error_code(body) == "insufficient_quota":
+            # the account is out of credit: no retry and no other row's request can succeed
+            exc = HttpStatusError(f"{exc._message} (insufficient_quota: the account's quota is spent; "
+                                  "this worker makes no more requests with this configuration: add credit "
+                                  "or use another key, then rerun)", source=self._name, status=status)
+            exc.code = "insufficient_quota"  # type: ignore[attr-defined]
+            _QUOTA_SPENT[self._key] = exc
+        elif exc.retryable:
             exc.retry_after = retry_after_of(headers)
         return exc
+
+    def _check_quota(self, path: str) -> None:
+        """Fail at once, without a request, once an answer said the quota is spent."""
+        spent = _QUOTA_SPENT.get(self._key)
+        if spent is not None:
+            exc = HttpStatusError(f"POST {path} not sent: an earlier answer said the account's quota is spent "
+                                  f"({spent._message})", source=self._name, status=spent.status)
+            exc.code = "insufficient_quota"  # type: ignore[attr-defined]
+            raise exc
 
     def _not_json(self, path: str, size: int) -> ConnectorError:
         return ConnectorError(f"POST {path} returned a body that is not a JSON object ({size} bytes): "
@@ -103,8 +152,9 @@ class _AiohttpTransport(Transport):
         session = self._client
         if session is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
+        self._check_quota(path)
         try:
-            async with session.post(self._base_url + path, json=body) as resp:
+            async with session.post(self._base_url + path, json=body, params=self._query or None) as resp:
                 data = await resp.read()
                 if on_headers is not None:
                     on_headers(resp.headers)
@@ -134,8 +184,8 @@ class _SdkTransport(Transport):
     through ``with_raw_response`` (public since openai 1.0) for the answer's headers."""
 
     def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
-                 name: str) -> None:
-        super().__init__(key, client, base_url, timeout, redactor, name)
+                 name: str, query: Mapping[str, str] | None = None) -> None:
+        super().__init__(key, client, base_url, timeout, redactor, name, query)
         import openai
 
         self._openai = openai
@@ -145,6 +195,7 @@ class _SdkTransport(Transport):
         client = self._client
         if client is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
+        self._check_quota(path)
         body = dict(body)
         model = body.pop("model")
         try:
@@ -183,10 +234,12 @@ class _SdkTransport(Transport):
 
 async def open_transport(client: str, base_url: str, api_key: Secret | None, timeout: float,
                          max_connections: int, headers: Mapping[str, str], redactor: Redactor,
-                         name: str) -> Transport:
-    """The shared transport of this configuration (made by its first user)."""
+                         name: str, query: Mapping[str, str] | None = None) -> Transport:
+    """The shared transport of this configuration (made by its first user); ``query`` (e.g.
+    Azure's ``{"api-version": ...}``) goes on every request's URL."""
+    query = dict(query or {})
     key = config_key("openai", client, base_url, api_key.reveal() if api_key else None, timeout,
-                     max_connections, sorted(headers.items()))
+                     max_connections, sorted(headers.items()), sorted(query.items()))
     if client == "openai":
         try:
             import openai
@@ -203,11 +256,11 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
             return openai.AsyncOpenAI(
                 # the SDK insists on a key; a local server without auth ignores this placeholder
                 api_key=api_key.reveal() if api_key else "no-key", base_url=base_url, timeout=timeout,
-                max_retries=0, default_headers=dict(headers) or None,
+                max_retries=0, default_headers=dict(headers) or None, default_query=query or None,
                 http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout))
 
         made = await SHARED.acquire(key, create, _close_sdk)
-        return _SdkTransport(key, made, base_url, timeout, redactor, name)
+        return _SdkTransport(key, made, base_url, timeout, redactor, name, query)
 
     import aiohttp
 
@@ -220,7 +273,7 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
                                      raise_for_status=False)
 
     made = await SHARED.acquire(key, create_session, _close_session)
-    return _AiohttpTransport(key, made, base_url, timeout, redactor, name)
+    return _AiohttpTransport(key, made, base_url, timeout, redactor, name, query)
 
 
 async def _close_session(session: Any) -> None:
