@@ -44,7 +44,7 @@ class EchoServer:
                     outer.times.append(time.monotonic())
                 if delay:
                     time.sleep(delay)
-                if seen.rsplit("/", 1)[-1] in failing:
+                if seen.split("?")[0].rsplit("/", 1)[-1] in failing:
                     self.send_response(500)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
