@@ -22,7 +22,8 @@ import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+
+from .enrich_base import EnrichError, is_local, local_path
 
 if TYPE_CHECKING:  # imported when a plan is made: the CLI's --help must not load the connectors
     from ..connectors import HttpLookup
@@ -37,10 +38,6 @@ JSON_SAMPLE_BYTES = 16 << 20
 ERROR_COLUMN = "_error"
 
 
-class EnrichError(ValueError):
-    """A bad argument or input: the message says what to change (the CLI exits 2)."""
-
-
 @dataclass(frozen=True)
 class EnrichPlan:
     """What ``check_enrich`` found: formats, the input's columns, and the lookup source."""
@@ -52,16 +49,6 @@ class EnrichPlan:
     columns: list[str] | None  # None: not knowable before Spark (remote input)
     source: HttpLookup
     added: list[str]  # schema columns the output gains (a schema column named like a key is the key)
-
-
-def is_local(path: str) -> bool:
-    """A path on this machine (no scheme, or ``file:``)."""
-    scheme = urlsplit(path).scheme
-    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
-
-
-def local_path(path: str) -> str:
-    return urlsplit(path).path if path.startswith("file:") else path
 
 
 def guess_format(path: str, explicit: str | None, what: str) -> str:

@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from .enrich_checks import EnrichError, is_local, local_path
+from .enrich_base import EnrichError, is_local, local_path
 
 #: the file every output directory of ``aiospark enrich`` holds (``--overwrite`` needs it)
 MARKER = "_AIOSPARK_ENRICH"

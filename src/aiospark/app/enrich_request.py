@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .enrich_checks import EnrichError
+from .enrich_base import EnrichError
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 #: query parameter names whose values are credentials (as HttpLookup's repr masks them)
