@@ -115,6 +115,7 @@ def test_headers_and_token_from_the_environment_or_a_file_never_printed(tmp_path
     ("--rate-limit", "0/s", "calls per second"),
     ("--rate-limit", "ten", "calls per second"),
     ("--journal", "ftp://host/j", "not a journal location"),
+    ("--journal", "o.json/journal", "outside both"),  # --overwrite would delete what was paid for
     ("--timeout", "0", "--timeout must be > 0"),
     ("--header-env", "X-Key", "NAME=ENV_VAR"),
     ("--header-file", "X-Key=/nonexistent/file", "cannot read"),

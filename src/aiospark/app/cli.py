@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--budget", type=budget, metavar="N",
                         help="start at most N calls in the whole job (retries included); rows beyond it fail")
     enrich.add_argument("--rate-limit", type=rate, metavar="R/s",
-                        help="at most R calls per second in each Python worker (R/s, R/min or R/h)")
+                        help="at most R calls per second in each running Spark task (R/s, R/min or R/h; N tasks at once: N x R)")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
     from .journal_cli import add_parser as add_journal
@@ -173,7 +173,9 @@ def _enrich_extras(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.journal is not None:
             from .. import Journal
+            from .enrich_output import check_journal
 
+            check_journal(args.journal, args.input, args.output)
             extras["journal"] = Journal(args.journal)
         if args.budget is not None:
             from .. import Budget

@@ -90,3 +90,15 @@ def check_remote(files: object, input_path: str, output_path: str, overwrite: bo
         if not files.exists(output_path.rstrip("/") + "/" + MARKER):  # type: ignore[attr-defined]
             raise EnrichError(f"the output {output_path!r} is not a directory aiospark enrich wrote (no {MARKER} "
                               "file in it): --overwrite replaces only its own output; choose another path")
+
+
+def check_journal(location: str, input_path: str, output_path: str) -> None:
+    """Refuse a local journal that is, holds, or lies inside the input or OUTPUT: ``--overwrite``
+    would delete the record of what was paid for, or the job would read its own journal."""
+    if "://" in location and not location.startswith("file:"):
+        return
+    real = _real(location)
+    for what, path in (("the INPUT", input_path), ("OUTPUT", output_path)):
+        if is_local(path) and _related(real, _real(path)):
+            raise EnrichError(f"--journal {location!r} {_relation(_real(path), real)} {what} {path!r}: keep the "
+                              "journal in a directory of its own, outside both")
