@@ -101,8 +101,11 @@ def test_headers_and_token_from_the_environment_or_a_file_never_printed(tmp_path
         seen = list(server.headers)
     assert done.returncode == 1, done.stderr[-3000:]  # the row 'bad' fails the job: its error is printed
     assert "500" in done.stderr
+    log = open(done.stderr.split("Spark's log: ")[1].split(";")[0]).read()  # kept for the user to read
+    assert "bad" in log  # the failure's whole story is there...
     for secret in ("ENV-KEY-456", "FILE-TOKEN-123", "ENV-TOKEN-789", "QUERY-KEY-000"):
         assert secret not in done.stdout + done.stderr, done.stderr
+        assert secret not in log  # ...and no credential
     assert seen and all(h["X-Api-Key"] == "ENV-KEY-456" and h["X-Other"] == "FILE-TOKEN-123"
                         and h["Authorization"] == "Bearer ENV-TOKEN-789" for h in seen)
     missing = aiospark("enrich", str(src), str(tmp_path / "o2.json"), "--url", URL, "--schema", "seen STRING",
