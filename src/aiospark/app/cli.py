@@ -103,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the input's columns and types, e.g. 'id STRING, qty INT' (default: CSV columns are "
                              "strings, JSON numbers with a fraction or exponent their text: values are sent and "
                              "written as written)")
-    enrich.add_argument("--header-env", action="append", default=[], metavar="NAME=ENV",
+    enrich.add_argument("--header-env", action="append", metavar="NAME=ENV",
                         help="send header NAME with the value of environment variable ENV (repeatable)")
-    enrich.add_argument("--header-file", action="append", default=[], metavar="NAME=PATH",
+    enrich.add_argument("--header-file", action="append", metavar="NAME=PATH",
                         help="send header NAME with the value in file PATH (repeatable)")
     enrich.add_argument("--auth-token-env", metavar="ENV",
                         help="send 'Authorization: Bearer <token>' with the token in environment variable ENV")
@@ -168,7 +168,8 @@ def _enrich_extras(args: argparse.Namespace) -> dict[str, Any]:
     from .enrich_checks import EnrichError
     from .enrich_request import credentials
 
-    headers, token = credentials(args.header_env, args.header_file, args.auth_token_env, args.auth_token_file)
+    headers, token = credentials(args.header_env or [], args.header_file or [], args.auth_token_env,
+                                 args.auth_token_file)
     extras: dict[str, Any] = dict(headers=headers, auth_token=token, input_schema=args.input_schema)
     try:
         if args.journal is not None:
