@@ -17,6 +17,7 @@ import pytest
 import aiospark
 from aiospark.app.cli import build_parser
 from aiospark.app.enrich_checks import EnrichError, guess_format
+from aiospark.app.enrich_output import MARKER
 from tests.support.service import FaultService, ServiceConfig, expected_item
 from tests.support.threaded_http import LoopbackHTTPServer
 
@@ -131,6 +132,7 @@ def test_failing_row_fails_short_and_keeps_the_old_output(tmp_path):
     out = tmp_path / "out.csv"
     out.mkdir()
     (out / "previous.csv").write_text("id,name\nold,row\n")
+    (out / MARKER).write_text("{}")  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k17"}) as server:
         done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "name STRING",
                        "--retries", "1", "--overwrite", "--master", "local[1]")
@@ -138,7 +140,7 @@ def test_failing_row_fails_short_and_keeps_the_old_output(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("aiospark enrich: failed: AsyncFunctionError"), done.stderr
     assert "k17" in lines[0] and "500" in lines[0] and "--on-error row" in lines[1] and "--verbose" in lines[1]
-    assert sorted(p.name for p in out.iterdir()) == ["previous.csv"]  # the old output, untouched
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "previous.csv"]  # the old output, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "out.csv"]
     log = lines[1].split("Spark's log: ")[1].split(";")[0]
     assert "k17" in open(log).read()  # the full story is kept for whoever wants it
@@ -151,11 +153,12 @@ def test_on_error_row_writes_failed_rows_beside_good_ones(tmp_path):
     out = tmp_path / "out.parquet"
     out.mkdir()
     (out / "stale.txt").write_text("replaced by --overwrite")
+    (out / MARKER).write_text("{}")  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k3", "k30"}) as server:
         done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
                        "--schema", "name STRING, value INT", "--retries", "0", "--on-error", "row", "--overwrite",
                        "--ordered", "--master", "local[1]")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 3, done.stderr[-3000:]  # written, with failed rows in it
     assert "40 rows" in done.stdout and "2 rows failed" in done.stderr
     table = pq.read_table(out).to_pylist()
     assert not (out / "stale.txt").exists() and len(table) == 40
@@ -246,6 +249,7 @@ def test_argument_errors(argv, message, capsys):
 def test_format_guessing(tmp_path):
     assert guess_format("x/data.parquet", None, "input") == "parquet"
     assert guess_format("x.JSONL", None, "input") == "json"
+    assert guess_format("x.csv.gz", None, "input") == "csv" and guess_format("x.json.bz2", None, "input") == "json"
     with pytest.raises(EnrichError, match="--format"):
         guess_format(str(tmp_path / "noext"), None, "input")
     with pytest.raises(EnrichError, match="one of"):

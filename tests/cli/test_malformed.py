@@ -41,15 +41,15 @@ def test_malformed_csv_lines_become_error_rows_with_on_error_row(tmp_path):
     with ItemServer() as server:
         done = run_cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
                        "--on-error", "row", "--master", "local[2]")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 3, done.stderr[-3000:]  # written, with failed rows in it
     assert "302 rows" in done.stdout and "2 rows failed (2 of them malformed input lines)" in done.stderr
     rows = pq.read_table(out).to_pylist()
     assert len(rows) == 302 and server.calls == 300  # no call for a malformed line
     errors = {r["id"]: r for r in rows if r["_error"] is not None}
-    assert sorted(errors) == [9991, 9992]
-    assert errors[9991]["_error"] == f"malformed CSV line (a quote that never closes): '{BAD_CSV[0]}'"
-    assert errors[9992]["_error"].startswith("malformed CSV line (its fields do not match the header's 2 ")
-    assert errors[9992]["_error"].endswith(f"'{BAD_CSV[1]}'") and errors[9992]["name"] is None
+    assert sorted(errors) == ["9991", "9992"]  # CSV values are strings, as written
+    assert errors["9991"]["_error"] == f"malformed CSV line (a quote that never closes): '{BAD_CSV[0]}'"
+    assert errors["9992"]["_error"].startswith("malformed CSV line (its fields do not match the header's 2 ")
+    assert errors["9992"]["_error"].endswith(f"'{BAD_CSV[1]}'") and errors["9992"]["name"] is None
     good = [r for r in rows if r["_error"] is None]
     assert all(r["name"] == f"item-{r['id']}" and r["label"] == f"l{r['id']}" for r in good)
 
@@ -68,7 +68,7 @@ def test_malformed_json_lines_fail_named_or_become_error_rows(tmp_path):
     assert failed.returncode == 2, failed.stderr[-3000:]
     assert f"line 11 of {src}: malformed JSON line: '{lines[10]}'" in failed.stderr, failed.stderr
     assert calls_when_failed == 0 and not (tmp_path / "a.json").exists()
-    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert kept.returncode == 3, kept.stderr[-3000:]  # written, with the malformed line as an error row
     rows = read_json_dir(tmp_path / "b.json")
     assert len(rows) == 31 and "_aiospark_corrupt" not in rows[0] and "_corrupt_record" not in rows[0]
     bad = [r for r in rows if r.get("_error")]

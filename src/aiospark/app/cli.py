@@ -1,8 +1,10 @@
 """The ``aiospark`` command: ``aiospark demo``, ``aiospark enrich`` and ``aiospark journal``.
 
 Errors are short: one or two lines saying what failed and what to change, exit code 2 for a bad
-argument or input (found before Spark starts), 1 for a job that failed. Spark's own console output
-(JVM logs, stack traces) goes to a log file whose path the error names; ``--verbose`` shows it all.
+argument or input (found before Spark starts), 1 for a job that failed, 3 for a job that wrote its
+output with failed rows in it (``--on-error row``). Spark's own console output (JVM logs, stack
+traces) goes to a log file whose path the error names; ``--verbose`` shows it all. No line the
+command prints holds a credential of ``--url`` or of the ``--header-*``/``--auth-token-*`` options.
 
 Example::
 
@@ -17,7 +19,7 @@ import tempfile
 from typing import Any, TextIO
 
 from .. import __version__
-from .arguments import count, positive_int, seconds
+from .arguments import budget, count, positive_int, rate, seconds
 from .cli_errors import short_error
 
 
@@ -78,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--schema", required=True,
                         help="Spark DDL of the response fields to add, e.g. 'name STRING, price DOUBLE'")
     enrich.add_argument("--concurrency", type=positive_int, default=100, help="calls in flight per task")
-    enrich.add_argument("--timeout", type=seconds, default=30.0, help="seconds per row, retries included")
+    enrich.add_argument("--timeout", type=seconds, default=30.0,
+                        help="seconds per row, retries included; no request outlives it")
     enrich.add_argument("--retries", type=count, default=3, help="retries after the first call (5xx, 429, network)")
     enrich.add_argument("--ordered", action="store_true", help="keep each partition's row order")
     enrich.add_argument("--how", choices=("left", "inner"), default="left",
@@ -86,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--on-error", choices=("fail", "row"), default="fail",
                         help="fail: a row that fails after its retries, or a malformed CSV/JSON input line, "
                              "fails the job (a malformed line before any call, named); row: write it with its "
-                             "error in column _error and go on")
+                             "error in column _error, go on, and exit with code 3 when any row failed")
     enrich.add_argument("--format", "--input-format", dest="input_format", choices=("parquet", "csv", "json"),
                         help="input format (default: from the input's name)")
     enrich.add_argument("--output-format", choices=("parquet", "csv", "json"),
@@ -96,6 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--allow-empty-columns", action="store_true",
                         help="accept a --schema column that is NULL in every response (else the job fails)")
     enrich.add_argument("--cache-rows", type=count, default=0, help="per-worker cache of responses (0 = off)")
+    enrich.add_argument("--input-schema", metavar="DDL",
+                        help="the input's columns and types, e.g. 'id STRING, qty INT' (default: CSV columns are "
+                             "strings, JSON numbers with a fraction or exponent their text: values are sent and "
+                             "written as written)")
+    enrich.add_argument("--header-env", action="append", metavar="NAME=ENV",
+                        help="send header NAME with the value of environment variable ENV (repeatable)")
+    enrich.add_argument("--header-file", action="append", metavar="NAME=PATH",
+                        help="send header NAME with the value in file PATH (repeatable)")
+    enrich.add_argument("--auth-token-env", metavar="ENV",
+                        help="send 'Authorization: Bearer <token>' with the token in environment variable ENV")
+    enrich.add_argument("--auth-token-file", metavar="PATH",
+                        help="send 'Authorization: Bearer <token>' with the token in file PATH")
+    enrich.add_argument("--journal", metavar="LOCATION",
+                        help="record each row's outcome in a journal (a directory, or a redis:// URL): a rerun "
+                             "calls only the rows not recorded yet")
+    enrich.add_argument("--budget", type=budget, metavar="N",
+                        help="start at most N calls in the whole job (retries included); rows beyond it fail")
+    enrich.add_argument("--rate-limit", type=rate, metavar="R/s",
+                        help="at most R calls per second in each running Spark task (R/s, R/min or R/h; N tasks at once: N x R)")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
     from .journal_cli import add_parser as add_journal
@@ -136,7 +158,57 @@ class _SparkConsole:
             setattr(sys, name, previous)
 
 
+#: the exit code of a run that wrote its output with failed rows in it (``--on-error row``)
+ROWS_FAILED = 3
+
+
+def _enrich_extras(args: argparse.Namespace) -> dict[str, Any]:
+    """The options made into objects (credentials read, journal/budget/rate limit built): before
+    Spark starts, each refused with what to change."""
+    from .enrich_checks import EnrichError
+    from .enrich_request import credentials
+
+    headers, token = credentials(args.header_env or [], args.header_file or [], args.auth_token_env,
+                                 args.auth_token_file)
+    extras: dict[str, Any] = dict(headers=headers, auth_token=token, input_schema=args.input_schema)
+    try:
+        if args.journal is not None:
+            from .. import Journal
+            from .enrich_output import check_journal
+
+            check_journal(args.journal, args.input, args.output)
+            extras["journal"] = Journal(args.journal)
+        if args.budget is not None:
+            from .. import Budget
+
+            extras["budget"] = Budget(args.budget)
+        if args.rate_limit is not None:
+            from .. import RateLimit
+
+            extras["rate_limit"] = RateLimit(args.rate_limit[0], per=args.rate_limit[1])
+    except (TypeError, ValueError) as exc:
+        raise EnrichError(str(exc)) from None
+    return extras
+
+
 def _run_enrich(args: argparse.Namespace) -> int:
+    from .enrich_request import Scrubber, url_secrets
+
+    scrub = Scrubber(url_secrets(args.url))
+
+    def say(text: str, stream: TextIO) -> None:
+        print(scrub(str(text)), file=stream)
+
+    try:
+        return _enrich(args, scrub, say)
+    except Exception as exc:  # never a traceback with a credential in it
+        if args.verbose:
+            raise
+        say(f"aiospark enrich: failed: {short_error(exc)}", sys.stderr)
+        return 1
+
+
+def _enrich(args: argparse.Namespace, scrub: Any, say: Any) -> int:
     from .enrich import EnrichError, run_enrich
     from .enrich_checks import check_enrich
 
@@ -145,38 +217,47 @@ def _run_enrich(args: argparse.Namespace) -> int:
                    output_format=args.output_format, overwrite=args.overwrite, on_error=args.on_error,
                    allow_empty_columns=args.allow_empty_columns, cache_rows=args.cache_rows, master=args.master)
     try:  # everything that can be checked without Spark, before Spark starts
+        extras = _enrich_extras(args)
+        scrub.add(*extras["headers"].values(), *([extras["auth_token"]] if extras["auth_token"] else []))
         check_enrich(args.input, args.output, url=args.url, schema=args.schema, on_error=args.on_error,
                      overwrite=args.overwrite, input_format=args.input_format, output_format=args.output_format,
-                     concurrency=args.concurrency)
+                     concurrency=args.concurrency, timeout=args.timeout, input_schema=args.input_schema,
+                     headers=extras["headers"], auth_token=extras["auth_token"])
     except EnrichError as exc:
-        print(f"aiospark enrich: {exc}", file=sys.stderr)
+        say(f"aiospark enrich: {exc}", sys.stderr)
         return 2
+    options.update(extras)
     console = None if args.verbose or os.environ.get("PYSPARK_GATEWAY_PORT") else _SparkConsole()
     try:
         if console is None:
-            run_enrich(args.input, args.output, **options)
+            result = run_enrich(args.input, args.output, out=lambda line: say(line, sys.stdout),
+                                warn=lambda line: say(line, sys.stderr), **options)
         else:
             with console:
-                run_enrich(args.input, args.output, out=print, warn=lambda line: print(line, file=sys.stderr),
-                           **options)
+                result = run_enrich(args.input, args.output, out=lambda line: say(line, sys.stdout),
+                                    warn=lambda line: say(line, sys.stderr), **options)
     except EnrichError as exc:  # the message says what to change: Spark's log is not needed
         if console is not None:
             os.unlink(console.path)
-        print(f"aiospark enrich: {exc}", file=sys.stderr)
+        say(f"aiospark enrich: {exc}", sys.stderr)
         return 2
     except Exception as exc:
         if args.verbose:
             raise
         message = short_error(exc)
-        print(f"aiospark enrich: failed: {message}", file=sys.stderr)
+        say(f"aiospark enrich: failed: {message}", sys.stderr)
         failed_row = args.on_error == "fail" and "AsyncFunctionError" in message
         hint = "; --on-error row writes failed rows with their error instead" if failed_row else ""
         where = f"; Spark's log: {console.path}" if console is not None else ""
-        print(f"  nothing was written to {args.output} (rerun with --verbose for the full trace{where}{hint})",
-              file=sys.stderr)
+        say(f"  nothing was written to {args.output} (rerun with --verbose for the full trace{where}{hint})",
+            sys.stderr)
         return 1
     if console is not None:
         os.unlink(console.path)
+    if result["error_rows"]:
+        say(f"aiospark enrich: {result['error_rows']:,} rows failed (exit code {ROWS_FAILED}); "
+            f"{args.output} holds them with their error in column _error", sys.stderr)
+        return ROWS_FAILED
     return 0
 
 

@@ -8,7 +8,11 @@ What it promises (docs/design.md, "aiospark enrich"):
 * arguments, paths and the input's columns are checked before Spark starts (:mod:`.enrich_checks`);
 * the output appears only when the job succeeded: Spark writes a hidden sibling directory, which is
   renamed to OUTPUT at the end; an existing OUTPUT is replaced only with ``overwrite=True``, and only
-  then; a failed job removes its temporary directory and leaves OUTPUT as it was;
+  when it is a directory this tool wrote (:mod:`.enrich_output`: a marker file); OUTPUT is never
+  the input, inside it or around it; a failed job removes its temporary directory and leaves
+  OUTPUT as it was;
+* CSV columns are read as strings and JSON's fractional numbers as their text, unless
+  ``input_schema`` declares types (:mod:`.enrich_input`): values reach the service as written;
 * a ``--schema`` column that no response carried (NULL in every row the service returned) fails
   the job, unless ``allow_empty_columns`` -- a typo is never a silent all-NULL column;
 * ``on_error="row"`` keeps going: a failed row is written with its input columns and the error
@@ -30,8 +34,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..lookup import LookupSource
-from .enrich_checks import ERROR_COLUMN, EnrichError, EnrichPlan, check_enrich, guess_format  # noqa: F401
+from .enrich_checks import (  # noqa: F401
+    ERROR_COLUMN,
+    EnrichError,
+    EnrichPlan,
+    check_enrich,
+    guess_format,
+    is_local,
+)
 from .enrich_input import MALFORMED, read_marked, refuse_malformed
+from .enrich_output import MARKER, check_remote, marker_text
 
 #: the lookup's mark on every row a response carried (dropped before writing)
 FOUND = "_aiospark_found"
@@ -67,8 +79,9 @@ class _MarkedHttp(LookupSource):
 def write(df: Any, path: str, fmt: str) -> None:
     """Write ``df`` to the new directory ``path``."""
     writer = df.write.mode("errorifexists").format(fmt)
-    if fmt == "csv":
-        writer = writer.option("header", "true")
+    if fmt == "csv":  # values as they are: Spark's CSV writer trims spaces by default
+        writer = (writer.option("header", "true").option("ignoreLeadingWhiteSpace", "false")
+                  .option("ignoreTrailingWhiteSpace", "false"))
     writer.save(path)
 
 
@@ -101,6 +114,18 @@ class _Files:
     def delete(self, path: str) -> None:
         fs, p = self._fs(path)
         fs.delete(p, True)
+
+    def qualified(self, path: str) -> str:
+        fs, p = self._fs(path)
+        return str(fs.makeQualified(p).toString())
+
+    def write_text(self, path: str, text: str) -> None:
+        fs, p = self._fs(path)
+        stream = fs.create(p, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
 
     def rename(self, src: str, dst: str) -> None:
         fs, p = self._fs(src)
@@ -150,11 +175,16 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
                input_format: str | None = None, output_format: str | None = None, overwrite: bool = False,
                on_error: str = "fail", allow_empty_columns: bool = False, cache_rows: int = 0,
                master: str | None = None, out: Callable[[str], Any] = print,
-               warn: Callable[[str], Any] = print, live: bool | None = None) -> dict[str, Any]:
+               warn: Callable[[str], Any] = print, live: bool | None = None, input_schema: str | None = None,
+               headers: dict[str, str] | None = None, auth_token: str | None = None, journal: Any = None,
+               budget: Any = None, rate_limit: Any = None) -> dict[str, Any]:
     """Enrich ``input_path`` into ``output_path``; returns rows, seconds, rows/s, error rows and metrics.
 
     Raises :class:`EnrichError` (before Spark starts) for bad arguments and :class:`EnrichFailed`
-    when the job fails or a schema column stayed empty; OUTPUT is then untouched.
+    when the job fails or a schema column stayed empty; OUTPUT is then untouched. ``timeout``
+    bounds each request and each row (retries included). ``journal``, ``budget`` and
+    ``rate_limit`` (an :class:`aiospark.Journal`, :class:`aiospark.Budget`,
+    :class:`aiospark.RateLimit`) go to :func:`aiospark.lookup_join` as they are.
 
     Example::
 
@@ -162,7 +192,8 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
                    on_error="row")["error_rows"]   # 0
     """
     plan = check_enrich(input_path, output_path, url=url, schema=schema, on_error=on_error, overwrite=overwrite,
-                        input_format=input_format, output_format=output_format, concurrency=concurrency)
+                        input_format=input_format, output_format=output_format, concurrency=concurrency,
+                        timeout=timeout, input_schema=input_schema, headers=headers, auth_token=auth_token)
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -186,9 +217,9 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     files = _Files(spark)
     if not files.exists(input_path):  # remote inputs are first checked here
         raise EnrichError(f"the input {input_path!r} does not exist")
-    if files.exists(output_path) and not overwrite:
-        raise EnrichError(f"the output {output_path!r} exists: pass --overwrite to replace it")
-    marked, columns = read_marked(spark, input_path, plan.in_format)
+    if not (is_local(input_path) and is_local(output_path)):  # local paths were checked before Spark
+        check_remote(files, input_path, output_path, overwrite)
+    marked, columns = read_marked(spark, input_path, plan.in_format, input_schema)
     missing = [k for k in plan.source.key_columns if k not in columns]
     if missing:
         raise EnrichError(f"--url uses {missing}, not columns of {input_path}: its columns are {columns}")
@@ -198,7 +229,8 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     metrics = Metrics("enrich")
     enriched = lookup_join(df, _MarkedHttp(plan.source), on=list(plan.source.key_columns), how=how,
                            capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
-                           on_error=on_error, metrics=metrics)
+                           on_error=on_error, metrics=metrics, journal=journal, budget=budget,
+                           rate_limit=rate_limit)
     prepared = _prepare(enriched, columns, plan, on_error)
     if on_error == "row":
         prepared = prepared.unionByName(_malformed_rows(marked, columns, prepared))
@@ -222,6 +254,7 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
                 f"--schema column(s) {empty} were NULL or absent in all {counts['found']:,} rows the service "
                 f"returned: check their spelling against the response's JSON fields, or pass "
                 f"--allow-empty-columns if they are really empty. Nothing was written to {output_path}.")
+        files.write_text(f"{temporary.rstrip('/')}/{MARKER}", marker_text(input_path))
         _commit(files, temporary, output_path)
     finally:
         if files.exists(temporary):

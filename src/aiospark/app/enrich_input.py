@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .enrich_checks import EnrichError, _data_files, is_local, local_path
+from .enrich_checks import EnrichError, _data_files, check_same_headers, is_local, local_path, open_text
 
 #: why a row's input line is malformed (NULL for a good row)
 MALFORMED = "_aiospark_malformed"
 #: the input line as read (NULL for a good row)
 RAW = "_aiospark_raw"
 _CORRUPT = "_aiospark_corrupt"
+_FILE, _START, _ID = "_aiospark_file", "_aiospark_block", "_aiospark_line_id"
 _SHOWN = 120  # characters of a malformed line shown in an error
 # One CSV line whose every field is either quoted and closed ("...", a backslash escaping any
 # character, as Spark's default escape does) or unquoted. A field that opens a quote and never
@@ -49,20 +50,20 @@ def _ddl(fields: list[Any]) -> str:
     return ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
 
 
-def _read_csv(spark: Any, path: str) -> tuple[Any, list[str]]:
+def _read_csv(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField
 
-    inferred = spark.read.option("header", "true").option("inferSchema", "true").csv(path)
-    lines = spark.read.text(path)
-    partitions = [c for c in lines.columns if c != "value"]  # key=value directories, as the CSV reader adds
-    fields = [f for f in inferred.schema.fields if f.name not in partitions]
-    files = inferred.inputFiles()
-    # every file starts with the header (the CSV reader drops it); a file's first line, read in order
-    header = spark.sparkContext.textFile(files[0]).first() if files else None
-    lines = lines.where(F.trim("value") != "")  # the CSV reader skips empty lines too
-    if header is not None:
-        lines = lines.where(F.col("value") != header)
+    if declared is None:  # every column a string: values reach the service and OUTPUT as written
+        names = spark.read.option("header", "true").csv(path).schema.fieldNames()
+        lines = spark.read.text(path)
+        partitions = [c for c in lines.columns if c != "value"]  # key=value directories, as the CSV reader adds
+        fields = [StructField(n, StringType()) for n in names if n not in partitions]
+    else:
+        lines = spark.read.text(path)
+        partitions = [c for c in lines.columns if c != "value"]
+        fields = [f for f in declared.fields if f.name not in partitions]
+    lines = _without_headers(lines.where(F.trim("value") != ""), path)  # the CSV reader skips empty lines too
     options = {"columnNameOfCorruptRecord": _CORRUPT, "mode": "PERMISSIVE"}
     parsed = lines.select(F.from_csv("value", _ddl(fields + [StructField(_CORRUPT, StringType())]),
                                      options).alias("r"), "value", *partitions)
@@ -78,12 +79,52 @@ def _read_csv(spark: Any, path: str) -> tuple[Any, list[str]]:
     return df, columns
 
 
-def _read_json(spark: Any, path: str) -> tuple[Any, list[str]]:
+def _without_headers(lines: Any, path: str) -> Any:
+    """``lines`` without each file's header: its first non-empty line, as Spark's CSV reader drops
+    it (only that line: a data line that reads like the header stays). Files whose headers differ
+    are refused (:func:`.enrich_checks.check_same_headers`)."""
+    from pyspark.sql import functions as F
+
+    numbered = lines.select("*", F.col("_metadata.file_path").alias(_FILE),
+                            F.col("_metadata.file_block_start").alias(_START),
+                            F.monotonically_increasing_id().alias(_ID))
+    # a file's header is in the split that starts at byte 0, read in order: its smallest row id there
+    firsts = (numbered.where(F.col(_START) == 0).groupBy(_FILE)
+              .agg(F.min(_ID).alias("id"), F.min_by("value", _ID).alias("header")).collect())
+    check_same_headers({r[_FILE]: r["header"] for r in sorted(firsts, key=lambda r: r[_FILE])})
+    ids = [r["id"] for r in firsts]
+    kept = numbered.where(~F.col(_ID).isin(ids)) if ids else numbered
+    return kept.drop(_FILE, _START, _ID)
+
+
+def _strings(kind: Any) -> Any:
+    """``kind`` with every floating-point and decimal number read as its text (nested ones too)."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, (T.DoubleType, T.FloatType, T.DecimalType)):
+        return T.StringType()
+    if isinstance(kind, T.StructType):
+        return T.StructType([T.StructField(f.name, _strings(f.dataType), f.nullable) for f in kind.fields])
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(_strings(kind.elementType), kind.containsNull)
+    if isinstance(kind, T.MapType):
+        return T.MapType(kind.keyType, _strings(kind.valueType), kind.valueContainsNull)
+    return kind
+
+
+def _read_json(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    inferred = spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path)
-    fields = [f for f in inferred.schema.fields if f.name != _CORRUPT]
+    if declared is None:
+        # JSON says what a string, a boolean, an integer is; a number with a fraction or an exponent
+        # is kept as its text (1.10 stays 1.10, 1e400 stays 1e400), as Spark reads a number into a
+        # string column: as a double it would lose digits, as a decimal its scale (or fail on 1e2)
+        inferred = spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path)
+        fields = [StructField(f.name, _strings(f.dataType), f.nullable)
+                  for f in inferred.schema.fields if f.name != _CORRUPT]
+    else:
+        fields = list(declared.fields)
     schema = StructType(fields + [StructField(_CORRUPT, StringType())])
     df = spark.read.schema(schema).option("columnNameOfCorruptRecord", _CORRUPT).json(path)
     corrupt = F.col(_CORRUPT)
@@ -92,8 +133,10 @@ def _read_json(spark: Any, path: str) -> tuple[Any, list[str]]:
     return df.select(*[F.col(f"`{c}`") for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
 
 
-def read_marked(spark: Any, path: str, fmt: str) -> tuple[Any, list[str]]:
-    """The input with ``MALFORMED`` and ``RAW`` columns, and the input's own column names.
+def read_marked(spark: Any, path: str, fmt: str, input_schema: str | None = None) -> tuple[Any, list[str]]:
+    """The input with ``MALFORMED`` and ``RAW`` columns, and the input's own column names. CSV
+    columns are strings and JSON's fractional numbers their text, unless ``input_schema`` (DDL)
+    declares the columns and their types.
 
     Example::
 
@@ -101,10 +144,18 @@ def read_marked(spark: Any, path: str, fmt: str) -> tuple[Any, list[str]]:
     """
     from pyspark.sql import functions as F
 
+    declared = None
+    if input_schema is not None:
+        from ..spark.schema import parse_schema as spark_schema
+
+        try:
+            declared = spark_schema(spark, input_schema, what="--input-schema")
+        except ValueError as exc:
+            raise EnrichError(str(exc)) from None
     if fmt == "csv":
-        return _read_csv(spark, path)
+        return _read_csv(spark, path, declared)
     if fmt == "json":
-        return _read_json(spark, path)
+        return _read_json(spark, path, declared)
     df = spark.read.format(fmt).load(path)
     none = F.lit(None).cast("string")
     return df.select(*[F.col(f"`{c}`") for c in df.columns], none.alias(MALFORMED), none.alias(RAW)), df.columns
@@ -137,7 +188,10 @@ def line_numbers(path: str, raws: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     root = local_path(path)
     for name in _data_files(root):
-        with open(name, encoding="utf-8", errors="replace", newline="") as handle:
+        handle = open_text(name)
+        if handle is None:
+            continue
+        with handle:
             for number, line in enumerate(handle, 1):
                 text = line.rstrip("\r\n")
                 if text in wanted and text not in found:

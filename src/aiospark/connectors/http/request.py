@@ -60,16 +60,38 @@ def composite_key_text(j: tuple) -> str:
     return json.dumps(list(j), separators=(",", ":"), ensure_ascii=False)
 
 
+def redact_url(url: str) -> str:
+    """``url`` for a message: its userinfo and credential-like query values replaced by ``***``,
+    whatever its scheme (a typo in the scheme must not print the password).
+
+    Example::
+
+        redact_url("htps://bob:pw@h/x?api_key=k")   # 'htps://***@h/x?api_key=***'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced '[' in the host: cut anything that looks like userinfo
+        head, at, tail = url.rpartition("@")
+        return f"{head.split('//', 1)[0]}//***@{tail}" if at and "//" in head else url
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1])
+    return mask_query(urlunsplit(parts))
+
+
 def split_url(url: str, what: str, allow_fields: bool) -> tuple[str, str, Secret | None, Secret | None]:
-    """Return (url without userinfo, 'host:port', user, password)."""
-    parts = urlsplit(url)
+    """Return (url without userinfo, 'host:port', user, password). Errors show the URL redacted."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{what} {redact_url(url)!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} must be an absolute http:// or https:// URL, got {url!r}")
+        raise ValueError(f"{what} must be an absolute http:// or https:// URL, got {redact_url(url)!r}")
     if "{" in parts.netloc or "}" in parts.netloc:
-        raise ValueError(f"{what} {url!r}: placeholders are allowed in the path and query only")
+        raise ValueError(f"{what} {redact_url(url)!r}: placeholders are allowed in the path and query only")
     if not allow_fields and ("{" in url or "}" in url):
-        raise ValueError(f"{what} must be a fixed URL without placeholders, got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+        raise ValueError(f"{what} must be a fixed URL without placeholders, got {redact_url(url)!r}")
+    port = port or (443 if parts.scheme == "https" else 80)
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     user = Secret(unquote(parts.username)) if parts.username else None
     pw = Secret(unquote(parts.password)) if parts.password else None
