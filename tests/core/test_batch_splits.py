@@ -30,7 +30,7 @@ class Service:
         service = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
+            def do_POST(self):
                 ids = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["ids"]
                 with service.lock:
                     service.requests += 1
