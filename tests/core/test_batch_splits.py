@@ -192,7 +192,9 @@ class ServiceError(Exception):
     ServiceError("rate limited", retry_after=0.001),
     ServiceError("429 Too Many Requests", status=429),
     ConnectionResetError("reset by peer"),
-], ids=["timeout", "retry-after", "429", "connection"])
+    ServiceError("Service Unavailable", status=503),
+    ServiceError("refused by 127.0.0.1:1", retryable=True),
+], ids=["timeout", "retry-after", "429", "connection", "503", "marked-retryable"])
 def test_timeouts_rate_limits_and_lost_connections_are_never_split(error):
     calls = []
 
@@ -301,3 +303,20 @@ async def _timed(fn):
     finally:
         await op.close()
     return out.values()
+
+
+def test_a_503_read_by_httpx_without_retries_is_one_call_for_the_whole_batch():
+    """httpx's HTTPStatusError carries the status on its response: the service's, never split."""
+    import httpx
+
+    with Service(status=503) as service:
+        client = httpx.AsyncClient()
+
+        async def score(ids):
+            response = await client.post(service.url, json={"ids": ids})
+            response.raise_for_status()
+            return response.json()["scores"]
+
+        values = run_batches(score, client.aclose, 64)
+    assert len(values) == 64 and all("HTTPStatusError" in v and "503" in v for v in values)
+    assert (service.requests, service.rows) == (1, 64)
