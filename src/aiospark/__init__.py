@@ -11,6 +11,7 @@ from .core import (
     AsyncFunctionError,
     AsyncTimeoutError,
     AsyncWaitOperator,
+    BadInput,
     BlockedLoopWarning,
     CancellationIgnoredWarning,
     OrderedQueue,
@@ -75,8 +76,8 @@ def __getattr__(name: str) -> Any:  # Spark entry points load pyspark only when 
 __all__ = [
     "AdaptiveConcurrency", "BudgetExhausted", "OperatorMetrics", "RateLimit", "idempotency_key", "record_usage",
     "time_left",
-    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
-    "CancellationIgnoredWarning", "OrderedQueue",
+    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BadInput",
+    "BlockedLoopWarning", "CancellationIgnoredWarning", "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "UnorderedQueue", "Watermark", "retry_if_empty", "retry_on",
     *_SPARK_EXPORTS,
 ]

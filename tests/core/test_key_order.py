@@ -146,3 +146,60 @@ def test_key_order_under_backpressure_with_many_values():
     for k in range(3):
         mine = [v for v in values if v % 3 == k]
         assert mine == sorted(mine)
+
+
+# -- NaN keys: one key, as Spark groups them (issue 44) -------------------------------------------
+
+def _concurrency_per_key(values, key):
+    """Run ``values`` through an unordered, key-ordered operator whose calls take less time the
+    later they come (so without key order the output would reverse); returns (output, peak)."""
+    import asyncio
+
+    from aiospark.core import AsyncWaitOperator
+
+    from ._util import Collector, run
+
+    running = {"now": 0, "peak": 0}
+
+    async def call(value):
+        running["now"] += 1
+        running["peak"] = max(running["peak"], running["now"])
+        await asyncio.sleep(0.01 * (len(values) - value[1]))
+        running["now"] -= 1
+        return value[1]
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(call, out, ordered=False, capacity=10, key=key)
+        await op.open()
+        for value in values:
+            await op.process_element(value)
+        await op.finish()
+        await op.close()
+        return out.values()
+
+    return run(main()), running["peak"]
+
+
+def test_nan_keys_are_one_key_called_one_at_a_time_in_input_order():
+    values = [(float("nan"), i) for i in range(4)]  # four NaN objects, as rows bring them
+    out, peak = _concurrency_per_key(values, key=lambda v: v[0])
+    assert out == [0, 1, 2, 3] and peak == 1
+
+
+def test_nan_inside_a_tuple_key_is_one_key_too():
+    values = [(("a", float("nan")), i) for i in range(4)]
+    out, peak = _concurrency_per_key(values, key=lambda v: v[0])
+    assert out == [0, 1, 2, 3] and peak == 1
+
+
+def test_negative_and_positive_zero_are_one_key_as_in_spark():
+    values = [(0.0 if i % 2 else -0.0, i) for i in range(4)]
+    out, peak = _concurrency_per_key(values, key=lambda v: (v[0], "x"))
+    assert out == [0, 1, 2, 3] and peak == 1
+
+
+def test_different_keys_next_to_nan_keys_still_run_at_once():
+    values = [(float("nan"), 0), (1.0, 1), (float("nan"), 2), (2.0, 3)]
+    out, peak = _concurrency_per_key(values, key=lambda v: v[0])
+    assert out.index(0) < out.index(2) and peak == 3  # NaN, 1.0 and 2.0 at once; the NaNs in turn

@@ -21,7 +21,7 @@ Example::
 """
 from .context import time_left
 from .elements import Record, StreamElement, Watermark
-from .errors import AsyncFunctionError, AsyncTimeoutError, BlockedLoopWarning, CancellationIgnoredWarning
+from .errors import AsyncFunctionError, AsyncTimeoutError, BadInput, BlockedLoopWarning, CancellationIgnoredWarning
 from .function import AsyncFunction
 from .operator import AsyncWaitOperator
 from .queues import OrderedQueue, UnorderedQueue
@@ -29,7 +29,7 @@ from .result_future import ResultFuture
 from .retry import RetryStrategy, retry_if_empty, retry_on
 
 __all__ = [
-    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BlockedLoopWarning",
+    "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BadInput", "BlockedLoopWarning",
     "CancellationIgnoredWarning", "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "StreamElement", "UnorderedQueue", "Watermark",
     "retry_if_empty", "retry_on", "time_left",

@@ -18,11 +18,17 @@ emit path, each with its own timestamp. The life of a batch, top-down:
    * results -- exactly one per element, in order -- go to the operator in one report for the
      whole batch (no object per element); a list of another length fails every element of the
      batch with an error naming both numbers;
-   * an exception (after retries) splits the batch in halves, each run as a call of its own, so a
-     single bad element ends up failing alone and its neighbours succeed;
+   * an exception (after retries) that may belong to some of its rows splits the batch in halves,
+     each run as a call of its own, so a single bad element ends up failing alone and its
+     neighbours succeed (:mod:`aiospark.core.splits`: which errors, and the calls it may cost);
+     any other exception is every element's error;
    * a timeout (the batch's deadline: its first element's) times out every element still waiting
      for an outcome: each gets ``function.timeout(value)``'s results (or ``AsyncTimeoutError``). A
      timeout says the service is slow, not that an element is bad, so it is not split.
+
+Each attempt gets its own copy of the values (a list the function may consume or pad), and the
+function's returned list is copied when the call is over (it may reuse it for its next call): the
+batch counts the elements it sent, so every path out of a call settles each of them exactly once.
 
 Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
 timeout results, its journal record or recorded outcome -- goes through a per-element handle
@@ -46,13 +52,15 @@ import functools
 import math
 import numbers
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Any
 
 from .calls import CALL, PREDICATES, Call, Caller, _NotAList
 from .elements import Record, StreamElement
+from .errors import BadInput
 from .result_future import ResultFuture
+from .splits import Split, may_be_rows, same_error
 
 _new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
 
@@ -97,7 +105,7 @@ class Batch(Call):
     outcome.
     """
 
-    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped")
+    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays")
 
     def __init__(self, started: float):
         super().__init__(None, None, started)
@@ -111,6 +119,8 @@ class Batch(Call):
         self.tasks: dict[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] = {}
         self.rows: dict[int, BatchRow] | None = None  # per-element handles, made when needed
         self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
+        #: the back-off delays left to every call of the batch (its halves do not start over)
+        self.delays: Iterator[float] | None = None
 
     # ------------------------------------------------------------------ filling
     def add(self, value: Any, timestamp: Any) -> int:
@@ -255,6 +265,12 @@ class BatchCaller(Caller):
                  **kwargs: Any):
         super().__init__(function, **kwargs)
         self.takes_list = True  # a batch's result is a list, whatever the kind of function
+        invoke = self.invoke
+
+        def own_copy(values: list[Any]) -> Any:
+            return invoke(list(values))  # the function's own list: it may consume or pad it
+
+        self.invoke = own_copy
         self.batch_size = batch_size
         self.batch_delay = batch_delay
         self._report_rows = report_rows
@@ -315,7 +331,7 @@ class BatchCaller(Caller):
             self.on_timeout(row)
 
     # ------------------------------------------------------------------ one call of a batch
-    def _run(self, batch: Batch, indices: list[int] | None) -> None:
+    def _run(self, batch: Batch, indices: list[int] | None, split: Split | None = None) -> None:
         self.batches += 1
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
@@ -325,21 +341,36 @@ class BatchCaller(Caller):
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report_each(batch, indices, exc, CALL)
             raise
-        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices)
+        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices, split)
         if task.done():
             over(task)
         else:
             task.add_done_callback(over)
 
+    def _delays(self, entry: Call) -> Iterator[float]:
+        """One back-off sequence per batch: a half continues its batch's retries."""
+        batch: Batch = entry  # type: ignore[assignment]  # a batch call's entry is its batch
+        if batch.delays is None:
+            batch.delays = self.retry.delays()  # type: ignore[union-attr]  # asked only with a retry strategy
+        return batch.delays
+
     def cost_of(self, values: list[Any]) -> float:
         """A batch is charged the sum of its elements' costs."""
         return sum(Caller.cost_of(self, value) for value in values)
+
+    def _results_of(self, result: Any) -> list[Any]:
+        """A copy of the batch's list of results; an AsyncFunction's lists of outputs per element
+        copied too (the function may reuse its lists for its next call before these are emitted)."""
+        if self.returns_list and isinstance(result, (list, tuple)):
+            return [outputs.copy() if type(outputs) is list else outputs for outputs in result]
+        return Caller._results_of(self, result)
 
     def _list_contract(self) -> str:
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _run_over(self, batch: Batch, indices: list[int] | None, task: asyncio.Task[Any]) -> None:
+    def _run_over(self, batch: Batch, indices: list[int] | None, split: Split | None,
+                  task: asyncio.Task[Any]) -> None:
         """The call's Task ended (or, timed out, ignored its cancel for the whole grace period)."""
         del batch.tasks[task]
         if self.stopped or batch.timed_out:
@@ -347,27 +378,60 @@ class BatchCaller(Caller):
                 task.exception()  # abandoned, or it ended anyway: the deadline decides
             if not self.stopped:
                 self._time_out_rows(batch, indices)
+                waiting = split.waiting() if split is not None else None
+                if waiting is not None:  # the other half, which waited for this one to be split
+                    self._time_out_rows(batch, waiting)
             return
+        error: BaseException | None = None  # this call's error, when a split may fix it
         if task.cancelled():  # by other code, before its first step
             self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
-            return
-        if task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
+        elif task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
             self._report_each(batch, indices, task.exception(), CALL)  # type: ignore[arg-type]
+        else:
+            results, exc, what, retried_out = task.result()
+            if exc is None:
+                self._distribute(batch, indices, results)
+            elif isinstance(exc, asyncio.CancelledError):  # by the batch function's own code
+                self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
+            elif what in PREDICATES:
+                self._report_each(batch, indices, exc, what)
+            elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1 \
+                    or not may_be_rows(exc, retried_out):
+                self._report_each(batch, indices, exc, CALL)
+            else:
+                error = exc
+        if split is None:
+            if error is not None:  # the batch's own call: split it
+                self._split(batch, indices, Split(suspect=False))
+        else:
+            self._half_over(batch, indices, split, error)
+
+    def _half_over(self, batch: Batch, indices: list[int] | None, split: Split, error: BaseException | None) -> None:
+        """A half of ``split`` is over (``error``: it failed with an error a split may fix). The
+        first one waits for the other; then each failed half is split again -- unless both failed
+        with one same error a second time in a row (see :mod:`aiospark.core.splits`)."""
+        if split.over == 0:
+            split.over = 1
+            split.first = (indices, error)  # type: ignore[assignment]  # a half's indices are a list
             return
-        results, exc, what = task.result()
-        if exc is None:
-            self._distribute(batch, indices, results)
-        elif isinstance(exc, asyncio.CancelledError):  # by the batch function's own code
-            self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
-        elif what in PREDICATES:
-            self._report_each(batch, indices, exc, what)
-        elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1:
-            self._report_each(batch, indices, exc, CALL)
-        else:  # split: a bad element ends alone, its neighbours get their results
-            every = list(_each(batch, indices))
-            half = len(every) // 2
-            self._run(batch, every[:half])
-            self._run(batch, every[half:])
+        first, split.first = split.first, None
+        if first is None:
+            return
+        same = first[1] is not None and error is not None and same_error(first[1], error)
+        for half, failure in (first, (indices, error)):
+            if failure is None:
+                continue
+            if same and split.suspect and not isinstance(failure, BadInput):
+                self._report_each(batch, half, failure, CALL)  # every part repeats it: not a row's
+            else:
+                self._split(batch, half, Split(suspect=same))
+
+    def _split(self, batch: Batch, indices: list[int] | None, split: Split) -> None:
+        """Run the two halves of the elements at ``indices`` as calls of their own, at once."""
+        every = list(_each(batch, indices))
+        half = len(every) // 2
+        self._run(batch, every[:half], split)
+        self._run(batch, every[half:], split)
 
     def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
         count = len(batch.values) if indices is None else len(indices)

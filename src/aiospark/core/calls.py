@@ -48,7 +48,7 @@ from .adaptive import AdaptiveConcurrency
 from .context import CallContext, current_call
 from .durable import BudgetExhausted, BudgetGate, Identify, not_an_answer
 from .elements import Record, StreamElement
-from .errors import AsyncTimeoutError, describe_input, error_line
+from .errors import AsyncTimeoutError, BadInput, describe_input, error_line
 from .function import AsyncFunction, describe_function
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
@@ -67,6 +67,9 @@ TIMEOUT_RESULTS = "timeout results"
 #: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
 PREDICATES = ("retry result_predicate", "retry exception_predicate")
 
+
+#: what ``_retry_delay`` returns for an exception the strategy would retry once its retries ran out
+_RETRIES_SPENT = -1.0
 
 #: latencies are noted in a list and folded into the histogram this many at a time
 FOLD_LATENCIES = 1024
@@ -215,22 +218,22 @@ class Caller:
                 self._report(call, None, asyncio.CancelledError("the async call was cancelled"), CALL)
                 return
             if outcome is not None:
-                results, error, what = outcome
-                self._report(call, results, error, what)
+                self._report(call, outcome[0], outcome[1], outcome[2])
 
     def flush(self) -> None:
         """End of input: start whatever waits to be started (nothing here: calls start at once)."""
 
     async def _attempts(self, value: Any, context: CallContext,
-                        entry: Call) -> tuple[list[Any] | None, BaseException | None, str] | None:
+                        entry: Call) -> tuple[list[Any] | None, BaseException | None, str, bool] | None:
         """The call's Task: every attempt for ``value``, with rate-limit waits and back-offs in
         between, then, as its last step, the outcome that stands -- the results, or the exception --
         reported for ``entry``. Not when the operator stopped or ``entry``'s deadline passed (the
         cancel was ours: :meth:`time_out` decides once the Task has unwound), and not when
         ``entry.task`` is unset: the outcome is then returned, for whoever started the Task to
         report (:meth:`start`, for a call over within its eager first step; a batch's done
-        callback). ``context`` is what :func:`~aiospark.core.context.time_left` and
-        ``idempotency_key`` tell the code of the call."""
+        callback), with, last, whether the exception is one the retry strategy would have retried
+        had retries been left (what a batch's split looks at). ``context`` is what
+        :func:`~aiospark.core.context.time_left` and ``idempotency_key`` tell the code of the call."""
         current_call.set(context)  # this task's own context: no reset needed
         metrics, adaptive, retry = self.metrics, self.adaptive, self.retry
         delays: Iterator[float] | None = None
@@ -238,6 +241,7 @@ class Caller:
         error: BaseException | None = None
         what = ""
         admitting = True  # an error raised now is aiospark's refusal, not a call's answer
+        retried_out = False  # the exception that stands is retryable: the retries ran out
         try:
             cost = self.cost_of(value) if self._cost is not None else None
             while True:
@@ -261,9 +265,12 @@ class Caller:
                         self._pause_for(exc)
                     if retry is None:
                         raise
-                    delays = delays or retry.delays()
+                    delays = delays or self._delays(entry)
                     delay = self._retry_delay(retry, exc, delays)
                     if delay is None:
+                        raise
+                    if delay < 0.0:  # _RETRIES_SPENT
+                        retried_out = True
                         raise
                 else:
                     latency = _clock() - begun
@@ -281,7 +288,7 @@ class Caller:
                         again = retry.should_retry_result(results)
                     except Exception as exc:
                         raise _PredicateError(exc, "retry result_predicate") from exc
-                    delays = delays or retry.delays()
+                    delays = delays or self._delays(entry)
                     delay = next(delays, None) if again else None
                     if delay is None:
                         break  # accepted, or retries exhausted: the last result stands
@@ -307,7 +314,7 @@ class Caller:
         if self.stopped or entry.timed_out:  # it ended anyway: finished meanwhile, or swallowed our cancel
             return None
         if entry.task is None:  # whoever started the Task reports: start(), for a call over within its
-            return results, error, what  # eager first step; a batch's done callback
+            return results, error, what, retried_out  # eager first step; a batch's done callback
         # in the operator's context, not this call's: what the report schedules (the emission, the
         # next call of a key) must not inherit the context variables the call set
         self._outside.copy().run(self._report, entry, results, error, what)
@@ -355,28 +362,36 @@ class Caller:
         if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > 0:
             self._pause(float(retry_after))  # type: ignore[misc]
 
+    def _delays(self, entry: Call) -> Iterator[float]:
+        """The back-off delays of ``entry``'s call, asked for at its first retry (each element
+        starts from the strategy's first delay)."""
+        return self.retry.delays()  # type: ignore[union-attr]  # asked only with a retry strategy
+
     @staticmethod
     def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> float | None:
-        """The back-off before retrying after ``exc``, or None when it stands. An exception with a
+        """The back-off before retrying after ``exc``; None when it stands because it is not to be
+        retried, :data:`_RETRIES_SPENT` when it would be but the retries ran out. An exception with a
         ``retry_after`` (seconds, e.g. from a 429) is never retried sooner than that."""
-        if isinstance(exc, BudgetExhausted):
-            return None  # no retry can start once the budget is spent
+        if isinstance(exc, (BudgetExhausted, BadInput)):
+            return None  # no retry can start once the budget is spent; a bad input stays bad
         try:
             again = retry.should_retry_exception(exc)
         except Exception as pred_exc:
             raise _PredicateError(pred_exc, "retry exception_predicate") from pred_exc
-        delay = next(delays, None) if again else None
-        if delay is None:
+        if not again:
             return None
+        delay = next(delays, None)
+        if delay is None:
+            return _RETRIES_SPENT
         retry_after = getattr(exc, "retry_after", None)
         if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > delay:
             return float(retry_after)
         return delay
 
     def _results_of(self, result: Any) -> list[Any]:
-        """An AsyncFunction's outputs: its list (or tuple), anything else is its failure."""
-        if type(result) is list:
-            return result
+        """An AsyncFunction's outputs: a copy of its list (or tuple) -- the function may reuse its
+        list for the next call while these wait for their turn to be emitted --, anything else is
+        its failure."""
         if isinstance(result, (list, tuple)):
             return list(result)
         raise _NotAList(f"{self._list_contract()}, got {type(result).__name__}: {describe_input(result, 80)}")

@@ -18,6 +18,21 @@ class AsyncFunctionError(RuntimeError):
     """
 
 
+class BadInput(Exception):
+    """Raise it (``from`` the service's error) to say a call failed because of its input, not the
+    service: it is never retried, and a batch that fails with it is split in halves until each bad
+    input fails alone while its neighbours get their results.
+
+    Example::
+
+        async def embed_many(texts):
+            response = await client.post(url, json={"input": texts})
+            if response.status_code == 400:  # the service refuses some text of the batch
+                raise aiospark.BadInput(response.text)
+            return response.json()["embeddings"]
+    """
+
+
 class BlockedLoopWarning(RuntimeWarning):
     """A user function blocked the event loop (``time.sleep``, ``requests``, a synchronous driver
     inside ``async def``): every other call in flight waited, so calls ran one at a time."""

@@ -8,6 +8,10 @@ busy (wait behind the call under way). When a call is over and its element has c
 :meth:`KeyTurns.next_after` hands out the next element of that key. An element completes only
 after the one before it of its key, so any queue emits equal keys in input order.
 
+Keys compare as Spark groups them: every NaN is one key (each NaN is a float object of its own
+and NaN != NaN, so a dict would hold each one apart), inside tuple keys too; ``-0.0`` and ``0.0``
+are one key already (equal, with equal hashes).
+
 A deadline counts from when the element entered the operator, as it does for a rate-limit
 wait: an element whose deadline passes while it waits for its turn times out when its turn
 comes (its timeout handler then runs, still in key order).
@@ -25,6 +29,7 @@ Example (what the operator does)::
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +55,7 @@ class KeyTurns:
     def admit(self, call: Call) -> bool:
         """``call`` entered the queue: ``True`` if its call may start now, ``False`` if it waits
         for its turn. Raises what ``key_of`` raises (or ``TypeError`` for an unhashable key)."""
-        key = self.key_of(call.element[0])
+        key = one_nan(self.key_of(call.element[0]))
         waiting = self._waiting.get(key)
         self._keys[call] = key
         if waiting is None:
@@ -76,3 +81,23 @@ class KeyTurns:
 
 
 _NO_KEY = object()
+#: the one NaN every NaN key becomes: a dict finds it by identity (NaN != NaN)
+_NAN = math.nan
+
+
+def one_nan(key: Any) -> Any:
+    """``key`` with every NaN in it (at the top, or inside tuples) made the same NaN object.
+
+    Example::
+
+        >>> one_nan(float("nan")) is one_nan(float("nan"))
+        True
+    """
+    kind = type(key)
+    if kind is str or kind is int:
+        return key
+    if kind is tuple:
+        return tuple([one_nan(part) for part in key])
+    if isinstance(key, float) and key != key:
+        return _NAN
+    return key

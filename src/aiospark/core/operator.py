@@ -428,6 +428,7 @@ class AsyncWaitOperator:
                 results = self._on_error(call.value, error)
                 if not isinstance(results, (list, tuple)):
                     raise TypeError(f"on_error must return a list of outputs, got {type(results).__name__}")
+                results = list(results)  # its own: a handler may return one shared list for every error
             except BaseException as handler_exc:
                 handler_exc.__context__ = error
                 self.fail(call.value, handler_exc, "on_error handler")

@@ -235,8 +235,9 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
     ``batch_size=n`` calls ``function`` with a list of up to ``n`` rows (waiting at most
     ``batch_delay`` seconds for a batch to fill); it returns a list with one result per row, in
     order (an AsyncFunction: one list of rows per row). ``capacity`` still counts rows; timeout,
-    retries and rate limit apply per batch; a batch that fails is split in halves until the row
-    that fails is alone (its neighbours succeed).
+    retries and rate limit apply per batch; a batch whose error may be a row's (``BadInput``, or
+    an error ``retry`` does not retry) is split in halves until the row that fails is alone (its
+    neighbours succeed); see ``aiospark.core.splits`` for the rule and the calls it may cost.
     ``batch_format="pyarrow"`` (with ``batch_size``) is the columnar lane: the function gets a
     ``pyarrow.RecordBatch`` of up to ``batch_size`` input rows and returns a ``RecordBatch`` or
     ``Table`` with one row per input row, in order; no Python object is made per row. A batch
