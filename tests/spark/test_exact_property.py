@@ -24,12 +24,10 @@ Examples are derandomized and few (each is several Spark jobs on a shared machin
 from __future__ import annotations
 
 import datetime
-import decimal
 import math
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
@@ -258,7 +256,7 @@ def lanes(spark: Any, t: DataType, column: list[Any]) -> dict[str, Any]:
     for lane, run in runs.items():
         try:
             out[lane] = plain(run())
-        except Exception as exc:  # noqa: BLE001 - the lane's refusal is what is compared
+        except Exception as exc:  # the lane's refusal is what is compared
             out[lane] = exc
     return out
 
@@ -271,7 +269,7 @@ def test_every_lane_writes_what_create_data_frame_writes_and_refuses_what_it_cha
     schema = StructType([StructField("v", t)])
     try:
         spark_rows: Any = plain([r.v for r in spark.createDataFrame([(v,) for v in column], schema).collect()])
-    except Exception as exc:  # noqa: BLE001 - Spark refusing the values is an outcome
+    except Exception as exc:  # Spark refusing the values is an outcome
         spark_rows = exc
     got = lanes(spark, t, column)
     if not spoilt:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-
 from pyspark.sql.types import StructType
 
 from ..core.errors import describe_input
