@@ -142,6 +142,8 @@ def value_problem(values: list[Any], plan: Plan, name: str,
         if found is None:
             return None
         return found[1], f"at {name} (row {found[0]}): {found[2]}"
+    if plan[0] == "array" and plan[1] is None and not plan[2] and set(map(type, values)) <= _LISTS:
+        return None  # the usual ARRAY of plain values (an embedding): one C-level pass, no walk
     leaves: dict[str, tuple[str, list[Any], list[tuple[int, Path]]]] = {}  # pattern -> kind, values, places
     try:
         for row, v in enumerate(values):
@@ -222,6 +224,7 @@ def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
 
 
 _INTS = frozenset({int, type(None)})
+_LISTS = frozenset({list, tuple, type(None)})
 _DATES = frozenset({_dt.date, type(None)})
 
 

@@ -8,6 +8,11 @@ Only the edges differ: arguments arrive as pandas made them and results leave as
 What the function sees on these versions (as in any pandas UDF there): NULL is ``None``; an
 integer column arrives as ``float`` in a batch that holds a NULL (pandas has no NULL integers);
 arrays arrive as lists, structs as dicts, timestamps as naive ``datetime`` in the session time zone.
+A NaN argument stays NaN: pandas has one marker for NULL and NaN, so each argument travels with its
+``isnull`` column (added by :class:`~aiospark.spark.udf.AsyncUDF` when applied to columns) and
+:func:`unmasked` puts the NULLs back. A floating-point result goes back as an Arrow-backed Series
+(Spark reads NaN in any other Series as NULL); a NaN below the top of a result is refused
+(:func:`lost_nan`), as Spark would make it NULL.
 
 Example::
 
