@@ -258,3 +258,20 @@ def test_lanes_agree_on_a_missing_nested_field(spark):
     by_rows = aiospark.ordered_wait(ids(spark), as_rows, schema).collect()
     by_arrow = aiospark.ordered_wait(ids(spark), as_arrow, schema, batch_size=4, batch_format="pyarrow").collect()
     assert by_rows == by_arrow and by_rows[0].s.asDict() == {"a": None, "b": "x"}
+
+
+@aiospark.async_udf("struct<a: decimal(10, 2), b: int>")
+async def no_struct(i):
+    return None if i == BAD else {"a": None, "b": 1}
+
+
+def test_a_null_struct_result_is_null_or_refused_never_made_up(spark):
+    """PySpark >= 4.1 returns the NULL struct; before, a pandas UDF cannot (a DataFrame has no NULL
+    row) and Spark got ``{a: 0.00, b: ...}``: refused, naming the input."""
+    df = ids(spark)
+    if ARROW_ITER is not None:
+        rows = df.select("id", no_struct("id").alias("v")).collect()
+        assert [r.id for r in rows if r.v is None] == [BAD]
+    else:
+        text = failure(lambda: df.select(no_struct("id")).collect())
+        assert "None for a STRUCT" in text and f"for the input {BAD}" in text

@@ -12,7 +12,8 @@ A NaN argument stays NaN: pandas has one marker for NULL and NaN, so each argume
 ``isnull`` column (added by :class:`~aiospark.spark.udf.AsyncUDF` when applied to columns) and
 :func:`unmasked` puts the NULLs back. A floating-point result goes back as an Arrow-backed Series
 (Spark reads NaN in any other Series as NULL); a NaN below the top of a result is refused
-(:func:`lost_nan`), as Spark would make it NULL.
+(:func:`lost_nan`), as Spark would make it NULL, and so is ``None`` for a STRUCT result (a pandas
+UDF returns structs as a DataFrame, which has no NULL row: Spark got made-up values).
 
 Example::
 
@@ -79,9 +80,10 @@ class PandasUdfRunner(UdfRunner):
     """The picklable function each task runs: iterator of pandas Series in, iterator of Series out."""
 
     def converter(self) -> ValueConverter:
-        """This task's converter, refusing a NaN that Spark would read as NULL (:func:`lost_nan`)."""
+        """This task's converter, refusing what Spark would change on the way back from pandas: a NULL
+        STRUCT, a NaN it would read as NULL (:func:`lost_nan`)."""
         made = super().converter()
-        made.extra_check = _keeps_nan
+        made.extra_check = _returnable
         return made
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -115,7 +117,11 @@ class PandasUdfRunner(UdfRunner):
                 yield _objects(array)
 
 
-def _keeps_nan(array: Any) -> str | None:
+def _returnable(array: Any) -> str | None:
+    """Why a pandas UDF cannot hand ``array`` to Spark unchanged (None: it can)."""
+    if pa.types.is_struct(array.type) and array.null_count:
+        return ("None for a STRUCT, which a pandas UDF (PySpark < 4.1) cannot return: Spark would get a struct of "
+                "made-up values (a DataFrame has no NULL row); return a dict of NULLs, or use PySpark >= 4.1")
     if lost_nan(array):
         return ("a NaN inside an array, a map or a nested struct, which Spark reads back as NULL from a pandas "
                 "UDF (PySpark < 4.1): return None for a missing value, or use PySpark >= 4.1")
