@@ -158,23 +158,24 @@ def put(value: Any, path: tuple, new: Any) -> Any:
 
 
 @st.composite
-def cases(draw: Any) -> tuple[DataType, list[Any], bool]:
-    """(type of the column ``v``, its values for ids 0.., whether one is spoilt (None: spoilt in a
-    way only Python lanes can be given))."""
+def cases(draw: Any) -> tuple[DataType, list[Any], Any, Any]:
+    """(type of the column ``v``, its values for ids 0.., how one is spoilt (False: none, "arrow":
+    in a way the columnar lane can be given too, "python": only the others), (row, path, spoilt
+    value) or None)."""
     t = draw(types())
     column = draw(st.lists(values(t, True), min_size=1, max_size=4))
     if not draw(st.booleans()):
-        return t, column, False
+        return t, column, False, None
     row = draw(st.integers(0, len(column) - 1))
     spots = places(t, column[row])
     arrow_only = draw(st.booleans())
     options = [(path, spoil) for path, sub, nullable in spots
                if (spoil := spoilt_value(sub, _at(column[row], path), nullable, arrow_only)) is not NotImplemented]
     if not options:
-        return t, column, False
+        return t, column, False, None
     path, spoil = draw(st.sampled_from(options))
     column[row] = put(column[row], path, spoil)
-    return t, column, "arrow" if arrow_only else "python"
+    return t, column, "arrow" if arrow_only else "python", (row, path, spoil)
 
 
 def _at(value: Any, path: tuple) -> Any:
@@ -265,7 +266,7 @@ def lanes(spark: Any, t: DataType, column: list[Any]) -> dict[str, Any]:
 @SETTINGS
 @given(case=cases())
 def test_every_lane_writes_what_create_data_frame_writes_and_refuses_what_it_changes(spark, case):
-    t, column, spoilt = case
+    t, column, spoilt, where = case
     event(f"spoilt: {spoilt}")
     schema = StructType([StructField("v", t)])
     try:
@@ -285,7 +286,9 @@ def test_every_lane_writes_what_create_data_frame_writes_and_refuses_what_it_cha
             assert result == spark_rows, (lane, t.simpleString(), column)
         return
     # Spark changes or refuses the spoilt value: it never writes what it was given
-    assert isinstance(spark_rows, Exception) or spark_rows != plain(column), (t.simpleString(), column)
+    row, path, spoil = where
+    if not isinstance(spark_rows, Exception):
+        assert _at(spark_rows[row], path) != plain(spoil), (t.simpleString(), column)
     for lane, result in got.items():
         if lane == "arrow" and spoilt != "arrow":
             continue  # this spoilt value has no Arrow form (a string as an array...): Arrow refuses it itself
