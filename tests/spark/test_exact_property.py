@@ -164,13 +164,19 @@ def cases(draw: Any) -> tuple[DataType, list[Any], Any, Any]:
     value) or None)."""
     t = draw(types())
     column = draw(st.lists(values(t, True), min_size=1, max_size=4))
-    if not draw(st.booleans()):
+    if draw(st.integers(0, 2)) == 0:  # a third unspoilt, two thirds spoilt where the type allows
         return t, column, False, None
     row = draw(st.integers(0, len(column) - 1))
     spots = places(t, column[row])
-    arrow_only = draw(st.booleans())
-    options = [(path, spoil) for path, sub, nullable in spots
-               if (spoil := spoilt_value(sub, _at(column[row], path), nullable, arrow_only)) is not NotImplemented]
+
+    def spoils(arrow_only: bool) -> list[tuple[tuple, Any]]:
+        return [(path, spoil) for path, sub, nullable in spots
+                if (spoil := spoilt_value(sub, _at(column[row], path), nullable, arrow_only)) is not NotImplemented]
+
+    arrow_options, options = spoils(True), spoils(False)
+    arrow_only = bool(arrow_options) and draw(st.booleans())
+    if arrow_only:
+        options = arrow_options
     if not options:
         return t, column, False, None
     path, spoil = draw(st.sampled_from(options))
