@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
@@ -269,6 +270,9 @@ def lanes(spark: Any, t: DataType, column: list[Any]) -> dict[str, Any]:
     return out
 
 
+# 30 examples of three or four Spark jobs each: beyond the suite's 300 s per test on a busy machine
+# (a timeout that interrupts a Py4J call leaves the session unusable for every later test)
+@pytest.mark.timeout(1500)
 @SETTINGS
 @given(case=cases())
 def test_every_lane_writes_what_create_data_frame_writes_and_refuses_what_it_changes(spark, case):
