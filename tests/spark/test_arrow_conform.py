@@ -82,8 +82,15 @@ def test_nested_types_are_matched_inside():
     assert out.schema == schema and out.column("xs").to_pylist() == [[1, 2]]
     with pytest.raises(OutputSchemaError, match="a string column does not become int64"):
         conform(pa.table({"xs": pa.array([["1"]])}), schema)
-    with pytest.raises(OutputSchemaError, match=r"struct fields \['b', 'a'\] are not the schema's \['a', 'b'\]"):
-        conform(pa.table({"s": pa.array([{"b": "x", "a": 1}], pa.struct([("b", pa.string()), ("a", pa.int64())]))}),
+    # struct fields are taken by name, as a Python dict's keys are: another order fits, a field the
+    # output lacks is NULL, a field the schema lacks is refused
+    out = conform(pa.table({"s": pa.array([{"b": "x", "a": 1}], pa.struct([("b", pa.string()), ("a", pa.int64())]))}),
+                  schema)
+    assert out.schema == schema and out.column("s").to_pylist() == [{"a": 1, "b": "x"}]
+    out = conform(pa.table({"s": pa.array([{"b": "x"}, None], pa.struct([("b", pa.string())]))}), schema)
+    assert out.column("s").to_pylist() == [{"a": None, "b": "x"}, None]
+    with pytest.raises(OutputSchemaError, match=r"struct fields \['a', 'bb'\] are not fields of the schema's struct"):
+        conform(pa.table({"s": pa.array([{"a": 1, "bb": "x"}], pa.struct([("a", pa.int64()), ("bb", pa.string())]))}),
                 schema)
 
 

@@ -93,7 +93,7 @@ def test_every_kind_of_number_with_a_fraction_is_refused_by_an_integer_column(nu
     with pytest.raises(aiospark.OutputSchemaError, match="is not a whole number") as top:
         RowConverter(schema, "fn").to_batch([{"n": 1}, {"n": number}])
     assert repr(number) in str(top.value) and "'n'" in str(top.value)
-    with pytest.raises(aiospark.OutputSchemaError, match=re.escape("at xs[]:")):
+    with pytest.raises(aiospark.OutputSchemaError, match=re.escape("at xs[1] (row 0):")):
         RowConverter(schema, "fn").to_batch([{"xs": [1, number]}])
 
 
@@ -238,15 +238,16 @@ NESTED = StructType([
 
 
 @pytest.mark.parametrize("row, path, shown", [
-    ({"xs": [1, 2.5]}, "xs[]", "2.5"),
-    ({"m": {"k": 1.5}}, "m{}", "1.5"),
+    ({"xs": [1, 2.5]}, "xs[1]", "2.5"),
+    ({"m": {"k": 1.5}}, "m{'k'}", "1.5"),
     ({"st": {"a": 0.5}}, "st.a", "0.5"),
     ({"st": (7.5, None)}, "st.a", "7.5"),  # a struct given as a tuple
     ({"st": {"ts": [datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc), datetime.datetime(2026, 1, 1)]}},
-     "st.ts[]", "naive and aware"),
+     "st.ts[1]", "naive and aware"),
 ])
 def test_values_nested_in_arrays_maps_and_structs_are_checked_too(row, path, shown):
-    with pytest.raises(aiospark.OutputSchemaError, match=re.escape(f"at {path}:")) as info:
+    # named by the path (with indices) and the row of the output chunk
+    with pytest.raises(aiospark.OutputSchemaError, match=re.escape(f"at {path} (row 1):")) as info:
         RowConverter(NESTED, "fn").to_batch([{"xs": [1, 2.0], "m": {"k": 3}}, row])
     assert shown in str(info.value)
     # whole numbers as floats fit, as at the top level
@@ -262,7 +263,7 @@ def test_nested_values_that_do_not_fit_through_spark(spark):
     df = spark.range(0, N, 1, 2)
     with pytest.raises(Exception) as info:
         aiospark.ordered_wait(df, fn, "id LONG, xs ARRAY<INT>").collect()
-    assert "OutputSchemaError" in str(info.value) and "xs[]" in str(info.value) and "7.5" in str(info.value)
+    assert "OutputSchemaError" in str(info.value) and "xs[1]" in str(info.value) and "7.5" in str(info.value)
     rows = aiospark.ordered_wait(df, fn, "id LONG, xs ARRAY<INT>", on_error="row").collect()
     assert [r._input.id for r in rows if r._error] == [7]
     assert sorted(r.id for r in rows if r._error is None) == [i for i in range(N) if i != 7]
@@ -273,7 +274,7 @@ def test_nested_values_that_do_not_fit_through_spark(spark):
 
     with pytest.raises(Exception) as info:
         df.select(halves("id")).collect()
-    assert "OutputSchemaError" in str(info.value) and "value[]" in str(info.value)
+    assert "OutputSchemaError" in str(info.value) and "value[1]" in str(info.value)
 
 
 def test_rows_converted_column_by_column_keep_from_pylists_meaning():

@@ -22,8 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.types import StructType
 
-from .schema import OutputSchemaError
+from ..core.errors import describe_input
+from .exact import arrow_suspect, may_be_suspect, plan_of, value_problem
+from .schema import OutputSchemaError, to_python
 
 _t = pa.types
 
@@ -64,12 +67,14 @@ def mismatch(source: pa.DataType, target: pa.DataType) -> str | None:
     if _t.is_struct(source) and _t.is_struct(target):
         names = [source.field(i).name for i in range(source.num_fields)]
         wanted = [target.field(i).name for i in range(target.num_fields)]
-        if names != wanted:
-            return f"struct fields {names} are not the schema's {wanted} (same names, same order)"
-        for i in range(source.num_fields):
-            why = mismatch(source.field(i).type, target.field(i).type)
+        unknown = [n for n in names if n not in wanted]
+        if unknown or len(set(names)) != len(names):
+            return (f"struct fields {names} are not fields of the schema's struct {wanted} (a field the output "
+                    f"lacks is NULL, as a key a Python dict lacks; none may be unknown or repeated)")
+        for name in names:
+            why = mismatch(source.field(name).type, target.field(name).type)
             if why is not None:
-                return f"field {wanted[i]!r}: {why}"
+                return f"field {name!r}: {why}"
         return None
     if _t.is_map(source) and _t.is_map(target):
         return mismatch(source.key_type, target.key_type) or mismatch(source.item_type, target.item_type)
@@ -81,13 +86,50 @@ def mismatch(source: pa.DataType, target: pa.DataType) -> str | None:
     return None
 
 
+def fit(column: Any, target: pa.DataType) -> Any:
+    """``column`` (whose type :func:`mismatch` accepts) as ``target``: Arrow's safe cast, except that
+    a struct's fields are taken by name and a field it lacks is NULL (Arrow's cast wants the same
+    fields in the same order). A float64 beyond FLOAT's range is left to :func:`arrow_suspect`."""
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([fit(chunk, target) for chunk in column.chunks], type=target)
+    source = column.type
+    if _t.is_dictionary(source):
+        return fit(column.dictionary_decode(), target)
+    if _t.is_struct(source) and _t.is_struct(target) and source != target:
+        names = {source.field(i).name for i in range(source.num_fields)}
+        children = [fit(column.field(f.name), f.type) if f.name in names else pa.nulls(len(column), f.type)
+                    for f in target]
+        mask = column.is_null() if column.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if (_t.is_list(source) or _t.is_large_list(source)) and (_t.is_list(target) or _t.is_large_list(target)) \
+            and _needs_fit(source.value_type, target.value_type):
+        values = fit(column.values, target.value_type)
+        mask = column.is_null() if column.null_count else None
+        made = pa.ListArray if _t.is_list(target) else pa.LargeListArray
+        return made.from_arrays(column.offsets, values, type=target, mask=mask)
+    return column.cast(target, safe=True)
+
+
+def _needs_fit(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a struct below this type has other fields than the target's (Arrow's cast cannot)."""
+    if _t.is_struct(source) and _t.is_struct(target):
+        return [f.name for f in source] != [f.name for f in target] or any(
+            _needs_fit(f.type, target.field(f.name).type) for f in source)
+    if (_t.is_list(source) or _t.is_large_list(source)) and (_t.is_list(target) or _t.is_large_list(target)):
+        return _needs_fit(source.value_type, target.value_type)
+    return False
+
+
 class Conform:
     """A callable turning one output (``RecordBatch`` or ``Table``) into a ``Table`` of ``schema``."""
 
-    def __init__(self, schema: pa.Schema, what: str):
+    def __init__(self, schema: pa.Schema, what: str, declared: StructType | None = None):
         self.schema = schema
         self.what = what
         self._names = set(schema.names)
+        #: column -> the plan naming what arrow_suspect finds in it (from the declared Spark schema)
+        self._full = {f.name: plan_of(f.dataType, True) for f in declared.fields if may_be_suspect(f.dataType)} \
+            if declared is not None else {}
 
     def __call__(self, output: Any) -> pa.Table:
         if isinstance(output, pa.RecordBatch):
@@ -113,14 +155,22 @@ class Conform:
             why = mismatch(column.type, field.type)
             if why is not None:
                 raise self._error(field, why)
+            source = column
             if column.type != field.type:
                 try:
-                    column = column.cast(field.type, safe=True)
+                    column = fit(column, field.type)
                 except (pa.ArrowException, ValueError, TypeError) as exc:
                     raise self._error(field, str(exc).splitlines()[0]) from None
+            full = self._full.get(field.name)
+            if full is not None and arrow_suspect(column):  # an overflow into FLOAT, a NULL under NOT NULL
+                found = value_problem(to_python(source), full, field.name, {})
+                if found is not None:
+                    raise self._error(field, f"{describe_input(found[0], 120)} {found[1]}")
         if not field.nullable and column.null_count:
+            first = column.is_null().to_pylist().index(True)
             raise self._error(field, f"{column.null_count} NULL value(s) in a NOT NULL column"
-                              f"{'' if field.name in output.column_names else ' (the output has no such column)'}")
+                              f"{'' if field.name in output.column_names else ' (the output has no such column)'}, "
+                              f"the first in row {first}")
         return column
 
     def _error(self, field: pa.Field, why: str) -> OutputSchemaError:
@@ -128,4 +178,4 @@ class Conform:
                                  f"which does not fit exactly: {why}")
 
 
-__all__ = ["Conform", "mismatch"]
+__all__ = ["Conform", "fit", "mismatch"]

@@ -131,7 +131,7 @@ class Settle:
     def __init__(self, schema: Any, declared: Any, what: str, error_row: Callable[[Any, str], dict] | None,
                  error_text: Callable[[BaseException], str]):
         self.out_schema = arrow_schema(schema)
-        self.conform = Conform(arrow_schema(declared), what)
+        self.conform = Conform(arrow_schema(declared), what, declared)
         self.what = what
         #: ``error_row(input_row, text)``: the error row's dict (None: failures fail the task)
         self.error_row = error_row

@@ -1,34 +1,52 @@
-"""Output values that Arrow would change without a word: found before they are converted.
+"""Output values that Arrow would change without a word: found before (or right after) conversion.
 
 Arrow's conversion from Python refuses most values that do not fit a column (300 into TINYINT, a
-string into INT, an int beyond LONG), but it truncates a float into an integer column (``1.5`` ->
-``1``; so too a NumPy float, a ``Decimal`` or a ``Fraction``), reads a naive ``datetime`` as UTC
-next to aware ones, drops the zone of an aware one in a TIMESTAMP_NTZ column, and writes NULL into
-NOT NULL columns (Spark then fails in the JVM with "Value at index is null"). :class:`ExactChecks` looks for exactly those, column by column, and
-names the first offending value of each check it runs. Values nested in ARRAY, MAP (keys and
-values) and STRUCT columns are checked the same way (:func:`plan_of`), and named by their path
-(``s.xs[]``, ``m{}``); NULLs are looked for in top-level NOT NULL columns only.
+string into INT, an int beyond LONG), but it changes some without a word, at any depth:
+
+* a float into an integer column is truncated (``1.5`` -> ``1``; so too a NumPy float, a
+  ``Decimal`` or a ``Fraction``);
+* a string (or bytes, or a set) into an ARRAY becomes its characters (``"tag"`` -> ``['t', 'a',
+  'g']``), a set in no particular order;
+* a ``datetime`` into a DATE loses its time;
+* a finite number beyond FLOAT's range becomes ``inf``;
+* a dict for a STRUCT with a key that is no field of it loses that key (``{"a": 1, "bb": 2}`` for
+  ``STRUCT<a INT, b INT>`` gives ``b`` NULL);
+* a naive ``datetime`` next to aware ones is read as UTC; an aware one loses its zone in a
+  TIMESTAMP_NTZ column;
+* NULL is written into NOT NULL columns, struct fields, array elements and map values (Spark then
+  fails in the JVM with "Value at index is null", naming no row).
+
+:class:`ExactChecks` and :func:`value_problem` find those and name the first one by its row and
+its path (``answer.items[2].b``, ``m{'k'}``). The checks that need the Python value (the first
+five kinds above) run before the conversion (:func:`plan_of`); the ones Arrow's result shows
+(an ``inf`` in a FLOAT, a NULL under a NOT NULL field) are looked for in the converted array
+(:func:`arrow_suspect`, vectorized), and only then are the values walked again to name it
+(``plan_of(..., full=True)``).
 
 Example::
 
     checks = ExactChecks(StructType.fromDDL("n INT NOT NULL"))
     checks.problem([[1.5]])    # ("n", 1.5, "1.5 is not a whole number: ...")
-    column_problem([1, 2.5], kind_of(IntegerType()), "value", {})   # (2.5, "...")
-    value_problem([[1, 2.5]], plan_of(ArrayType(IntegerType())), "xs", {})   # (2.5, "at xs[]: ...")
+    value_problem([[1, 2.5]], plan_of(ArrayType(IntegerType())), "xs", {})   # (2.5, "at xs[1] (row 0): ...")
 """
 from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import math
 import numbers
 from itertools import repeat
 from operator import is_
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     ByteType,
     DataType,
+    DateType,
+    FloatType,
     IntegerType,
     LongType,
     MapType,
@@ -44,90 +62,170 @@ except ImportError:  # pragma: no cover - every supported PySpark has it
     TimestampNTZType = None  # type: ignore[assignment,misc]
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+#: what Arrow would read as a sequence of characters, bytes or unordered items for an ARRAY
+_NOT_ARRAYS = (str, bytes, bytearray, memoryview, set, frozenset)
 
 #: (column, value, why) of a value that does not fit exactly
 Problem = tuple[str, Any, str]
 
 
-def kind_of(data_type: DataType) -> str | None:
+def kind_of(data_type: DataType, full: bool = False) -> str | None:
+    """The leaf check a type needs (None: none). ``full`` adds the checks made only after Arrow
+    showed a suspect value (FLOAT overflow)."""
     if isinstance(data_type, _INTEGRAL):
         return "int"
     if TimestampNTZType is not None and isinstance(data_type, TimestampNTZType):
         return "ntz"
     if isinstance(data_type, TimestampType):
         return "ltz"
+    if isinstance(data_type, DateType):
+        return "date"
+    if full and isinstance(data_type, FloatType):
+        return "float"
     return None
 
 
-#: what to check in a value of a type: ("leaf", kind), ("array", plan), ("map", key plan or None,
-#: value plan or None), ("struct", [(field name, index, plan)]); None when nothing in it needs a check
+#: what to check in a value of a type: ("leaf", kind), ("array", element plan or None, elements
+#: NOT NULL), ("map", key plan or None, value plan or None, values NOT NULL), ("struct", [(field
+#: name, index, plan or None, NOT NULL)], field names); None when nothing in it needs a check
 Plan = tuple[Any, ...]
 
 
-def plan_of(data_type: DataType) -> Plan | None:
-    """What :func:`value_problem` must look at in values of ``data_type`` (None: nothing)."""
-    kind = kind_of(data_type)
+def plan_of(data_type: DataType, full: bool = False) -> Plan | None:
+    """What :func:`value_problem` must look at in values of ``data_type`` (None: nothing).
+
+    Every ARRAY and STRUCT is looked at (a string is no array, a dict's keys must be fields);
+    ``full`` adds NOT NULL at every depth and FLOAT overflow, which :func:`arrow_suspect` finds
+    in the converted array first."""
+    kind = kind_of(data_type, full)
     if kind is not None:
         return ("leaf", kind)
     if isinstance(data_type, ArrayType):
-        element = plan_of(data_type.elementType)
-        return None if element is None else ("array", element)
+        return ("array", plan_of(data_type.elementType, full), full and not data_type.containsNull)
     if isinstance(data_type, MapType):
-        key, value = plan_of(data_type.keyType), plan_of(data_type.valueType)
-        return None if key is None and value is None else ("map", key, value)
+        key, value = plan_of(data_type.keyType, full), plan_of(data_type.valueType, full)
+        not_null = full and not data_type.valueContainsNull
+        return None if key is None and value is None and not not_null else ("map", key, value, not_null)
     if isinstance(data_type, StructType):
-        fields = [(f.name, i, p) for i, f in enumerate(data_type.fields) if (p := plan_of(f.dataType)) is not None]
-        return ("struct", fields) if fields else None
+        fields = [(f.name, i, plan_of(f.dataType, full), full and not f.nullable)
+                  for i, f in enumerate(data_type.fields)]
+        return ("struct", [f for f in fields if f[2] is not None or f[3]], frozenset(data_type.fieldNames()))
     return None
+
+
+#: a place in an output: (parent, part), the root being (None, column name)
+Path = tuple[Any, str]
+
+
+def path_text(path: Path) -> str:
+    parts = []
+    while path is not None:
+        path, part = path
+        parts.append(part)
+    return "".join(reversed(parts))
+
+
+class _Found(Exception):
+    """A value of the wrong shape, found while walking (ends the walk)."""
+
+    def __init__(self, value: Any, row: int, path: Path, why: str):
+        self.value, self.row, self.path, self.why = value, row, path, why
 
 
 def value_problem(values: list[Any], plan: Plan, name: str,
                   aware_seen: dict[str, bool]) -> tuple[Any, str] | None:
-    """The first of ``values`` (of a column named ``name`` checked by ``plan``) that, or a value
-    nested in which, does not fit exactly, with why (saying where, for a nested value)."""
+    """The first of ``values`` (a column named ``name``, one value per row, checked by ``plan``)
+    that, or a value nested in which, does not fit exactly, with why (saying where: the path and
+    the row)."""
     if plan[0] == "leaf":
-        return column_problem(values, plan[1], name, aware_seen)
-    leaves: dict[str, tuple[str, list[Any]]] = {}  # path -> (kind, values), in order of first sight
-    for v in values:
-        _collect(v, plan, name, leaves)
-    for path, (kind, found) in leaves.items():
-        why = column_problem(found, kind, path, aware_seen)
+        found = column_problem(values, plan[1], name, aware_seen)
+        if found is None:
+            return None
+        return found[1], f"at {name} (row {found[0]}): {found[2]}"
+    if plan[0] == "array" and plan[1] is None and not plan[2] and set(map(type, values)) <= _LISTS:
+        return None  # the usual ARRAY of plain values (an embedding): one C-level pass, no walk
+    leaves: dict[str, tuple[str, list[Any], list[tuple[int, Path]]]] = {}  # pattern -> kind, values, places
+    try:
+        for row, v in enumerate(values):
+            _collect(v, plan, row, (None, name), name, leaves)
+    except _Found as found:
+        return found.value, f"at {path_text(found.path)} (row {found.row}): {found.why}"
+    for pattern, (kind, found_values, places) in leaves.items():
+        why = column_problem(found_values, kind, pattern, aware_seen)
         if why is not None:
-            return why[0], f"at {path}: {why[1]}"
+            row, path = places[why[0]]
+            return why[1], f"at {path_text(path)} (row {row}): {why[2]}"
     return None
 
 
-def _collect(value: Any, plan: Plan, path: str, leaves: dict[str, tuple[str, list[Any]]]) -> None:
-    """Gather the leaf values under ``value`` by path. A value of the wrong shape is left to Arrow,
-    which refuses it."""
+def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
+             leaves: dict[str, tuple[str, list[Any], list[tuple[int, Path]]]]) -> None:
+    """Check the shape of ``value`` and gather the leaf values under it by pattern (``xs[]``).
+    A value of a shape Arrow refuses itself is left to Arrow."""
     if value is None:
         return
     tag = plan[0]
     if tag == "leaf":
-        leaves.setdefault(path, (plan[1], []))[1].append(value)
+        entry = leaves.get(pattern)
+        if entry is None:
+            entry = leaves[pattern] = (plan[1], [], [])
+        entry[1].append(value)
+        entry[2].append((row, path))
     elif tag == "array":
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                _collect(item, plan[1], path + "[]", leaves)
+        if isinstance(value, _NOT_ARRAYS):
+            raise _Found(value, row, path, f"a {type(value).__name__} is not an array (Arrow would take its "
+                                           f"{'characters' if isinstance(value, str) else 'items'}): return a list")
+        element, not_null = plan[1], plan[2]
+        if element is None and not not_null:
+            return
+        if not isinstance(value, (list, tuple)):
+            value = list(value) if hasattr(value, "__iter__") else ()  # a NumPy array; else Arrow's to refuse
+        for i, item in enumerate(value):
+            if item is None:
+                if not_null:
+                    raise _Found(None, row, (path, f"[{i}]"), "the array's elements are NOT NULL: return a value, "
+                                                             "or declare the elements nullable")
+            elif element is not None:
+                _collect(item, element, row, (path, f"[{i}]"), pattern + "[]", leaves)
     elif tag == "map":
         items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        key_plan, value_plan, not_null = plan[1], plan[2], plan[3]
         for pair in items:
             if isinstance(pair, tuple) and len(pair) == 2:
-                if plan[1] is not None:
-                    _collect(pair[0], plan[1], path + "{key}", leaves)
-                if plan[2] is not None:
-                    _collect(pair[1], plan[2], path + "{}", leaves)
+                key, item = pair
+                if key_plan is not None:
+                    _collect(key, key_plan, row, (path, f"{{{key!r}}}"), pattern + "{key}", leaves)
+                if item is None:
+                    if not_null:
+                        raise _Found(None, row, (path, f"{{{key!r}}}"), "the map's values are NOT NULL: return a "
+                                                                      "value, or declare the values nullable")
+                elif value_plan is not None:
+                    _collect(item, value_plan, row, (path, f"{{{key!r}}}"), pattern + "{}", leaves)
     else:
         if isinstance(value, Row) and hasattr(value, "__fields__"):
             value = value.asDict(recursive=False)
-        for field, index, sub in plan[1]:
-            if isinstance(value, dict):
-                _collect(value.get(field), sub, f"{path}.{field}", leaves)
-            elif isinstance(value, tuple) and index < len(value):
-                _collect(value[index], sub, f"{path}.{field}", leaves)
+        if isinstance(value, dict):
+            extra = value.keys() - plan[2]
+            if extra:
+                shown = sorted(map(repr, extra))
+                raise _Found(value, row, path, f"key(s) {', '.join(shown)} are not fields of the struct "
+                                               f"{sorted(plan[2])}: fix the key names or add the fields")
+        elif not isinstance(value, tuple):
+            return  # Arrow's to refuse
+        by_name = isinstance(value, dict)
+        for field, index, sub, not_null in plan[1]:
+            item = value.get(field) if by_name else value[index] if index < len(value) else None
+            if item is None:
+                if not_null:
+                    raise _Found(None, row, (path, f".{field}"), "the field is NOT NULL: return a value (the "
+                                                                 "key may be missing), or declare it nullable")
+            elif sub is not None:
+                _collect(item, sub, row, (path, f".{field}"), f"{pattern}.{field}", leaves)
 
 
 _INTS = frozenset({int, type(None)})
+_LISTS = frozenset({list, tuple, type(None)})
+_DATES = frozenset({_dt.date, type(None)})
 
 
 def _whole(value: Any) -> bool:
@@ -144,6 +242,21 @@ def _whole(value: Any) -> bool:
         return False
 
 
+def _overflows_float(value: Any) -> bool:
+    """Whether a number is finite but rounds to an infinity as a FLOAT (what C's cast, and so
+    Arrow's, does without a word): from 2**128 - 2**103 on (half a unit above FLOAT's largest)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
+        return False
+    try:
+        number = abs(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return _FLOAT_LIMIT <= number < math.inf
+
+
+_FLOAT_LIMIT = 2.0 ** 128 - 2.0 ** 103
+
+
 class ExactChecks:
     """The checks of one output schema, with what one task has seen so far.
 
@@ -153,8 +266,11 @@ class ExactChecks:
     """
 
     def __init__(self, schema: StructType):
-        #: (index, name, plan) of every column with values to check
+        #: (index, name, plan) of every column with values to check before conversion
         self.columns = [(i, f.name, p) for i, f in enumerate(schema.fields) if (p := plan_of(f.dataType)) is not None]
+        #: (index, name, full plan) of every column whose converted array may show a problem
+        self.suspects = [(i, f.name, plan_of(f.dataType, True)) for i, f in enumerate(schema.fields)
+                         if may_be_suspect(f.dataType)]
         self.not_null = [(i, f.name) for i, f in enumerate(schema.fields) if not f.nullable]
         self.aware: dict[str, bool] = {}
 
@@ -167,37 +283,102 @@ class ExactChecks:
                 return (name, *why)
         for index, name in self.not_null:
             if any(map(is_, columns[index], repeat(None))):  # by identity: a value's __eq__ may raise
-                return name, None, "the column is NOT NULL: return a value, or declare it nullable"
+                row = list(map(is_, columns[index], repeat(None))).index(True)
+                return name, None, f"(row {row}) the column is NOT NULL: return a value, or declare it nullable"
         return None
 
-    def nulls_in(self, batch: Any) -> bool:
-        """Whether an Arrow batch holds a NULL in a NOT NULL column (a cheap test on the result)."""
-        return any(batch.column(i).null_count for i, _ in self.not_null)
+    def converted_problem(self, batch: Any, columns: list[list[Any]]) -> Problem | None:
+        """After the conversion: a NULL in a NOT NULL column, or what :func:`arrow_suspect` sees
+        in a column (named by walking that column's values again), or None."""
+        for index, name, plan in self.suspects:
+            if plan is not None and arrow_suspect(batch.column(index)):
+                why = value_problem(columns[index], plan, name, {})
+                if why is not None:
+                    return (name, *why)
+        if any(batch.column(i).null_count for i, _ in self.not_null):
+            return self.problem(columns)
+        return None
+
+
+def may_be_suspect(data_type: DataType) -> bool:
+    """Whether a converted array of this type can show a problem :func:`arrow_suspect` looks for."""
+    if isinstance(data_type, FloatType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return not data_type.containsNull or may_be_suspect(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return (not data_type.valueContainsNull or may_be_suspect(data_type.keyType)
+                or may_be_suspect(data_type.valueType))
+    if isinstance(data_type, StructType):
+        return any(not f.nullable or may_be_suspect(f.dataType) for f in data_type.fields)
+    return False
+
+
+def arrow_suspect(array: Any) -> bool:
+    """Whether a converted Arrow array holds an infinity in a FLOAT (float32) or a NULL where its
+    type says NOT NULL, below its top level (vectorized; a NULL parent's children do not count).
+    An infinity may be the function's own: the values are then looked at to tell."""
+    if isinstance(array, pa.ChunkedArray):
+        return any(arrow_suspect(chunk) for chunk in array.chunks)
+    t = array.type
+    if pa.types.is_float32(t):
+        return bool(pc.any(pc.is_inf(array)).as_py())
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        values = array.flatten()
+        return (not t.value_field.nullable and values.null_count > 0) or arrow_suspect(values)
+    if pa.types.is_map(t):
+        items = array.items.filter(pc.is_valid(array.keys)) if array.null_count else array.items
+        return (not t.item_field.nullable and items.null_count > 0) or arrow_suspect(array.keys) or \
+            arrow_suspect(items)
+    if pa.types.is_struct(t):
+        valid = array.is_valid() if array.null_count else None
+        for i in range(t.num_fields):
+            child = array.field(i)
+            if valid is not None:
+                child = child.filter(valid)
+            if (not t.field(i).nullable and child.null_count) or arrow_suspect(child):
+                return True
+    return False
 
 
 def column_problem(values: list[Any], kind: str | None, name: str,
-                   aware_seen: dict[str, bool]) -> tuple[Any, str] | None:
+                   aware_seen: dict[str, bool]) -> tuple[int, Any, str] | None:
     """The first of ``values`` (of a column of ``kind``, see :func:`kind_of`) that does not fit
-    exactly, with why; ``aware_seen`` remembers per column whether its datetimes are aware."""
+    exactly: its index, the value and why; ``aware_seen`` remembers per column whether its
+    datetimes are aware."""
     if kind == "int":
         if set(map(type, values)) <= _INTS:  # the usual case, in one C-level pass
             return None
-        for v in values:
+        for i, v in enumerate(values):
             if type(v) not in _INTS and not _whole(v):
-                return v, f"{v!r} is not a whole number: round it (or declare a DOUBLE column)"
+                return i, v, f"{v!r} is not a whole number: round it (or declare a DOUBLE column)"
+        return None
+    if kind == "date":
+        if set(map(type, values)) <= _DATES:
+            return None
+        for i, v in enumerate(values):
+            if isinstance(v, _dt.datetime):
+                return i, v, ("a datetime is not a date (its time would be dropped): return .date(), or "
+                              "declare a TIMESTAMP")
+        return None
+    if kind == "float":
+        for i, v in enumerate(values):
+            if _overflows_float(v):
+                return i, v, (f"{v!r} is beyond FLOAT's range (it would become inf): declare a DOUBLE, or "
+                              f"return a smaller number")
         return None
     if kind is None:
         return None
-    for v in values:
+    for i, v in enumerate(values):
         if not isinstance(v, _dt.datetime):
             continue
         aware = v.utcoffset() is not None
         if kind == "ntz":
             if aware:
-                return v, ("a TIMESTAMP_NTZ column takes naive datetimes; this one has a zone, which would be "
-                           "dropped: use .replace(tzinfo=None) or declare TIMESTAMP")
+                return i, v, ("a TIMESTAMP_NTZ column takes naive datetimes; this one has a zone, which would be "
+                              "dropped: use .replace(tzinfo=None) or declare TIMESTAMP")
             continue
         if aware_seen.setdefault(name, aware) != aware:
-            return v, ("naive and aware datetimes mixed in one TIMESTAMP column (a naive one is read as UTC): "
-                       "return all of them with a tzinfo, or all without")
+            return i, v, ("naive and aware datetimes mixed in one TIMESTAMP column (a naive one is read as UTC): "
+                          "return all of them with a tzinfo, or all without")
     return None

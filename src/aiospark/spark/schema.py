@@ -11,7 +11,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
 from ..core.errors import describe_input
 from .compat import parse_ddl, to_arrow_schema, to_arrow_type
-from .exact import ExactChecks, plan_of, value_problem
+from .exact import ExactChecks, arrow_suspect, may_be_suspect, plan_of, value_problem
 
 
 class OutputSchemaError(ValueError):
@@ -89,7 +89,7 @@ def arrow_type(data_type: DataType) -> pa.DataType:
     return to_arrow_type(data_type)
 
 
-def to_python(data: pa.Array | pa.RecordBatch) -> list[Any]:
+def to_python(data: pa.Array | pa.ChunkedArray | pa.RecordBatch) -> list[Any]:
     """An Arrow array's values, or a batch's rows as dicts, as Python objects the way PySpark
     hands them to UDFs (a MAP becomes a dict).
 
@@ -101,7 +101,7 @@ def to_python(data: pa.Array | pa.RecordBatch) -> list[Any]:
 
         to_python(pa.record_batch({"id": [1, 2]}))   # [{'id': 1}, {'id': 2}]
     """
-    data_type = data.type if isinstance(data, pa.Array) else pa.struct(data.schema)
+    data_type = data.type if isinstance(data, (pa.Array, pa.ChunkedArray)) else pa.struct(data.schema)
     if _has_map(data_type):
         return data.to_pylist(maps_as_pydicts="lossy")
     return data.to_pylist()
@@ -169,8 +169,10 @@ class RowConverter:
                                                schema=self.arrow_schema)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise self._blame(columns, exc) from None
-        if self.exact.not_null and self.exact.nulls_in(batch):
-            self._check_exact(columns)
+        if self.exact.suspects or self.exact.not_null:
+            found = self.exact.converted_problem(batch, columns)
+            if found is not None:
+                self._raise_exact(found)
         return batch
 
     def _columns(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
@@ -201,8 +203,11 @@ class RowConverter:
     def _check_exact(self, columns: list[list[Any]]) -> None:
         found = self.exact.problem(columns)
         if found is not None:
-            column, value, why = found
-            raise OutputSchemaError(f"{self.what} returned {_shown(value)} for output column {column!r} "
+            self._raise_exact(found)
+
+    def _raise_exact(self, found: tuple[str, Any, str]) -> None:
+        column, value, why = found
+        raise OutputSchemaError(f"{self.what} returned {_shown(value)} for output column {column!r} "
                                     f"({self.schema[column].dataType.simpleString()}), which does not fit "
                                     f"exactly: {why}")
 
@@ -254,21 +259,32 @@ def values_to_array(values: Sequence[Any], data_type: DataType, pa_type: pa.Data
         values_to_array([1, 2], IntegerType(), pa.int32(), "async_udf 'f'")
     """
     plan = plan_of(data_type)
+    values = values if isinstance(values, list) else list(values)
     if plan is not None:
-        found = value_problem(list(values), plan, "value", {} if aware_seen is None else aware_seen)
+        found = value_problem(values, plan, "value", {} if aware_seen is None else aware_seen)
         if found is not None:
-            raise OutputSchemaError(f"{what} returned {_shown(found[0])}, which does not fit its return type "
-                                    f"{data_type.simpleString()} exactly: {found[1]}")
+            raise _not_exact(what, data_type, found)
     try:
-        return pa.array(values, type=pa_type)
+        array = pa.array(values, type=pa_type)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        for value in values:
+        for row, value in enumerate(values):
             try:
                 pa.array([value], type=pa_type)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                raise OutputSchemaError(f"{what} returned {_shown(value)} of type {type(value).__name__}, which "
-                                        f"does not fit its return type {data_type.simpleString()}: {exc}") from None
+                raise OutputSchemaError(f"{what} returned {_shown(value)} of type {type(value).__name__} (row "
+                                        f"{row}), which does not fit its return type "
+                                        f"{data_type.simpleString()}: {exc}") from None
         raise
+    if may_be_suspect(data_type) and arrow_suspect(array):
+        found = value_problem(values, plan_of(data_type, True) or (), "value", {})
+        if found is not None:
+            raise _not_exact(what, data_type, found)
+    return array
+
+
+def _not_exact(what: str, data_type: DataType, found: tuple[Any, str]) -> OutputSchemaError:
+    return OutputSchemaError(f"{what} returned {_shown(found[0])}, which does not fit its return type "
+                             f"{data_type.simpleString()} exactly: {found[1]}")
 
 
 def _shown(value: Any) -> str:

@@ -105,6 +105,13 @@ class AsyncUDF:
         made.durable = self._durable
         return made
 
+    def _masked_func(self) -> UdfRunner:
+        """:attr:`func` for arguments followed by their ``isnull`` columns (the pandas flavour: a
+        NaN argument is told from a NULL one)."""
+        made = self.func
+        made.masked = True
+        return made
+
     def asNondeterministic(self) -> AsyncUDF:
         """A copy that Spark treats as non-deterministic (never merged, re-ordered or repeated)."""
         copy = AsyncUDF(self._function, self._return_type, self._options, self.on_error, deterministic=False,
@@ -118,7 +125,11 @@ class AsyncUDF:
             raise TypeError(f"async_udf {self.__name__!r} takes {arity} column(s), got {len(cols)}")
         if not cols:
             raise TypeError(f"async_udf {self.__name__!r} needs at least one column argument")
-        return self._spark_udf(_is_connect(cols))(*cols)
+        connect = _is_connect(cols)
+        if ARROW_ITER is None:  # pandas makes a NULL and a NaN one value: each argument's isnull goes along
+            functions = _functions(connect)
+            cols = cols + tuple(functions.isnull(c) for c in cols)
+        return self._spark_udf(connect)(*cols)
 
     def _spark_udf(self, connect: bool) -> Any:
         kind = "connect" if connect else "classic"
@@ -128,7 +139,8 @@ class AsyncUDF:
                 from pyspark.sql.connect.udf import _create_udf
             else:
                 from pyspark.sql.udf import _create_udf
-            built = _create_udf(self.func, self.returnType, self.evalType, name=self.__name__,
+            func = self._masked_func() if ARROW_ITER is None else self.func
+            built = _create_udf(func, self.returnType, self.evalType, name=self.__name__,
                                 deterministic=self.deterministic)
             self._built[kind] = built
         return built
@@ -193,6 +205,17 @@ def _arity(function: Callable[..., Any] | AsyncFunction) -> int | None:
         return None
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                and p.default is p.empty)
+
+
+def _functions(connect: bool) -> Any:
+    """``pyspark.sql.functions`` for the kind of session (Connect's own module on PySpark 3.5)."""
+    if connect:
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
 
 
 def _is_connect(cols: tuple) -> bool:

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,15 +20,16 @@ import pyarrow as pa
 from pyspark.sql.types import DataType
 
 from ..core import AsyncFunction
+from ..core.errors import describe_input
 from ..core.function import describe_function
 from ..runtime import run_partition, worker_loop
 from .budget import close_gate, task_gate
 from .journaled import Durable, run_journaled
 from .metrics import task_reporter
 from .options import CallOptions
-from .schema import arrow_type, to_python, values_to_array
+from .schema import OutputSchemaError, arrow_type, to_python, values_to_array
 
-__all__ = ["UdfRunner", "batch_call"]
+__all__ = ["UdfRunner", "ValueConverter", "batch_call"]
 
 
 def _null_on_error(value: Any, exc: BaseException) -> list:
@@ -50,6 +52,8 @@ class UdfRunner:
         self.what = what
         #: row identities (the arguments' values) and the journal (aiospark.spark.journaled)
         self.durable: Durable | None = None
+        #: each argument comes with a second column saying whether it is NULL (pandas flavour only)
+        self.masked = False
 
     def __call__(self, arrays: Iterator[Any]) -> Iterator[pa.Array]:
         pa_type = arrow_type(self.return_type)
@@ -62,8 +66,13 @@ class UdfRunner:
             values = to_python(batch)
             return [(v,) for v in values] if wrap_single else values
 
-        for values in self.results(to_values(batch) for batch in arrays):
-            yield values_to_array(values, self.return_type, pa_type, self.what)
+        convert = self.converter()
+        for values in self.results(convert.fed(to_values(batch) for batch in arrays)):
+            yield convert(values, pa_type)
+
+    def converter(self) -> ValueConverter:
+        """This task's converter of results to Arrow."""
+        return ValueConverter(self.return_type, self.what, self.on_error == "null")
 
     def results(self, chunks: Iterator[list]) -> Iterator[list]:
         """Run chunks of argument values (a tuple per row when the function spreads several) through
@@ -102,6 +111,57 @@ class UdfRunner:
                 report=task_reporter(options.metrics)))
         finally:
             close_gate(wl, gate)  # unused units go back to the budget
+
+
+class ValueConverter:
+    """One task's results -> Arrow arrays of the return type, exactly (:func:`values_to_array`).
+
+    A result that does not fit is that row's failure, like a failed call: under ``on_error="null"``
+    it becomes NULL (the others of its chunk are kept), else the task fails naming the row's
+    arguments (the task's inputs are kept in order until their results are converted: one result
+    per input, in input order). Whether the task's datetimes are naive or aware is fixed by its
+    first one, across all its chunks.
+    """
+
+    def __init__(self, return_type: DataType, what: str, null_on_error: bool):
+        self.return_type = return_type
+        self.what = what
+        self.null_on_error = null_on_error
+        self.aware: dict[str, bool] = {}
+        self._inputs: deque[Any] = deque()
+        #: a check of the converted array (why it cannot be returned, or None)
+        self.extra_check: Callable[[pa.Array], str | None] | None = None
+
+    def fed(self, chunks: Iterator[list]) -> Iterator[list]:
+        """``chunks`` as they are, their values remembered until their results are converted."""
+        for chunk in chunks:
+            self._inputs.extend(chunk)
+            yield chunk
+
+    def __call__(self, values: list, pa_type: pa.DataType) -> pa.Array:
+        inputs = [self._inputs.popleft() for _ in range(min(len(values), len(self._inputs)))]
+        try:
+            return self._array(values, pa_type)
+        except OutputSchemaError:
+            pass
+        kept = []
+        for row, value in enumerate(values):  # only when the chunk does not fit: which rows do not
+            try:
+                self._array([value], pa_type)
+            except OutputSchemaError as exc:
+                if not self.null_on_error:
+                    shown = describe_input(inputs[row], 200) if row < len(inputs) else f"row {row}"
+                    raise OutputSchemaError(f"{exc}; for the input {shown}") from None
+                value = None
+            kept.append(value)
+        return self._array(kept, pa_type)
+
+    def _array(self, values: list, pa_type: pa.DataType) -> pa.Array:
+        array = values_to_array(values, self.return_type, pa_type, self.what, self.aware)
+        why = self.extra_check(array) if self.extra_check is not None else None
+        if why is not None:
+            raise OutputSchemaError(f"{self.what} returned {why}")
+        return array
 
 
 def batch_call(function: Callable[..., Any], spread: bool) -> Callable[..., Any]:
