@@ -23,6 +23,7 @@ from .metrics import Metrics
 from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
+from .reach import check_reach
 from .schema import check_unique_names
 from .udf_runner import UdfRunner
 
@@ -115,7 +116,12 @@ class AsyncUDF:
             raise TypeError(f"async_udf {self.__name__!r} takes {arity} column(s), got {len(cols)}")
         if not cols:
             raise TypeError(f"async_udf {self.__name__!r} needs at least one column argument")
-        return self._spark_udf(_is_connect(cols))(*cols)
+        connect = _is_connect(cols)
+        if connect:  # here, not at decoration: a UDF is often defined before any session exists
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+            check_reach(ConnectSession.getActiveSession(), budget=self._options.budget, what=f"async_udf {self.__name__!r}")
+        return self._spark_udf(connect)(*cols)
 
     def _spark_udf(self, connect: bool) -> Any:
         kind = "connect" if connect else "classic"
