@@ -151,7 +151,7 @@ def test_a_redis_script_run_twice_for_one_request_counts_once():
         key = budget_key(f"replay-{uuid.uuid4().hex}")
         direct = redis_py.Redis(host="127.0.0.1", port=server.port, decode_responses=True)
         with ReplyDropper(server.port, drop=_evalsha_answer) as proxy:
-            source = RedisLeases(f"redis://127.0.0.1:{proxy.port}/0", None, None, key=key, limit=100, task="t")
+            source = RedisLeases(f"redis://127.0.0.1:{proxy.port}/0", None, None, key=key, limit=100)
 
             async def main():
                 granted, left = await source.lease(need=1, want=10, used=0)
