@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from aiospark.budget import LeaseGate, Ledger
+from aiospark.budget import Ledger
 from aiospark.budget.redis_leases import RedisLeases, budget_key
 from aiospark.budget.signing import NONCE_HEADER, Verifier, sign
 from tests.core._util import run

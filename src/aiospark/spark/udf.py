@@ -120,7 +120,8 @@ class AsyncUDF:
         if connect:  # here, not at decoration: a UDF is often defined before any session exists
             from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-            check_reach(ConnectSession.getActiveSession(), budget=self._options.budget, what=f"async_udf {self.__name__!r}")
+            active = getattr(ConnectSession, "getActiveSession", lambda: None)()
+            check_reach(active, budget=self._options.budget, what=f"async_udf {self.__name__!r}")
         return self._spark_udf(connect)(*cols)
 
     def _spark_udf(self, connect: bool) -> Any:
