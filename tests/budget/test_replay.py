@@ -196,3 +196,13 @@ def test_a_malformed_collector_address_is_refused_naming_the_variable(monkeypatc
         return
     with pytest.raises(ValueError, match="AIOSPARK_METRICS_BIND"):
         configured_host()
+
+
+def test_fractional_costs_give_back_exactly_what_the_task_did_not_use():
+    ledger = Ledger(10)
+    granted, _left = ledger.lease("t", need=0.1, want=5)
+    used = 0.0
+    for _ in range(7):
+        used += 0.1
+    assert ledger.release("t", granted - used, used=used) == granted - used
+    assert ledger.spent == pytest.approx(0.7) and ledger.holders == 0

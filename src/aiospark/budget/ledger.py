@@ -123,7 +123,9 @@ class Ledger:
                 return self._answers[request]
             self._note_used(task, used)
             held = self._held.get(task, 0.0)
-            back = max(0.0, min(units, held - self._used.get(task, 0.0)))
+            room = held - self._used.get(task, 0.0)
+            # (float crumbs: the task computed ``units`` as held - used by other additions)
+            back = max(0.0, min(held, units if units <= room + 1e-9 else room))
             self._held[task] = held - back
             self._free = min(self.limit, self._free + back)
             self._open.discard(task)

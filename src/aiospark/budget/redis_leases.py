@@ -80,7 +80,8 @@ if not units or not used or not ttl or units < 0 or used < 0 or units ~= units o
 end
 local held = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') or 0
 local back = held - used
-if units < back then back = units end
+if units <= back + 1e-9 then back = units end  -- float crumbs: the task summed the same units its own way
+if back > held then back = held end
 if back < 0 then back = 0 end
 local spent = (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) - back
 if spent < 0 then spent = 0 end
