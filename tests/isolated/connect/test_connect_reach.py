@@ -79,3 +79,31 @@ def test_a_connect_server_on_this_machine_keeps_budget_and_metrics_working(conne
     assert 100 <= made <= 150 and sum(r._error is None for r in out) == made
     assert budget.started == made and budget.spent == made
     assert metrics.tasks == 2 and metrics.total.calls == made, metrics
+
+
+@aiospark.async_udf("long", budget=aiospark.Budget(10))
+async def doubled(x):
+    return 2 * x
+
+
+def test_an_async_udf_with_a_driver_budget_is_refused_when_applied_on_a_remote_session(monkeypatch):
+    import threading
+
+    from pyspark.sql.connect import functions as CF
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    monkeypatch.delenv("AIOSPARK_METRICS_HOST", raising=False)
+    session, host = remote_session()
+    caught = []
+
+    def in_a_thread_of_its_own():  # the active session is per thread: this one leaves the others alone
+        ConnectSession._active_session.session = session
+        try:
+            doubled(CF.col("id"))
+        except ValueError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=in_a_thread_of_its_own, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert caught and host in str(caught[0]) and "async_udf 'doubled'(budget=...)" in str(caught[0]), caught
