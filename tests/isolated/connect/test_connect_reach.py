@@ -95,15 +95,16 @@ def test_an_async_udf_with_a_driver_budget_is_refused_when_applied_on_a_remote_s
     monkeypatch.delenv("AIOSPARK_METRICS_HOST", raising=False)
     session, host = remote_session()
     caught = []
+    column = CF.col("id")  # here: pyspark's column functions read a setting of the thread's active session
 
     def in_a_thread_of_its_own():  # the active session is per thread: this one leaves the others alone
         ConnectSession._active_session.session = session
         try:
-            doubled(CF.col("id"))
-        except ValueError as exc:
+            doubled(column)
+        except Exception as exc:  # (anything else fails the assertion below, shown)
             caught.append(exc)
 
     thread = threading.Thread(target=in_a_thread_of_its_own, daemon=True)
     thread.start()
     thread.join(60)
-    assert caught and host in str(caught[0]) and "async_udf 'doubled'(budget=...)" in str(caught[0]), caught
+    assert caught and isinstance(caught[0], ValueError) and host in str(caught[0]) and "async_udf 'doubled'(budget=...)" in str(caught[0]), caught
