@@ -214,16 +214,20 @@ def test_the_collector_refuses_malformed_lease_requests_without_a_crash():
     import urllib.error
     import urllib.request
 
+    from aiospark.budget.signing import sign
     from aiospark.spark.budget import Budget
 
     budget = Budget(10)
     ticket = pickle.loads(pickle.dumps(budget))
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for body, code in ((["not", "a", "dict"], 400), ({"id": ["x"], "op": "lease"}, 403),
-                       ({"id": budget.id, "task": "t", "op": "lease", "need": "1", "want": 1}, 400),
-                       ({"id": budget.id, "task": "t", "op": "spend"}, 400)):
-        request = urllib.request.Request(ticket.address, data=json.dumps(body).encode(), method="POST",
-                                         headers={"X-Aiospark-Secret": budget._secret})
+    for body, code in ((["not", "a", "dict"], 400), ({"id": ["x"], "op": "lease"}, 400),
+                       ({"id": "not-a-budget", "op": "lease"}, 403),
+                       ({"id": budget.id, "task": "t", "request": "r1", "op": "lease", "need": "1", "want": 1}, 400),
+                       ({"id": budget.id, "task": "t", "op": "lease", "need": 1, "want": 1}, 400),  # no request id
+                       ({"id": budget.id, "task": "t", "request": "r2", "op": "spend"}, 400)):
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(ticket.address, data=data, method="POST",
+                                         headers=sign(budget._secret, "POST", "/budget", data))
         with pytest.raises(urllib.error.HTTPError) as info:
             opener.open(request, timeout=5)
         assert info.value.code == code, body

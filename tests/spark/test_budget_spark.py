@@ -242,3 +242,51 @@ def test_a_rerun_with_a_bigger_budget_and_the_journal_calls_only_the_rows_not_do
     assert calls == 2000, (first_calls, calls)
     assert all(r["_error"] is None for r in second) and sorted(r["id"] for r in second) == list(range(2000))
     assert budget.started == 2000 - first_calls
+
+
+def _budget_request(request, reply):
+    """The first reply to each lease and release (by its body: a retry is signed anew) is lost."""
+    from tests.support.reply_dropper import http_body
+
+    body = http_body(request)
+    return body if b'"op": "lease"' in body or b'"op": "release"' in body else None
+
+
+def test_lost_ledger_replies_are_retried_and_never_change_what_the_budget_counts(spark, monkeypatch):
+    # the executors reach the driver through a proxy that loses the first reply to every lease and
+    # release after the ledger acted on it (a read timeout, a reset): each task sends them again
+    from aiospark.spark.metrics import collector
+    from tests.support.reply_dropper import ReplyDropper
+
+    with ReplyDropper(0, drop=_budget_request) as proxy:
+        advertised, bind = f"127.0.0.1:{proxy.port}", "127.0.0.1:0"   # a tunnel's two ends
+        monkeypatch.setenv("AIOSPARK_METRICS_HOST", advertised)
+        monkeypatch.setenv("AIOSPARK_METRICS_BIND", bind)
+        proxy.upstream_port = collector((advertised, bind)).server.server_address[1]
+        budget = aiospark.Budget(1000)
+        with FaultService(ServiceConfig(latency=0.001), process=True) as svc:
+            rows = aiospark.unordered_wait(spark.range(0, 200, 1, 2), Fetch(svc.url), "id LONG", capacity=10,
+                                           budget=budget, on_error="row").collect()
+            calls = requests_at(svc)
+    assert len(rows) == 200 and all(r["_error"] is None for r in rows) and calls == 200
+    assert proxy.dropped >= 4, proxy.dropped   # two tasks: at least a lease and a release each
+    assert budget.spent == 200 and budget.started == 200 and budget.left == 800, budget
+
+
+def test_lost_redis_replies_are_retried_and_never_change_what_the_budget_counts(spark):
+    from tests.support.reply_dropper import ReplyDropper
+
+    def evalsha(request, reply):
+        return request if b"EVALSHA" in request and not reply.startswith(b"-") else None
+
+    name = f"test-{uuid.uuid4().hex}"
+    with RedisServer() as redis, ReplyDropper(redis.port, drop=evalsha) as proxy, \
+            FaultService(ServiceConfig(latency=0.001), process=True) as svc:
+        budget = aiospark.Budget(1000, redis=f"redis://127.0.0.1:{proxy.port}/0", name=name)
+        rows = aiospark.unordered_wait(spark.range(0, 200, 1, 2), Fetch(svc.url), "id LONG", capacity=10,
+                                       budget=budget, on_error="row").collect()
+        calls = requests_at(svc)
+        spent = budget.spent
+    assert len(rows) == 200 and all(r["_error"] is None for r in rows) and calls == 200
+    assert proxy.dropped >= 4, proxy.dropped
+    assert spent == 200, spent

@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from aiospark.budget.signing import sign
 from aiospark.core.metrics import OperatorMetrics
 from aiospark.spark.metrics import MetricsReporter, collector
 from tests.connectors._support import dead_port
@@ -61,17 +62,20 @@ def test_the_collector_accepts_only_signed_readable_reports_of_a_live_metrics():
     good = {"id": metrics_id, "task": "1.0.0", "final": True, "rows": 3, "inflight": 0,
             "metrics": OperatorMetrics().to_dict()}
     body = json.dumps(good).encode()
-    assert _post(address, body, {}) == 403                                   # no secret
-    assert _post(address, body, {"X-Aiospark-Secret": "0" * 32}) == 403      # another job's
+    assert _post(address, body, {}) == 403                                   # not signed
+    assert _post(address, body, {"X-Aiospark-Secret": secret}) == 403        # the secret itself, as a bearer
+    assert _post(address, body, sign("0" * 32, "POST", "/report", body)) == 403   # another job's
     assert m.tasks == 0
     poisoned = json.dumps({**good, "metrics": {"calls": "many"}}).encode()
-    assert _post(address, poisoned, {"X-Aiospark-Secret": secret}) == 400    # unreadable: not stored
+    assert _post(address, poisoned, sign(secret, "POST", "/report", poisoned)) == 400   # unreadable: not stored
     assert m.tasks == 0 and m.total.calls == 0
     huge = json.dumps({**good, "pad": "x" * MAX_REPORT_BYTES}).encode()
-    assert _post(address, huge, {"X-Aiospark-Secret": secret}) in (413, "closed")  # never read
+    assert _post(address, huge, sign(secret, "POST", "/report", huge)) in (413, "closed")  # never read
     assert m.tasks == 0
-    assert _post(address, body, {"X-Aiospark-Secret": secret}) == 204
+    signed = sign(secret, "POST", "/report", body)
+    assert _post(address, body, signed) == 204
     assert m.tasks == 1
+    assert _post(address, body, signed) == 403                               # captured and sent again
 
 
 def test_a_reporter_ships_its_secret_and_the_driver_counts_its_report():

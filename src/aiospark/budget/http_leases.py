@@ -1,9 +1,15 @@
 """Leases from the driver's ledger, over the metrics collector's HTTP server (worker side).
 
-A request is one small signed JSON POST (header ``X-Aiospark-Secret``: the Budget's own secret,
-shipped inside the pickled task; the driver refuses anything else with 403). It runs as a blocking
-``urllib`` request in the loop's default executor, so the event loop never waits on it. A request
-that fails to connect is tried once more after a short pause; then the task's rows fail with
+A request is one small JSON POST carrying a request id, signed with the Budget's own secret
+(shipped inside the pickled task) by an HMAC over the method, path, body, a timestamp and a nonce
+(:mod:`aiospark.budget.signing`): the secret never travels, and a captured request cannot be sent
+again. The driver refuses anything else with 403. A request runs as a blocking ``urllib`` request
+in the loop's default executor, so the event loop never waits on it.
+
+A request that fails on the way (no connection, a reset, a read timeout: any ``OSError``) is sent
+again, up to :data:`ATTEMPTS` times, with the same request id and a new signature: when the driver
+had acted on the lost attempt, the ledger answers the retry with its first answer, so a retry
+never leases or gives back units twice. Then the task's rows fail with
 :class:`~aiospark.budget.gate.BudgetUnavailable` (see :mod:`aiospark.budget.gate`).
 
 Example::
@@ -17,14 +23,18 @@ import asyncio
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from typing import Any
 
-__all__ = ["HttpLeases", "SECRET_HEADER"]
+from .signing import sign
 
-SECRET_HEADER = "X-Aiospark-Secret"
-#: seconds per request, and the pause before the one retry of a request that could not connect
+__all__ = ["ATTEMPTS", "HttpLeases"]
+
+#: seconds per request, tries per request, and the pauses between tries
 TIMEOUT = 10.0
+ATTEMPTS = 3
 RETRY_PAUSE = 0.5
 
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -36,6 +46,7 @@ class HttpLeases:
     def __init__(self, address: str, budget_id: str, secret: str, task: str):
         self.address = address
         self.where = f"the driver's budget ledger at {address}"
+        self._path = urllib.parse.urlsplit(address).path or "/"
         self._id = budget_id
         self._secret = secret
         self._task = task
@@ -55,23 +66,34 @@ class HttpLeases:
         await self._post({"op": "release", "units": units, "used": used, "refused": refused})
 
     async def _post(self, message: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps({"id": self._id, "task": self._task, **message}).encode()
+        # one id for every attempt of this request: the ledger acts on it once
+        body = json.dumps({"id": self._id, "task": self._task, "request": uuid.uuid4().hex, **message}).encode()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self._send, body)
 
     def _send(self, body: bytes) -> dict[str, Any]:
-        request = urllib.request.Request(self.address, data=body, method="POST",
-                                         headers={"Content-Type": "application/json", SECRET_HEADER: self._secret})
-        for attempt in (1, 2):
+        for attempt in range(1, ATTEMPTS + 1):
+            headers = {"Content-Type": "application/json", **sign(self._secret, "POST", self._path, body)}
+            request = urllib.request.Request(self.address, data=body, method="POST", headers=headers)
             try:
                 with _opener.open(request, timeout=TIMEOUT) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:
-                why = {403: "refused: not a live Budget of this driver, or a wrong secret",
-                       400: "refused as malformed"}.get(exc.code, exc.reason)
-                raise ConnectionError(f"HTTP {exc.code} ({why})") from None
-            except OSError:
-                if attempt == 2:
+                raise ConnectionError(f"HTTP {exc.code} ({_why(exc)})") from None
+            except OSError:  # the driver may have acted on it: the retry's id makes that harmless
+                if attempt == ATTEMPTS:
                     raise
-                time.sleep(RETRY_PAUSE)
+                time.sleep(RETRY_PAUSE * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _why(exc: urllib.error.HTTPError) -> str:
+    """The driver's reason for a refusal (it names no secret), else a generic one."""
+    try:
+        reason = json.loads(exc.read() or b"{}").get("error")
+    except (ValueError, OSError, AttributeError):
+        reason = None
+    if isinstance(reason, str) and reason:
+        return f"refused: {reason[:200]}"
+    return {403: "refused: not a live Budget of this driver, or a wrong signature",
+            400: "refused as malformed"}.get(exc.code, str(exc.reason))

@@ -13,11 +13,18 @@ second of its spending, at least :data:`START_LEASE`); it gets at least ``need``
 starve, and leases shrink as the pot empties. A request that ``free`` cannot cover is refused
 (granted 0).
 
+A request may be delivered twice (a task retries when the reply was lost after the driver acted
+on it): each request carries an id, and the ledger answers an id it has seen with its first
+answer, changing nothing (it remembers the last :data:`REMEMBERED` ids; a replay arrives within
+seconds). A release also gives back at most what the task holds minus what it reported using, so
+even a replay the ledger forgot cannot hand back units that were spent.
+
 Example::
 
     ledger = Ledger(500)
     granted, left = ledger.lease("task-1", need=1, want=64)   # (64.0, 436.0)
-    ledger.release("task-1", 10, used=54)                     # ends: 10 units back
+    ledger.release("task-1", 10, used=54, request="r2")       # ends: 10 units back
+    ledger.release("task-1", 10, used=54, request="r2")       # a replay: 10 again, nothing moves
     ledger.spent, ledger.left                                  # (54.0, 446.0)
 """
 from __future__ import annotations
@@ -25,13 +32,16 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Ledger", "START_LEASE", "check_cost", "check_limit", "check_units"]
+__all__ = ["Ledger", "REMEMBERED", "START_LEASE", "check_cost", "check_limit", "check_units"]
 
 #: the first lease of a task (capped by its share of what is left)
 START_LEASE = 64.0
+#: request ids (and their answers) the ledger remembers to answer replays
+REMEMBERED = 10_000
 
 
 def check_limit(limit: Any) -> float:
@@ -72,38 +82,64 @@ class Ledger:
         self._open: set[str] = set()        # tasks that hold a lease and have not ended
         self.refused = 0                     # calls refused, as tasks reported at their end
         self.leases = 0                      # leases granted (round trips that got units)
+        self._answers: OrderedDict[str, Any] = OrderedDict()  # request id -> first answer
 
-    def lease(self, task: str, need: float, want: float, used: float = 0.0) -> tuple[float, float]:
+    def lease(self, task: str, need: float, want: float, used: float = 0.0,
+              request: str | None = None) -> tuple[float, float]:
         """``(granted, left)``: at least ``need`` units for ``task`` (0 if they are not there) and
-        ``left`` still free after the grant. ``used``: units the task's calls started so far."""
+        ``left`` still free after the grant. ``used``: units the task's calls started so far.
+        ``request``: the request's id; a replay of it gets the first answer and changes nothing."""
         need, want, used = check_units(need, "need"), check_units(want, "want"), check_units(used, "used")
         with self._lock:
-            self._note_used(task, used)
-            if need > self._free:
-                return 0.0, self._free
-            self._open.add(task)
-            share = math.floor(self._free / (2 * len(self._open)))  # whole units: no float crumbs
-            granted = min(self._free, max(need, min(want, share)))
-            self._free -= granted
-            if self._free < 1e-9:  # float crumbs of fractional costs: nothing left to lease
-                self._free = 0.0
-            self._held[task] = self._held.get(task, 0.0) + granted
-            self.leases += 1
-            return granted, self._free
+            if request is not None and request in self._answers:
+                return self._answers[request]
+            answer = self._lease(task, need, want, used)
+            self._remember(request, answer)
+            return answer
 
-    def release(self, task: str, units: float, used: float = 0.0, refused: int = 0) -> float:
-        """``task`` ended: put back ``units`` it did not use (never more than it holds); returns
-        what was put back."""
+    def _lease(self, task: str, need: float, want: float, used: float) -> tuple[float, float]:
+        # (under the lock)
+        self._note_used(task, used)
+        if need > self._free:
+            return 0.0, self._free
+        self._open.add(task)
+        share = math.floor(self._free / (2 * len(self._open)))  # whole units: no float crumbs
+        granted = min(self._free, max(need, min(want, share)))
+        self._free -= granted
+        if self._free < 1e-9:  # float crumbs of fractional costs: nothing left to lease
+            self._free = 0.0
+        self._held[task] = self._held.get(task, 0.0) + granted
+        self.leases += 1
+        return granted, self._free
+
+    def release(self, task: str, units: float, used: float = 0.0, refused: int = 0,
+                request: str | None = None) -> float:
+        """``task`` ended: put back ``units`` it did not use, never more than it holds minus what
+        it used (so a replayed release gives back nothing twice); returns what was put back.
+        ``request``: the request's id; a replay of it gets the first answer and changes nothing."""
         units, used = check_units(units, "units"), check_units(used, "used")
         with self._lock:
+            if request is not None and request in self._answers:
+                return self._answers[request]
             self._note_used(task, used)
-            back = min(units, self._held.get(task, 0.0))
-            self._held[task] = self._held.get(task, 0.0) - back
+            held = self._held.get(task, 0.0)
+            room = held - self._used.get(task, 0.0)
+            # (float crumbs: the task computed ``units`` as held - used by other additions)
+            back = max(0.0, min(held, units if units <= room + 1e-9 else room))
+            self._held[task] = held - back
             self._free = min(self.limit, self._free + back)
             self._open.discard(task)
             if isinstance(refused, int) and not isinstance(refused, bool) and refused > 0:
                 self.refused += refused
+            self._remember(request, back)
             return back
+
+    def _remember(self, request: str | None, answer: Any) -> None:
+        if request is None:
+            return
+        self._answers[request] = answer
+        if len(self._answers) > REMEMBERED:
+            self._answers.popitem(last=False)
 
     def _note_used(self, task: str, used: float) -> None:
         if used > self._used.get(task, 0.0):

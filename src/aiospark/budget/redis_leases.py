@@ -7,57 +7,100 @@ the shared count at its own limit: give them the same one). Leases are sized as 
 ledger, with ``free / 8`` standing in for the share (Redis does not know how many tasks ask).
 The password comes from the URL or ``$REDIS_PASSWORD`` and never shows in reprs or errors.
 
+A script may run twice for one request: a task resends a command whose reply was lost (a
+timeout, a reset: up to :data:`ATTEMPTS` tries). So every lease and release carries a request id,
+and the script stores its answer under ``<key>:request:<id>`` (for :data:`REQUEST_TTL` seconds):
+a second run returns that answer and changes nothing. The hash ``<key>:held`` holds what each
+live task attempt leased and has not given back; a release gives back at most that minus what the
+task used, so even a replay older than the stored answers cannot hand back spent units.
+
 Example::
 
-    source = RedisLeases("redis://127.0.0.1:6379/0", None, None, key="aiospark:budget:nightly", limit=10_000)
+    source = RedisLeases("redis://127.0.0.1:6379/0", None, None, key="aiospark:budget:nightly", limit=10_000,
+                         task="3.1.0/ab12")
     granted, left = await source.lease(need=1, want=64, used=0)
 """
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
-__all__ = ["LEASE_SCRIPT", "RELEASE_SCRIPT", "RedisLeases", "budget_key"]
+__all__ = ["LEASE_SCRIPT", "RELEASE_SCRIPT", "REQUEST_TTL", "RedisLeases", "budget_key"]
 
-#: KEYS[1] = the spent counter. ARGV = limit, need, want, share divisor. Returns {granted, left} as
-#: strings (a Lua number in a reply is truncated to an integer).
+#: KEYS = the spent counter, the held hash, this request's answer. ARGV = limit, need, want, share
+#: divisor, task, request TTL. Returns {granted, left} as strings (a Lua number in a reply is
+#: truncated to an integer).
 LEASE_SCRIPT = """
+local seen = redis.call('GET', KEYS[3])
+if seen then
+  local granted, left = string.match(seen, '^(%S+) (%S+)$')
+  return {granted, left}
+end
 local limit = tonumber(ARGV[1])
 local need = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local divisor = tonumber(ARGV[4])
-if not limit or not need or not want or not divisor or limit < 0 or need < 0 or want < 0 or divisor < 1
+local ttl = tonumber(ARGV[6])
+if not limit or not need or not want or not divisor or not ttl or limit < 0 or need < 0 or want < 0 or divisor < 1
     or limit ~= limit or need ~= need or want ~= want or limit == math.huge or need == math.huge then
   return redis.error_reply('aiospark budget: bad arguments')
 end
 local spent = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 local free = limit - spent
 if free < 0 then free = 0 end
-if need > free then
-  return {'0', string.format('%.17g', free)}
+local size = 0
+if need <= free then
+  size = math.floor(free / divisor)  -- whole units: no float crumbs when costs are whole
+  if want < size then size = want end
+  if size < need then size = need end
+  if size > free then size = free end
+  redis.call('SET', KEYS[1], string.format('%.17g', spent + size))
+  redis.call('HINCRBYFLOAT', KEYS[2], ARGV[5], string.format('%.17g', size))
+  redis.call('EXPIRE', KEYS[2], ttl * 24 * 7)
 end
-local size = math.floor(free / divisor)  -- whole units: no float crumbs when costs are whole
-if want < size then size = want end
-if size < need then size = need end
-if size > free then size = free end
-redis.call('SET', KEYS[1], string.format('%.17g', spent + size))
-return {string.format('%.17g', size), string.format('%.17g', free - size)}
+local answer = {string.format('%.17g', size), string.format('%.17g', free - size)}
+redis.call('SET', KEYS[3], answer[1] .. ' ' .. answer[2], 'EX', ttl)
+return answer
 """
 
-#: KEYS[1] = the spent counter. ARGV = units given back. Returns the new count.
+#: KEYS = the spent counter, the held hash, this request's answer. ARGV = units given back, units
+#: the task used, task, request TTL. Returns the units given back.
 RELEASE_SCRIPT = """
+local seen = redis.call('GET', KEYS[3])
+if seen then
+  return seen
+end
 local units = tonumber(ARGV[1])
-if not units or units < 0 or units ~= units or units == math.huge then
+local used = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[4])
+if not units or not used or not ttl or units < 0 or used < 0 or units ~= units or used ~= used
+    or units == math.huge then
   return redis.error_reply('aiospark budget: bad units')
 end
-local spent = (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) - units
+local held = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') or 0
+local back = held - used
+if units <= back + 1e-9 then back = units end  -- float crumbs: the task summed the same units its own way
+if back > held then back = held end
+if back < 0 then back = 0 end
+local spent = (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) - back
 if spent < 0 then spent = 0 end
 redis.call('SET', KEYS[1], string.format('%.17g', spent))
-return string.format('%.17g', spent)
+redis.call('HDEL', KEYS[2], ARGV[3])
+local answer = string.format('%.17g', back)
+redis.call('SET', KEYS[3], answer, 'EX', ttl)
+return answer
 """
+
+#: seconds a request's answer is kept for its replays (a replay comes within seconds)
+REQUEST_TTL = 3600
 
 #: Redis stands in for the ledger's share of ``free / (2 * tasks)`` with ``free / SHARE_DIVISOR``
 SHARE_DIVISOR = 8
+#: seconds per command; tries per request and the pause between tries
 TIMEOUT = 5.0
+ATTEMPTS = 3
+RETRY_PAUSE = 0.5
 
 
 def budget_key(name: str) -> str:
@@ -68,17 +111,20 @@ class RedisLeases:
     """A :class:`~aiospark.budget.gate.LeaseSource` over a Redis counter (one connection per task)."""
 
     def __init__(self, url: str, password: Any | None, username: str | None, *, key: str, limit: float,
-                 where: str = ""):
+                 where: str = "", task: str | None = None):
         self._url = url                  # without credentials
         self._password = password        # a connectors.secrets.Secret, or None
         self._username = username
         self.key = key
         self.limit = limit
+        self.task = task or uuid.uuid4().hex  # one task attempt: what it holds is kept under this name
         self.where = f"the budget's Redis at {where or url} (key {key!r})"
         self._client: Any = None
         import redis.asyncio as aredis  # here, in the task's thread: a first import inside the loop blocks it
+        import redis.exceptions
 
         self._aredis = aredis
+        self._lost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
     def __repr__(self) -> str:
         return f"RedisLeases({self._url!r}, key={self.key!r}, password={'***' if self._password else None})"
@@ -95,23 +141,37 @@ class RedisLeases:
     async def lease(self, need: float, want: float, used: float) -> tuple[float, float]:
         await self._redis()
         try:
-            granted, left = await self._lease(keys=[self.key], args=[repr(self.limit), repr(need), repr(want),
-                                                                    SHARE_DIVISOR])
+            granted, left = await self._run(self._lease, [repr(self.limit), repr(need), repr(want), SHARE_DIVISOR,
+                                                          self.task, REQUEST_TTL])
         except Exception as exc:
             raise self._scrubbed(exc) from None
         return float(granted), float(left)
 
     async def release(self, units: float, used: float, refused: int) -> None:
         try:
-            if units > 0:
+            if units > 0 or self._client is not None:  # (a task that leased: its entry in the held hash goes)
                 await self._redis()
-                await self._release(keys=[self.key], args=[repr(units)])
+                await self._run(self._release, [repr(units), repr(used), self.task, REQUEST_TTL])
         except Exception as exc:
             raise self._scrubbed(exc) from None
         finally:
             client, self._client = self._client, None
             if client is not None:
                 await client.aclose()
+
+    async def _run(self, script: Any, args: list[Any]) -> Any:
+        """Run ``script`` for one request, sent again when its reply is lost: every try carries the
+        same request id (the keys: the counter, the held hash, this request's answer), so the
+        script acts once."""
+        keys = [self.key, f"{self.key}:held", f"{self.key}:request:{uuid.uuid4().hex}"]
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return await script(keys=keys, args=args)
+            except self._lost:
+                if attempt == ATTEMPTS:
+                    raise
+                await asyncio.sleep(RETRY_PAUSE * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _scrubbed(self, exc: BaseException) -> Exception:
         text = f"{type(exc).__name__}: {exc}"

@@ -40,10 +40,11 @@ class BudgetTicket:
 
     def gate(self, task: str, batched: bool = False, count: Callable[[Any], int] | None = None) -> LeaseGate:
         """A new gate for one task attempt (its own lease); ``count``: see :class:`LeaseGate`."""
+        attempt = f"{task}/{uuid.uuid4().hex[:8]}"  # one name per gate: what it holds is kept under it
         if self._redis is not None:
             url, password, username, key, where = self._redis
-            source: Any = RedisLeases(url, password, username, key=key, limit=self.limit, where=where)
+            source: Any = RedisLeases(url, password, username, key=key, limit=self.limit, where=where,
+                                      task=attempt)
         else:
-            source = HttpLeases(self.address or "", self.budget_id, self._secret,
-                                f"{task}/{uuid.uuid4().hex[:8]}")
+            source = HttpLeases(self.address or "", self.budget_id, self._secret, attempt)
         return LeaseGate(source, self.cost, batched, count)

@@ -3,7 +3,9 @@
 Without Redis, the pot is a :class:`~aiospark.budget.ledger.Ledger` in the driver process, served
 by the metrics collector's HTTP server (``POST /budget``, where Spark's driver listens, see
 :mod:`aiospark.spark.metrics`). Each task leases units from it and spends them before each attempt;
-requests must carry the Budget's own secret (shipped inside the pickled task) or are refused (403).
+requests must be signed with the Budget's own secret (shipped inside the pickled task; an HMAC with
+a timestamp and a nonce, :mod:`aiospark.budget.signing`) or are refused (403), and carry a request
+id the ledger answers once (a retried request never leases or gives back twice).
 With ``redis=``, the pot is a counter in Redis that several jobs share by ``name``.
 
 Example::
@@ -15,7 +17,6 @@ Example::
 """
 from __future__ import annotations
 
-import hmac
 import secrets
 import threading
 import uuid
@@ -134,36 +135,46 @@ class Budget:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         address = None
         if self._ledger is not None:
-            register_endpoint(PATH, _lease_endpoint)
+            register_endpoint(PATH, _lease_endpoint, _budget_secret)
             address = collector(driver_host()).base + PATH
         return (BudgetTicket, (self.id, self.name, self.limit, self.cost, address, self._secret, self._redis))
 
 
-def _lease_endpoint(request: dict[str, Any], secret: str) -> tuple[int, dict[str, Any] | None]:
-    """``POST /budget`` on the driver's collector: lease or give back units of a live Budget."""
+def _live_budget(request: dict[str, Any]) -> Budget | None:
     budget_id = request.get("id")
     with _lock:
         budget = _budgets.get(budget_id) if isinstance(budget_id, str) else None
-    if budget is None or budget._ledger is None or \
-            not hmac.compare_digest(secret.encode(), budget._secret.encode()):
-        return 403, None  # not a lease request of a live Budget of this driver
-    ledger, task, op = budget._ledger, request.get("task"), request.get("op")
-    if not isinstance(task, str) or not task:
+    return budget if budget is not None and budget._ledger is not None else None
+
+
+def _budget_secret(request: dict[str, Any]) -> str | None:
+    """The secret a lease request must be signed with (None: not a live Budget of this driver)."""
+    budget = _live_budget(request)
+    return budget._secret if budget is not None else None
+
+
+def _lease_endpoint(request: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """``POST /budget`` on the driver's collector (a signed request): lease or give back units of
+    a live Budget, once per request id."""
+    budget = _live_budget(request)
+    if budget is None or budget._ledger is None:
+        return 403, None
+    ledger, task, op, rid = budget._ledger, request.get("task"), request.get("op"), request.get("request")
+    if not isinstance(task, str) or not task or not (isinstance(rid, str) and 0 < len(rid) <= 64):
         return 400, None
     try:
         if op == "lease":
             granted, left = ledger.lease(task, request.get("need"), request.get("want"),  # type: ignore[arg-type]
-                                         request.get("used", 0.0))
+                                         request.get("used", 0.0), request=rid)
             return 200, {"granted": granted, "left": left}
         if op == "release":
             refused = request.get("refused", 0)
             back = ledger.release(task, request.get("units"), request.get("used", 0.0),  # type: ignore[arg-type]
-                                  refused if isinstance(refused, int) else 0)
+                                  refused if isinstance(refused, int) else 0, request=rid)
             return 200, {"returned": back, "left": ledger.left}
     except ValueError:
         return 400, None
     return 400, None
-
 
 
 def check_budget(budget: Any) -> Budget | None:

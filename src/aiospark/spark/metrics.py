@@ -7,11 +7,16 @@ final report when it ends. This works the same for classic and Spark Connect ses
 collector lives in the process that defined the operator. Reporting never fails a task: if the
 collector cannot be reached, the task logs its metrics (logger ``aiospark``) instead.
 
-Where the collector listens: ``AIOSPARK_METRICS_HOST`` when set; else, with a classic session,
-where Spark's own driver listens (``spark.driver.bindAddress``, advertised to executors as
-``spark.driver.host``), so executors on other hosts reach it with no setting; else 127.0.0.1 (a
-Spark Connect client, whose executors belong to the server). It accepts only reports signed with
-the secret of a live ``Metrics`` (shipped to the tasks inside the pickled reporter), of at most
+Where the collector listens: ``AIOSPARK_METRICS_HOST`` (``host`` or ``host:port``: the address
+executors are told) when set, bound on ``AIOSPARK_METRICS_BIND`` (``addr`` or ``addr:port``;
+default: the advertised host and port, any free port without one) -- for a Spark Connect client
+whose server runs elsewhere, an address of this machine the cluster reaches, or a tunnel's far
+end; else, with a classic session, where Spark's own driver listens (``spark.driver.bindAddress``,
+advertised to executors as ``spark.driver.host``), so executors on other hosts reach it with no
+setting; else 127.0.0.1 (a Connect client whose server is on this machine;
+:mod:`aiospark.spark.reach` refuses or warns at definition when it is not). It accepts only
+reports signed with the secret of a live ``Metrics`` (shipped to the tasks inside the pickled
+reporter; an HMAC with a timestamp and a nonce, :mod:`aiospark.budget.signing`), of at most
 1 MiB, holding metrics it can read; anything else is refused (403, 413, 400).
 The same server answers budget lease requests (``POST /budget``, :mod:`aiospark.spark.budget`),
 signed with the secret of a live ``Budget``.
@@ -25,19 +30,20 @@ Example::
 """
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
 import secrets
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..budget.signing import Verifier, sign
 from ..core.metrics import OperatorMetrics
 
 log = logging.getLogger("aiospark")
@@ -149,9 +155,10 @@ class MetricsReporter:
         if final:
             log.info("aiospark %s task %s: %s", self.name, task, metrics)
         try:
+            path = urllib.parse.urlsplit(self.address).path or "/"
             request = urllib.request.Request(self.address, data=body, method="POST",
                                              headers={"Content-Type": "application/json",
-                                                      _SECRET_HEADER: self._secret})
+                                                      **sign(self._secret, "POST", path, body)})
             _opener.open(request, timeout=2.0).read()
         except OSError as exc:
             self._failed = True
@@ -187,73 +194,77 @@ def task_name() -> str:
     return f"{ctx.stageId()}.{ctx.partitionId()}.{ctx.attemptNumber()}"
 
 
-#: The header carrying a report's secret, and the largest report the collector reads
-_SECRET_HEADER = "X-Aiospark-Secret"
+#: The largest report (or request) the collector reads
 MAX_REPORT_BYTES = 1 << 20
+#: signatures, clock window and nonces of every request to this process's collectors
+_verifier = Verifier()
 
 
-#: Other JSON endpoints of the collector, by path: ``handle(request, secret) -> (status, reply)``
-#: (``reply`` a dict sent back as JSON, or None). Budgets lease units here (aiospark.spark.budget).
-Endpoint = Callable[[dict[str, Any], str], tuple[int, dict[str, Any] | None]]
-_endpoints: dict[str, Endpoint] = {}
+#: Other JSON endpoints of the collector, by path: ``handle(request) -> (status, reply)`` (``reply`` a
+#: dict sent back as JSON, or None), reached only by requests signed with ``secret_of(request)`` (None:
+#: no such live object, 403). Budgets lease units here (aiospark.spark.budget).
+Endpoint = Callable[[dict[str, Any]], tuple[int, dict[str, Any] | None]]
+SecretOf = Callable[[dict[str, Any]], str | None]
+_endpoints: dict[str, tuple[Endpoint, SecretOf]] = {}
 
 
-def register_endpoint(path: str, handle: Endpoint) -> None:
-    """Serve ``POST <path>`` with ``handle`` (the request's JSON and its secret header)."""
-    _endpoints[path] = handle
+def register_endpoint(path: str, handle: Endpoint, secret_of: SecretOf) -> None:
+    """Serve ``POST <path>`` with ``handle``, for requests signed with ``secret_of(request)``."""
+    _endpoints[path] = (handle, secret_of)
+
+
+def _report_secret(report: dict[str, Any]) -> str | None:
+    with _registry_lock:
+        target = _registry.get(report.get("id"))  # type: ignore[arg-type]
+    return target._secret if target is not None else None
+
+
+def _receive_report(report: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    with _registry_lock:
+        target = _registry.get(report["id"])
+    if target is None:
+        return 403, None
+    try:
+        target._receive(report)
+    except (ValueError, KeyError, TypeError):
+        return 400, None
+    return 204, None
 
 
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # http.server's naming
-        endpoint = _endpoints.get(self.path)
-        if endpoint is None:
-            self.send_response(self._handle())
-            self.end_headers()
-            return
-        status, reply = self._endpoint(endpoint)
+        path = urllib.parse.urlsplit(self.path).path
+        handle, secret_of = _endpoints.get(path) or (_receive_report, _report_secret)
+        status, reply = self._answer(path, handle, secret_of)
         body = json.dumps(reply).encode() if reply is not None else b""
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if body:
+            self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def _endpoint(self, endpoint: Endpoint) -> tuple[int, dict[str, Any] | None]:
+    def _answer(self, path: str, handle: Endpoint, secret_of: SecretOf) -> tuple[int, dict[str, Any] | None]:
         try:
             size = int(self.headers.get("Content-Length", ""))
         except ValueError:
             return 411, None
         if not 0 <= size <= MAX_REPORT_BYTES:
             return 413, None
+        raw = self.rfile.read(size)
         try:
-            request = json.loads(self.rfile.read(size))
+            request = json.loads(raw)
         except ValueError:
             return 400, None
-        if not isinstance(request, dict):
+        if not isinstance(request, dict) or not isinstance(request.get("id"), str):
             return 400, None
-        return endpoint(request, self.headers.get(_SECRET_HEADER, ""))
-
-    def _handle(self) -> int:
-        try:
-            size = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            return 411
-        if not 0 <= size <= MAX_REPORT_BYTES:
-            return 413
-        try:
-            report = json.loads(self.rfile.read(size))
-            with _registry_lock:
-                target = _registry.get(report["id"])
-        except (ValueError, KeyError, TypeError):
-            return 400
-        given = self.headers.get(_SECRET_HEADER, "")
-        if target is None or not hmac.compare_digest(given.encode(), target._secret.encode()):
-            return 403  # not a report of a live Metrics of this driver
-        try:
-            target._receive(report)
-        except (ValueError, KeyError, TypeError):
-            return 400
-        return 204
+        secret = secret_of(request)
+        if secret is None:
+            return 403, {"error": "not a live Budget or Metrics of this driver"}
+        why = _verifier.check(secret, "POST", path, raw, self.headers)
+        if why is not None:
+            return 403, {"error": why}
+        return handle(request)
 
     def log_message(self, *args: Any) -> None:  # keep the driver's console quiet
         pass
@@ -267,12 +278,17 @@ class _CollectorServer(ThreadingHTTPServer):
 
 
 class _Collector:
-    """One HTTP server in the driver process, bound on ``bind`` and advertised as ``host``."""
+    """One HTTP server in the driver process, bound on ``bind`` and advertised as ``host`` (each
+    ``host`` or ``host:port``; see the module doc)."""
 
     def __init__(self, host: str, bind: str) -> None:
-        self.server = _CollectorServer((bind, 0), _Handler)
+        bind_host, bind_port = split_host_port(bind, "AIOSPARK_METRICS_BIND")
+        host, port = split_host_port(host, "AIOSPARK_METRICS_HOST")
+        if bind_port is None:  # a port forwarded as is (NAT, a tunnel)
+            bind_port = port
+        self.server = _CollectorServer((bind_host, bind_port or 0), _Handler)
         shown = f"[{host}]" if ":" in host else host
-        self.base = f"http://{shown}:{self.server.server_address[1]}"
+        self.base = f"http://{shown}:{port or self.server.server_address[1]}"
         self.address = f"{self.base}/report"
         thread = threading.Thread(target=self.server.serve_forever, name="aiospark-metrics", daemon=True)
         thread.start()
@@ -281,11 +297,47 @@ class _Collector:
 _collectors: dict[tuple[str, str], _Collector] = {}
 
 
+def split_host_port(text: str, what: str) -> tuple[str, int | None]:
+    """``"host"``, ``"host:port"``, ``"[v6]"`` or ``"[v6]:port"`` -> ``(host, port or None)``; a bare
+    IPv6 address (several colons) is a host."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else None
+        if not sep or (rest and port_text is None):
+            raise ValueError(f"{what}={text!r}: write an IPv6 address as [addr] or [addr]:port")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, None
+    if not host:
+        raise ValueError(f"{what}={text!r} has no host: set it to a host or host:port")
+    if port_text is None:
+        return host, None
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise ValueError(f"{what}={text!r}: the port must be a number from 1 to 65535 (0: any free port)")
+    return host, int(port_text)
+
+
+def configured_host() -> tuple[str, str] | None:
+    """``(advertised, bind)`` from ``AIOSPARK_METRICS_HOST`` / ``AIOSPARK_METRICS_BIND``, or None."""
+    host = os.environ.get("AIOSPARK_METRICS_HOST", "").strip()
+    if not host:
+        return None
+    bind = os.environ.get("AIOSPARK_METRICS_BIND", "").strip() or host
+    # a typo fails on the driver, naming the variable
+    if split_host_port(host, "AIOSPARK_METRICS_HOST")[1] == 0:
+        raise ValueError("AIOSPARK_METRICS_HOST: the advertised port must be from 1 to 65535 (a bind port "
+                         "of 0, any free port, goes in AIOSPARK_METRICS_BIND)")
+    split_host_port(bind, "AIOSPARK_METRICS_BIND")
+    return host, bind
+
+
 def driver_host() -> tuple[str, str]:
     """``(advertised host, bind address)`` of the metrics collector (see the module doc)."""
-    env = os.environ.get("AIOSPARK_METRICS_HOST", "").strip()
-    if env:
-        return env, env
+    configured = configured_host()
+    if configured is not None:
+        return configured
     from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()

@@ -24,6 +24,7 @@ from .metrics import Metrics
 from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
+from .reach import check_reach
 from .schema import check_unique_names
 from .udf_runner import UdfRunner
 
@@ -126,6 +127,11 @@ class AsyncUDF:
         if not cols:
             raise TypeError(f"async_udf {self.__name__!r} needs at least one column argument")
         connect = _is_connect(cols)
+        if connect:  # here, not at decoration: a UDF is often defined before any session exists
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+            active = getattr(ConnectSession, "getActiveSession", lambda: None)()
+            check_reach(active, budget=self._options.budget, what=f"async_udf {self.__name__!r}")
         if ARROW_ITER is None:  # pandas makes a NULL and a NaN one value: each argument's isnull goes along
             functions = _functions(connect)
             cols = cols + tuple(functions.isnull(c) for c in cols)

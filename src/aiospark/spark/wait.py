@@ -27,6 +27,7 @@ from .metrics import Metrics, task_reporter
 from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
+from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
 
@@ -167,6 +168,8 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     progress_options = check_progress(progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
+    # before anything asks the server: a Connect server elsewhere cannot reach this process's ledger
+    check_reach(df.sparkSession, budget=budget, progress=progress_options is not None, what=name.split(" ")[0])
     order_key = row_key(df, key, name) if key is not None else None
     options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
                                  rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
