@@ -35,7 +35,10 @@ import fractions
 import functools
 import hashlib
 import inspect
-import re
+import os
+import site
+import sys
+import sysconfig
 import textwrap
 import types
 import uuid
@@ -48,8 +51,16 @@ FINGERPRINT_METHOD = "__aiospark_fingerprint__"
 #: how deep an object's attributes are walked (deeper: its type only)
 MAX_DEPTH = 6
 
-_SECRET = re.compile(r"passw|passphrase|secret|api_?key|credential|^_*auth|authorization|(^|_)token$"
-                     r"|private_?key|^_*pw$|^_*pwd$", re.I)
+#: names that hold credentials whatever the object (compared lowercased, ``-`` read as ``_``,
+#: leading underscores ignored): only these and the suffixes below, so that a setting merely
+#: named like one (``max_tokens``, ``secret_sauce``, ``password_policy``, ``auth``) still counts
+SECRET_NAMES = frozenset({
+    "password", "passwd", "passphrase", "pwd", "secret", "client_secret", "api_key", "apikey", "access_key",
+    "secret_key", "secret_access_key", "access_token", "auth_token", "bearer_token", "refresh_token",
+    "session_token", "private_key", "token", "credential", "credentials", "authorization",
+    "proxy_authorization", "cookie", "set_cookie"})
+#: ``db_password``, ``client_secret``, ``x_api_key``, ``github_token`` (not ``max_tokens``)
+SECRET_SUFFIXES = ("_password", "_secret", "_api_key", "_token")
 
 #: modules of runtime objects: their state differs between runs (or holds connections), their type counts
 _RUNTIME = ("asyncio", "socket", "ssl", "threading", "_thread", "concurrent", "multiprocessing", "selectors",
@@ -63,8 +74,16 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes, decimal.Decimal, fr
 
 
 def is_secret_name(name: Any) -> bool:
-    """Whether an attribute, key or parameter name says it holds a credential."""
-    return isinstance(name, str) and bool(_SECRET.search(name))
+    """Whether an attribute, closure variable, default, global or dict key (an HTTP header) is named
+    as a credential: exactly one of :data:`SECRET_NAMES` or ending in one of :data:`SECRET_SUFFIXES`.
+
+    >>> is_secret_name("api_key"), is_secret_name("X-Api-Key"), is_secret_name("max_tokens")
+    (True, True, False)
+    """
+    if not isinstance(name, str):
+        return False
+    norm = name.lower().replace("-", "_").lstrip("_")
+    return norm in SECRET_NAMES or norm.endswith(SECRET_SUFFIXES)
 
 
 def _is_secret_value(value: Any) -> bool:
@@ -79,6 +98,35 @@ def _module_of(obj: Any) -> str:
 def _is_runtime(cls: type) -> bool:
     module = _module_of(cls)
     return any(module == m or module.startswith(m + ".") for m in _RUNTIME)
+
+
+def _prefixes() -> tuple[str, ...]:
+    """Where installed code lives: the interpreter's prefixes, the standard library, site-packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             *(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))}
+    try:
+        paths.update(site.getsitepackages())
+        paths.add(site.getusersitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_user_module(name: str) -> bool:
+    """Whether module ``name`` is the user's own code (whose functions' bodies decide answers):
+    not aiospark, pyspark or py4j, not built in, and not a file under the interpreter's prefixes,
+    the standard library or site-packages. ``__main__`` (a script, a notebook) is."""
+    top = name.split(".", 1)[0]
+    if not name or top in ("aiospark", "pyspark", "py4j", "builtins") or name in sys.builtin_module_names:
+        return False
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return name == "__main__"  # a notebook's or an interactive session's code (else built in)
+    real = os.path.join(os.path.realpath(path), "")[:-1]
+    return not any(real.startswith(p) for p in _prefixes()) and "site-packages" not in real \
+        and "dist-packages" not in real
 
 
 def _own_code(cls: type) -> bool:
@@ -106,6 +154,16 @@ def _code_digest(code: types.CodeType, h: Any) -> None:
             h.update(repr(const).encode())
 
 
+def put_code(walk: _Walk, fn: types.FunctionType) -> None:
+    """A function's code: its source text when Python finds it, and its bytecode too for a lambda
+    (whose "source" is the whole line: two lambdas on one line would read the same)."""
+    source = _source(fn)
+    if source is not None:
+        walk.put("source", source)
+    if source is None or fn.__name__ == "<lambda>":
+        _code_digest(fn.__code__, walk.h)
+
+
 def _qualname(obj: Any) -> str:
     return f"{_module_of(obj) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
 
@@ -116,6 +174,8 @@ class _Walk:
     def __init__(self) -> None:
         self.h = hashlib.sha256()
         self._path: set[int] = set()
+        #: functions walked so far (a helper reached twice is walked once: no blow-up on a call graph)
+        self._done: dict[int, Any] = {}
 
     def put(self, tag: str, text: str | bytes = b"") -> None:
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
@@ -189,11 +249,11 @@ class _Walk:
 
     def function(self, fn: types.FunctionType, depth: int) -> None:
         self.put("function", _qualname(fn))
-        source = _source(fn)
-        if source is not None:
-            self.put("source", source)
-        else:
-            _code_digest(fn.__code__, self.h)
+        if id(fn) in self._done:  # walked already in this value: its code and state are in the hash
+            self.put("again")
+            return
+        self._done[id(fn)] = fn  # kept alive: an id is never reused while the walk runs
+        put_code(self, fn)
         for name, v in function_state(fn):
             self.put("state", name)
             self.value(v, depth)
@@ -273,14 +333,25 @@ def function_state(fn: types.FunctionType) -> list[tuple[str, Any]]:
         elif not key.startswith("__") and not is_secret_name(key) and not _is_secret_value(value):
             out.append((f"attribute {key!r}", value))
     module_globals = fn.__globals__
-    for name in _global_names(code):
+    names = _global_names(code)
+    for name in names:
         if name not in module_globals or is_secret_name(name):
             continue
         value = module_globals[name]
-        if isinstance(value, _PLAIN + (tuple, frozenset)) and not isinstance(value, range) \
-                or isinstance(value, (types.FunctionType, type)) and _module_of(value) == _module_of(fn) \
-                and value is not fn:
-            out.append((f"global {name!r}", value))
+        if value is fn or _is_secret_value(value):
+            continue
+        if isinstance(value, types.ModuleType):
+            # ``helpers.fmt(x)``: the user's own module's members this code names (``fmt``)
+            if is_user_module(value.__name__):
+                members = vars(value)
+                out += [(f"global '{name}.{m}'", members[m]) for m in names
+                        if m in members and not is_secret_name(m) and not _is_secret_value(members[m])
+                        and not isinstance(members[m], types.ModuleType)]
+            continue
+        if isinstance(value, (types.FunctionType, type)) and not (
+                _module_of(value) == _module_of(fn) or is_user_module(_module_of(value))):
+            continue  # a library's function or class: its release is not this program's question
+        out.append((f"global {name!r}", value))
     return out
 
 
@@ -326,11 +397,7 @@ def fingerprint(function: Any) -> tuple[str, dict[str, str]]:
         parts.append(("instance", function.__self__))
         function = function.__func__
     if isinstance(function, types.FunctionType):
-        source = _source(function)
-        if source is not None:
-            code.put("source", source)
-        else:
-            _code_digest(function.__code__, code.h)
+        put_code(code, function)
         parts += function_state(function)
     else:
         cls = type(function)
