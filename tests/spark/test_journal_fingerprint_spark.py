@@ -110,6 +110,17 @@ async def f_lambda_list(row):
     return {"out": FNS[0]("x")}
 
 
+T = {"style": "v1"}
+
+
+class ReadsTable(aiospark.AsyncFunction):
+    """Its method reads a module global (the class's source does not hold the table's values)."""
+
+    async def async_invoke(self, row: dict[str, Any]) -> list[Any]:
+        await _get(f"{row['url']}/item/{row['id']}")
+        return [{"out": T["style"]}]
+
+
 def _set_lambda() -> None:
     FNS[0] = lambda s: s + "v2"
 
@@ -121,7 +132,8 @@ def _set_lambda() -> None:
     (f_object, "CFG", lambda: setattr(CFG, "style", "v2"), lambda: setattr(CFG, "style", "v1")),
     (f_big, "BIG", lambda: BIG.__setitem__("k4999", "v2"), lambda: BIG.__setitem__("k4999", "v1")),
     (f_lambda_list, "FNS", _set_lambda, lambda: FNS.__setitem__(0, FNS_V1)),
-], ids=["dict", "list", "nested", "object", "big_dict", "list_lambda"])
+    (ReadsTable(), "T", lambda: T.__setitem__("style", "v2"), lambda: T.__setitem__("style", "v1")),
+], ids=["dict", "list", "nested", "object", "big_dict", "list_lambda", "method_global"])
 def test_a_mutable_global_the_function_reads_is_part_of_the_question(spark, service, tmp_path, fn, name,
                                                                       change, undo):
     """``D["x"] = "v2"`` (or a fresh process with ``TABLE = {"x": "v2"}``) served the v1 answers."""

@@ -5,20 +5,28 @@ function by parts, each a short sha256 of a canonical encoding (never ``hash()``
 process, and never a ``repr`` that could hold an object's address):
 
 * ``code``: the function's source text when Python finds it (else its bytecode without line
-  numbers); for a callable object, the source of its class and of its bases outside aiospark;
-* ``closure 'x'``, ``default 'x'``, ``global 'X'`` (plain data, or a function or class of the
-  same module), ``wrapped function`` (``functools.wraps``' ``__wrapped__``), ``partial arguments``;
-* ``attribute 'x'`` of a callable object (an :class:`~aiospark.core.AsyncFunction`'s state),
-  walked recursively up to :data:`MAX_DEPTH` levels;
+  numbers; a lambda's bytecode too: its "source" is its whole line); for a callable object, the
+  source of its class and of its bases outside aiospark;
+* ``closure 'x'``, ``default 'x'``, ``global 'X'`` (any value the code reads from its module,
+  walked; a library's functions, classes and modules excluded), ``global 'mod.f'`` (a member of a
+  user module the code names), ``wrapped function`` (``functools.wraps``' ``__wrapped__``),
+  ``partial arguments``;
+* ``attribute 'x'`` of a callable object (an :class:`~aiospark.core.AsyncFunction`'s state), and
+  the globals its class's methods read;
 * ``setting 'x'``: what an object that knows its answer-deciding settings gives through
   ``__aiospark_fingerprint__() -> dict`` (the built-in connectors: model, system prompt, URL
   template, key pattern, table, ...); its other attributes (clients, pools, pacers) are not looked at.
 
-Never part of it: secrets (attributes, dict keys and parameters named like ``password``,
-``secret``, ``..._token``, ``api_key``, ``credential`` or ``auth...``, and ``Secret`` values: left out,
-not hashed), and what differs between two runs of one program: runtime objects (event loops,
-sockets, locks, threads, HTTP/Redis/PostgreSQL clients, Spark sessions: only their type counts),
-object ids, and objects beyond the depth bound (their type only).
+One walker encodes every value, up to :data:`MAX_DEPTH` levels, cycles cut: containers, objects'
+attributes, and functions reached anywhere by their code and their own closures, defaults and
+globals. The user's own code (:func:`is_user_module`) counts by its body, a library's does not.
+
+Never part of it: secrets (:func:`is_secret_name`: exactly a credential's name, or one ending in
+``_password``/``_secret``/``_api_key``/``_token``; and ``Secret`` values: left out, not hashed),
+and what differs between two runs of one program: runtime objects (event loops, sockets, locks,
+threads, HTTP/Redis/PostgreSQL clients, Spark sessions: only their type counts), object ids, and
+objects beyond the depth bound (their type only). What the code reads at call time from outside
+(environment variables, files) is not part of it either.
 
 Example::
 
@@ -274,6 +282,9 @@ class _Walk:
         for base in cls.__mro__:
             if _own_code(base):
                 self.put("source", _source(base) or _qualname(base))
+        for name, v in class_globals(cls):
+            self.put("state", name)
+            self.value(v, depth)
         self.mapping(attributes(obj), depth)
 
 
@@ -355,6 +366,22 @@ def function_state(fn: types.FunctionType) -> list[tuple[str, Any]]:
     return out
 
 
+def class_globals(cls: type) -> list[tuple[str, Any]]:
+    """The globals the methods of ``cls`` and of its user-code bases read (their source is the
+    class's: a helper they call is not in it), one part per name."""
+    out: dict[str, Any] = {}
+    for base in cls.__mro__:
+        if not is_user_module(_module_of(base)):
+            continue
+        for member in vars(base).values():
+            fn = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if isinstance(fn, types.FunctionType):
+                for part, v in function_state(fn):
+                    if part.startswith("global ") and v is not cls:
+                        out.setdefault(part, v)
+    return sorted(out.items(), key=lambda item: item[0])
+
+
 def _has_signature(fn: Any) -> bool:
     try:
         inspect.signature(fn)
@@ -409,6 +436,7 @@ def fingerprint(function: Any) -> tuple[str, dict[str, str]]:
         if callable(method):
             parts += _settings(dict(method()))
         else:
+            parts += class_globals(cls)
             parts += [(f"attribute {k!r}", v) for k, v in sorted(attributes(function).items())]
     out = {"code": code.h.hexdigest()[:16]}
     for part, value in parts:
