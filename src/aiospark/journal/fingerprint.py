@@ -43,55 +43,22 @@ import fractions
 import functools
 import hashlib
 import inspect
-import os
-import site
-import sys
-import sysconfig
 import textwrap
 import types
 import uuid
 from typing import Any
 
-__all__ = ["FINGERPRINT_METHOD", "MAX_DEPTH", "fingerprint", "is_secret_name"]
+from .scope import is_runtime, is_secret_name, is_user_module, module_of
+
+__all__ = ["FINGERPRINT_METHOD", "MAX_DEPTH", "fingerprint", "is_secret_name", "is_user_module"]
 
 #: the method an object implements to name its answer-deciding settings (a dict, no secrets)
 FINGERPRINT_METHOD = "__aiospark_fingerprint__"
 #: how deep an object's attributes are walked (deeper: its type only)
 MAX_DEPTH = 6
 
-#: names that hold credentials whatever the object (compared lowercased, ``-`` read as ``_``,
-#: leading underscores ignored): only these and the suffixes below, so that a setting merely
-#: named like one (``max_tokens``, ``secret_sauce``, ``password_policy``, ``auth``) still counts
-SECRET_NAMES = frozenset({
-    "password", "passwd", "passphrase", "pwd", "secret", "client_secret", "api_key", "apikey", "access_key",
-    "secret_key", "secret_access_key", "access_token", "auth_token", "bearer_token", "refresh_token",
-    "session_token", "private_key", "token", "credential", "credentials", "authorization",
-    "proxy_authorization", "cookie", "set_cookie"})
-#: ``db_password``, ``client_secret``, ``x_api_key``, ``github_token`` (not ``max_tokens``)
-SECRET_SUFFIXES = ("_password", "_secret", "_api_key", "_token")
-
-#: modules of runtime objects: their state differs between runs (or holds connections), their type counts
-_RUNTIME = ("asyncio", "socket", "ssl", "threading", "_thread", "concurrent", "multiprocessing", "selectors",
-            "subprocess", "queue", "logging", "io", "_io", "weakref", "tempfile", "sqlite3", "aiohttp",
-            "httpx", "requests", "urllib3", "redis", "psycopg", "psycopg2", "asyncpg", "pyspark", "py4j",
-            "openai", "pyreqwest", "yarl", "multidict", "uvloop", "aiospark.runtime", "aiospark.budget",
-            "aiospark.spark", "aiospark.core.metrics")
-
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, decimal.Decimal, fractions.Fraction, _dt.date,
           _dt.time, _dt.timedelta, uuid.UUID, range)
-
-
-def is_secret_name(name: Any) -> bool:
-    """Whether an attribute, closure variable, default, global or dict key (an HTTP header) is named
-    as a credential: exactly one of :data:`SECRET_NAMES` or ending in one of :data:`SECRET_SUFFIXES`.
-
-    >>> is_secret_name("api_key"), is_secret_name("X-Api-Key"), is_secret_name("max_tokens")
-    (True, True, False)
-    """
-    if not isinstance(name, str):
-        return False
-    norm = name.lower().replace("-", "_").lstrip("_")
-    return norm in SECRET_NAMES or norm.endswith(SECRET_SUFFIXES)
 
 
 def _is_secret_value(value: Any) -> bool:
@@ -99,49 +66,10 @@ def _is_secret_value(value: Any) -> bool:
     return cls.__name__ == "Secret" and callable(getattr(cls, "reveal", None))
 
 
-def _module_of(obj: Any) -> str:
-    return getattr(obj, "__module__", None) or ""
-
-
-def _is_runtime(cls: type) -> bool:
-    module = _module_of(cls)
-    return any(module == m or module.startswith(m + ".") for m in _RUNTIME)
-
-
-def _prefixes() -> tuple[str, ...]:
-    """Where installed code lives: the interpreter's prefixes, the standard library, site-packages."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             *(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))}
-    try:
-        paths.update(site.getsitepackages())
-        paths.add(site.getusersitepackages())
-    except AttributeError:  # a virtualenv's old site module
-        pass
-    return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
-
-
-@functools.lru_cache(maxsize=1024)
-def is_user_module(name: str) -> bool:
-    """Whether module ``name`` is the user's own code (whose functions' bodies decide answers):
-    not aiospark, pyspark or py4j, not built in, and not a file under the interpreter's prefixes,
-    the standard library or site-packages. ``__main__`` (a script, a notebook) is."""
-    top = name.split(".", 1)[0]
-    if not name or top in ("aiospark", "pyspark", "py4j", "builtins") or name in sys.builtin_module_names:
-        return False
-    module = sys.modules.get(name)
-    path = getattr(module, "__file__", None)
-    if not path:
-        return name == "__main__"  # a notebook's or an interactive session's code (else built in)
-    real = os.path.join(os.path.realpath(path), "")[:-1]
-    return not any(real.startswith(p) for p in _prefixes()) and "site-packages" not in real \
-        and "dist-packages" not in real
-
-
 def _own_code(cls: type) -> bool:
-    """Whether ``cls``'s source decides answers as the user's code (not aiospark's or Python's)."""
-    module = _module_of(cls)
-    return not (module in ("builtins", "abc", "typing") or module == "aiospark" or module.startswith("aiospark.")
-                or _is_runtime(cls))
+    """Whether ``cls``'s source decides answers as the user's code (not a library's or Python's:
+    their release is not this program's question)."""
+    return is_user_module(module_of(cls)) and not is_runtime(cls)
 
 
 def _source(obj: Any) -> str | None:
@@ -173,7 +101,7 @@ def put_code(walk: _Walk, fn: types.FunctionType) -> None:
 
 
 def _qualname(obj: Any) -> str:
-    return f"{_module_of(obj) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
+    return f"{module_of(obj) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
 
 
 class _Walk:
@@ -269,7 +197,7 @@ class _Walk:
     def instance(self, obj: Any, depth: int) -> None:
         cls = type(obj)
         self.put("object", _qualname(cls))
-        if _is_runtime(cls):
+        if is_runtime(cls):
             return
         method = getattr(obj, FINGERPRINT_METHOD, None)
         if callable(method):
@@ -360,7 +288,7 @@ def function_state(fn: types.FunctionType) -> list[tuple[str, Any]]:
                         and not isinstance(members[m], types.ModuleType)]
             continue
         if isinstance(value, (types.FunctionType, type)) and not (
-                _module_of(value) == _module_of(fn) or is_user_module(_module_of(value))):
+                module_of(value) == module_of(fn) or is_user_module(module_of(value))):
             continue  # a library's function or class: its release is not this program's question
         out.append((f"global {name!r}", value))
     return out
@@ -371,7 +299,7 @@ def class_globals(cls: type) -> list[tuple[str, Any]]:
     class's: a helper they call is not in it), one part per name."""
     out: dict[str, Any] = {}
     for base in cls.__mro__:
-        if not is_user_module(_module_of(base)):
+        if not is_user_module(module_of(base)):
             continue
         for member in vars(base).values():
             fn = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
@@ -460,7 +388,7 @@ def _settings(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any
                 out.append((f"{key} code", [_source(b) or _qualname(b) for b in own]))
             out += _settings(dict(method()), prefix=f"{key} ")
         elif not prefix and not isinstance(value, (type, types.FunctionType)) and not isinstance(value, _PLAIN) \
-                and not isinstance(value, (list, tuple, dict, set, frozenset)) and not _is_runtime(type(value)):
+                and not isinstance(value, (list, tuple, dict, set, frozenset)) and not is_runtime(type(value)):
             # a user object among the settings (a custom lookup source): its attributes, by name
             out.append((f"{key} type", _qualname(type(value))))
             cls = type(value)
