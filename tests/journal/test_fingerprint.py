@@ -82,3 +82,24 @@ def test_the_fingerprint_is_the_same_in_another_process():
                          env={**os.environ, "PYTHONHASHSEED": "random"})
     there = json.loads(out.stdout)
     assert [tuple(there[0]), tuple(there[1])] == [here, fingerprint(uses_global)]
+
+
+def test_secret_names_are_credentials_only():
+    """Only credential names are left out; settings merely named like one count (issue 43 review)."""
+    from aiospark.journal.fingerprint import is_secret_name
+
+    for name in ("password", "api_key", "apikey", "token", "_token", "Authorization", "X-Api-Key", "api-key",
+                 "Cookie", "db_password", "client_secret", "github_token", "credentials", "secret_access_key"):
+        assert is_secret_name(name), name
+    for name in ("auth", "secret_sauce", "api_key_style", "password_policy", "credentials_scope",
+                 "max_tokens", "token_limit", "tokens", "key", "style", 7):
+        assert not is_secret_name(name), name
+
+
+def test_user_modules_and_libraries():
+    import json
+
+    from aiospark.journal.fingerprint import is_user_module
+
+    assert json and not is_user_module("json") and not is_user_module("aiospark.journal")
+    assert not is_user_module("pyspark.sql") and is_user_module(__name__)

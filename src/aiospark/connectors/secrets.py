@@ -11,7 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["Secret", "resolve_secret"]
+__all__ = ["Secret", "is_credential_header", "resolve_secret"]
+
+#: what in a header's name says its value is a credential (Authorization, api-key, X-Api-Key,
+#: Cookie, X-Auth-Token, X-Amz-Security-Token, X-Signature, ...): broader than for settings,
+#: since a header is far more often a credential than an answer-deciding setting
+_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "signature", "session")
 
 
 class Secret:
@@ -54,3 +59,13 @@ def resolve_secret(value: Any, env: str | None) -> Secret | None:
         if found:
             return Secret(found)
     return None
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether an HTTP header named ``name`` may carry a credential (never fingerprinted or shown).
+
+    >>> is_credential_header("X-Api-Key"), is_credential_header("X-Route")
+    (True, False)
+    """
+    low = name.lower()
+    return any(word in low for word in _CREDENTIAL_HEADER_WORDS)

@@ -5,20 +5,28 @@ function by parts, each a short sha256 of a canonical encoding (never ``hash()``
 process, and never a ``repr`` that could hold an object's address):
 
 * ``code``: the function's source text when Python finds it (else its bytecode without line
-  numbers); for a callable object, the source of its class and of its bases outside aiospark;
-* ``closure 'x'``, ``default 'x'``, ``global 'X'`` (plain data, or a function or class of the
-  same module), ``wrapped function`` (``functools.wraps``' ``__wrapped__``), ``partial arguments``;
-* ``attribute 'x'`` of a callable object (an :class:`~aiospark.core.AsyncFunction`'s state),
-  walked recursively up to :data:`MAX_DEPTH` levels;
+  numbers; a lambda's bytecode too: its "source" is its whole line); for a callable object, the
+  source of its class and of its bases outside aiospark;
+* ``closure 'x'``, ``default 'x'``, ``global 'X'`` (any value the code reads from its module,
+  walked; a library's functions, classes and modules excluded), ``global 'mod.f'`` (a member of a
+  user module the code names), ``wrapped function`` (``functools.wraps``' ``__wrapped__``),
+  ``partial arguments``;
+* ``attribute 'x'`` of a callable object (an :class:`~aiospark.core.AsyncFunction`'s state), and
+  the globals its class's methods read;
 * ``setting 'x'``: what an object that knows its answer-deciding settings gives through
   ``__aiospark_fingerprint__() -> dict`` (the built-in connectors: model, system prompt, URL
   template, key pattern, table, ...); its other attributes (clients, pools, pacers) are not looked at.
 
-Never part of it: secrets (attributes, dict keys and parameters named like ``password``,
-``secret``, ``..._token``, ``api_key``, ``credential`` or ``auth...``, and ``Secret`` values: left out,
-not hashed), and what differs between two runs of one program: runtime objects (event loops,
-sockets, locks, threads, HTTP/Redis/PostgreSQL clients, Spark sessions: only their type counts),
-object ids, and objects beyond the depth bound (their type only).
+One walker encodes every value, up to :data:`MAX_DEPTH` levels, cycles cut: containers, objects'
+attributes, and functions reached anywhere by their code and their own closures, defaults and
+globals. The user's own code (:func:`is_user_module`) counts by its body, a library's does not.
+
+Never part of it: secrets (:func:`is_secret_name`: exactly a credential's name, or one ending in
+``_password``/``_secret``/``_api_key``/``_token``; and ``Secret`` values: left out, not hashed),
+and what differs between two runs of one program: runtime objects (event loops, sockets, locks,
+threads, HTTP/Redis/PostgreSQL clients, Spark sessions: only their type counts), object ids, and
+objects beyond the depth bound (their type only). What the code reads at call time from outside
+(environment variables, files) is not part of it either.
 
 Example::
 
@@ -35,36 +43,22 @@ import fractions
 import functools
 import hashlib
 import inspect
-import re
 import textwrap
 import types
 import uuid
 from typing import Any
 
-__all__ = ["FINGERPRINT_METHOD", "MAX_DEPTH", "fingerprint", "is_secret_name"]
+from .scope import is_runtime, is_secret_name, is_user_module, module_of
+
+__all__ = ["FINGERPRINT_METHOD", "MAX_DEPTH", "fingerprint", "is_secret_name", "is_user_module"]
 
 #: the method an object implements to name its answer-deciding settings (a dict, no secrets)
 FINGERPRINT_METHOD = "__aiospark_fingerprint__"
 #: how deep an object's attributes are walked (deeper: its type only)
 MAX_DEPTH = 6
 
-_SECRET = re.compile(r"passw|passphrase|secret|api_?key|credential|^_*auth|authorization|(^|_)token$"
-                     r"|private_?key|^_*pw$|^_*pwd$", re.I)
-
-#: modules of runtime objects: their state differs between runs (or holds connections), their type counts
-_RUNTIME = ("asyncio", "socket", "ssl", "threading", "_thread", "concurrent", "multiprocessing", "selectors",
-            "subprocess", "queue", "logging", "io", "_io", "weakref", "tempfile", "sqlite3", "aiohttp",
-            "httpx", "requests", "urllib3", "redis", "psycopg", "psycopg2", "asyncpg", "pyspark", "py4j",
-            "openai", "pyreqwest", "yarl", "multidict", "uvloop", "aiospark.runtime", "aiospark.budget",
-            "aiospark.spark", "aiospark.core.metrics")
-
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, decimal.Decimal, fractions.Fraction, _dt.date,
           _dt.time, _dt.timedelta, uuid.UUID, range)
-
-
-def is_secret_name(name: Any) -> bool:
-    """Whether an attribute, key or parameter name says it holds a credential."""
-    return isinstance(name, str) and bool(_SECRET.search(name))
 
 
 def _is_secret_value(value: Any) -> bool:
@@ -72,20 +66,10 @@ def _is_secret_value(value: Any) -> bool:
     return cls.__name__ == "Secret" and callable(getattr(cls, "reveal", None))
 
 
-def _module_of(obj: Any) -> str:
-    return getattr(obj, "__module__", None) or ""
-
-
-def _is_runtime(cls: type) -> bool:
-    module = _module_of(cls)
-    return any(module == m or module.startswith(m + ".") for m in _RUNTIME)
-
-
 def _own_code(cls: type) -> bool:
-    """Whether ``cls``'s source decides answers as the user's code (not aiospark's or Python's)."""
-    module = _module_of(cls)
-    return not (module in ("builtins", "abc", "typing") or module == "aiospark" or module.startswith("aiospark.")
-                or _is_runtime(cls))
+    """Whether ``cls``'s source decides answers as the user's code (not a library's or Python's:
+    their release is not this program's question)."""
+    return is_user_module(module_of(cls)) and not is_runtime(cls)
 
 
 def _source(obj: Any) -> str | None:
@@ -106,8 +90,18 @@ def _code_digest(code: types.CodeType, h: Any) -> None:
             h.update(repr(const).encode())
 
 
+def put_code(walk: _Walk, fn: types.FunctionType) -> None:
+    """A function's code: its source text when Python finds it, and its bytecode too for a lambda
+    (whose "source" is the whole line: two lambdas on one line would read the same)."""
+    source = _source(fn)
+    if source is not None:
+        walk.put("source", source)
+    if source is None or fn.__name__ == "<lambda>":
+        _code_digest(fn.__code__, walk.h)
+
+
 def _qualname(obj: Any) -> str:
-    return f"{_module_of(obj) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
+    return f"{module_of(obj) or '?'}.{getattr(obj, '__qualname__', None) or getattr(obj, '__name__', '?')}"
 
 
 class _Walk:
@@ -116,6 +110,8 @@ class _Walk:
     def __init__(self) -> None:
         self.h = hashlib.sha256()
         self._path: set[int] = set()
+        #: functions walked so far (a helper reached twice is walked once: no blow-up on a call graph)
+        self._done: dict[int, Any] = {}
 
     def put(self, tag: str, text: str | bytes = b"") -> None:
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
@@ -189,11 +185,11 @@ class _Walk:
 
     def function(self, fn: types.FunctionType, depth: int) -> None:
         self.put("function", _qualname(fn))
-        source = _source(fn)
-        if source is not None:
-            self.put("source", source)
-        else:
-            _code_digest(fn.__code__, self.h)
+        if id(fn) in self._done:  # walked already in this value: its code and state are in the hash
+            self.put("again")
+            return
+        self._done[id(fn)] = fn  # kept alive: an id is never reused while the walk runs
+        put_code(self, fn)
         for name, v in function_state(fn):
             self.put("state", name)
             self.value(v, depth)
@@ -201,7 +197,7 @@ class _Walk:
     def instance(self, obj: Any, depth: int) -> None:
         cls = type(obj)
         self.put("object", _qualname(cls))
-        if _is_runtime(cls):
+        if is_runtime(cls):
             return
         method = getattr(obj, FINGERPRINT_METHOD, None)
         if callable(method):
@@ -214,6 +210,9 @@ class _Walk:
         for base in cls.__mro__:
             if _own_code(base):
                 self.put("source", _source(base) or _qualname(base))
+        for name, v in class_globals(cls):
+            self.put("state", name)
+            self.value(v, depth)
         self.mapping(attributes(obj), depth)
 
 
@@ -273,15 +272,42 @@ def function_state(fn: types.FunctionType) -> list[tuple[str, Any]]:
         elif not key.startswith("__") and not is_secret_name(key) and not _is_secret_value(value):
             out.append((f"attribute {key!r}", value))
     module_globals = fn.__globals__
-    for name in _global_names(code):
+    names = _global_names(code)
+    for name in names:
         if name not in module_globals or is_secret_name(name):
             continue
         value = module_globals[name]
-        if isinstance(value, _PLAIN + (tuple, frozenset)) and not isinstance(value, range) \
-                or isinstance(value, (types.FunctionType, type)) and _module_of(value) == _module_of(fn) \
-                and value is not fn:
-            out.append((f"global {name!r}", value))
+        if value is fn or _is_secret_value(value):
+            continue
+        if isinstance(value, types.ModuleType):
+            # ``helpers.fmt(x)``: the user's own module's members this code names (``fmt``)
+            if is_user_module(value.__name__):
+                members = vars(value)
+                out += [(f"global '{name}.{m}'", members[m]) for m in names
+                        if m in members and not is_secret_name(m) and not _is_secret_value(members[m])
+                        and not isinstance(members[m], types.ModuleType)]
+            continue
+        if isinstance(value, (types.FunctionType, type)) and not (
+                module_of(value) == module_of(fn) or is_user_module(module_of(value))):
+            continue  # a library's function or class: its release is not this program's question
+        out.append((f"global {name!r}", value))
     return out
+
+
+def class_globals(cls: type) -> list[tuple[str, Any]]:
+    """The globals the methods of ``cls`` and of its user-code bases read (their source is the
+    class's: a helper they call is not in it), one part per name."""
+    out: dict[str, Any] = {}
+    for base in cls.__mro__:
+        if not is_user_module(module_of(base)):
+            continue
+        for member in vars(base).values():
+            fn = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if isinstance(fn, types.FunctionType):
+                for part, v in function_state(fn):
+                    if part.startswith("global ") and v is not cls:
+                        out.setdefault(part, v)
+    return sorted(out.items(), key=lambda item: item[0])
 
 
 def _has_signature(fn: Any) -> bool:
@@ -326,11 +352,7 @@ def fingerprint(function: Any) -> tuple[str, dict[str, str]]:
         parts.append(("instance", function.__self__))
         function = function.__func__
     if isinstance(function, types.FunctionType):
-        source = _source(function)
-        if source is not None:
-            code.put("source", source)
-        else:
-            _code_digest(function.__code__, code.h)
+        put_code(code, function)
         parts += function_state(function)
     else:
         cls = type(function)
@@ -342,6 +364,7 @@ def fingerprint(function: Any) -> tuple[str, dict[str, str]]:
         if callable(method):
             parts += _settings(dict(method()))
         else:
+            parts += class_globals(cls)
             parts += [(f"attribute {k!r}", v) for k, v in sorted(attributes(function).items())]
     out = {"code": code.h.hexdigest()[:16]}
     for part, value in parts:
@@ -365,7 +388,7 @@ def _settings(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any
                 out.append((f"{key} code", [_source(b) or _qualname(b) for b in own]))
             out += _settings(dict(method()), prefix=f"{key} ")
         elif not prefix and not isinstance(value, (type, types.FunctionType)) and not isinstance(value, _PLAIN) \
-                and not isinstance(value, (list, tuple, dict, set, frozenset)) and not _is_runtime(type(value)):
+                and not isinstance(value, (list, tuple, dict, set, frozenset)) and not is_runtime(type(value)):
             # a user object among the settings (a custom lookup source): its attributes, by name
             out.append((f"{key} type", _qualname(type(value))))
             cls = type(value)

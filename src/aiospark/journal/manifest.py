@@ -23,8 +23,8 @@ from typing import Any
 
 from .fingerprint import fingerprint
 
-#: 2: the function's parts (code, closures, defaults, attributes, a connector's settings)
-FORMAT = 2
+#: 3: globals walked whole, the user's own helpers by code, lambdas by bytecode, narrow secret names
+FORMAT = 3
 
 
 def function_fingerprint(function: Any) -> tuple[str, str, dict[str, str]]:

@@ -64,6 +64,8 @@ class Durable:
         if journal is None:
             return cls(whole, None, IdempotencyKey.of_function(entry, function, None, whole))
         key = journal.key_columns(columns, what)
+        if journal.key is not None:  # a lookup join's ``on`` columns: its answer depends on them
+            key += [c for c in getattr(function, "journal_identity_columns", ()) if c not in key]
         check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
         manifest = Manifest.of(entry, function, output_schema, key, types)

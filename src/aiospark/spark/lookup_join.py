@@ -35,7 +35,7 @@ class _LookupJoin(AsyncFunction):
 
     def __init__(self, source: LookupSource, on: list[str], columns: list[str], how: str,
                  cache: LookupCache | None, batch: bool, names: Sequence[str] = (),
-                 pad_as_tuple: bool = False):
+                 pad_as_tuple: bool = False, journal_schema: str = ""):
         self.lookuper = Lookuper(source, cache=cache, batch=batch)
         self.on = on
         self.columns = columns
@@ -47,6 +47,13 @@ class _LookupJoin(AsyncFunction):
         self.source, self.how = source, how
         #: what a journal stores of a row's outputs, and how they are rebuilt (see _JoinedRows)
         self.journal_rows = _JoinedRows(columns, names, pad_as_tuple)
+        #: a journal's identity always covers the looked-up key: the answer depends on the ``on``
+        #: values, so a row whose ``on`` values changed under the same ``Journal(key=)`` value
+        #: (order 100 moved to customer 2) is another question, looked up again
+        self.journal_identity_columns = list(on)
+        #: the schema a journal's manifest pins: the looked-up columns it stores (the input
+        #: columns are the current row's: adding or reordering them asks the same question)
+        self.journal_schema = journal_schema
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides this join's answers (a journal's manifest): the source (its own settings:
@@ -223,7 +230,8 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *
     columns = [f.name for f in looked_up.fields]
     source_retry = _source_retry(retry, columns)
     function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch, names=out_schema.fieldNames(),
-                           pad_as_tuple=source_retry is not retry)
+                           pad_as_tuple=source_retry is not retry,
+                           journal_schema=StructType(added).simpleString())
     return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
                  OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}",
                  budget=budget, journal=journal, progress=progress)

@@ -201,8 +201,10 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     runner = _PartitionRunner(options, out_schema, on_error, error_column, input_column, output_batch_rows,
                               f"{name} function {describe_function(function)!r}")
     runner.check_schema = declared
-    # the question is the schema the user declared: not the columns on_error="row" adds
-    runner.durable = Durable.prepare(journal, df, name, function, declared.simpleString())
+    # the question is the schema the user declared: not the columns on_error="row" adds (a lookup
+    # join's: the looked-up columns it stores, not the input columns rebuilt from the current row)
+    asked = getattr(function, "journal_schema", None) or declared.simpleString()
+    runner.durable = Durable.prepare(journal, df, name, function, asked)
     out = df.mapInArrow(runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from ..checks import check_positive
 from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
 from ..redaction import Redactor, scrubbed, short
-from ..secrets import Secret, resolve_secret
+from ..secrets import Secret, is_credential_header, resolve_secret
 from .pacing import MAX_RETRY_AFTER, Pacer
 from .transport import CLIENTS, Transport, open_transport
 
@@ -179,13 +179,16 @@ class OpenAIFunction(AsyncFunction):
     _output_type = "STRING"
     #: it groups rows into requests itself: the entry points' batch_size= is refused with it
     batches_itself = True
-    #: the attributes that decide its answers (a journal's fingerprint): never the key, headers' values,
-    #: limits, client or transport
+    #: the attributes that decide its answers (a journal's fingerprint): never the key, limits, client
+    #: or transport; the extra headers count by name and value, except credential-like ones
     _answer_settings: tuple[str, ...] = ("model", "base_url", "input", "output", "extra_body")
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
-        """What decides the answers, for a journal's manifest (no secret, nothing per run)."""
-        return {name: getattr(self, name, None) for name in self._answer_settings}
+        """What decides the answers, for a journal's manifest (no secret, nothing per run): the
+        settings above and the non-credential headers (``X-Route: b`` may pick another deployment)."""
+        out = {name: getattr(self, name, None) for name in self._answer_settings}
+        out["headers"] = {k: v for k, v in sorted(self._headers.items()) if not is_credential_header(k)}
+        return out
 
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None, api_key_env: str | None,
                  input: str, output: str, client: str, timeout: float, max_connections: int,

@@ -146,6 +146,8 @@ class PostgresLookup(LookupSource):
         self.pool_size, self.timeout = pool_size, float(timeout)
         self.max_batch_size, self.max_batch_delay = max_batch_size, float(max_batch_delay)
         db = database or dsn_parts.get("database") or ""
+        #: the database read (a journal's question); None: the server's default (PGDATABASE or the user's)
+        self._database_name = db or os.environ.get("PGDATABASE") or None
         self._name = f"PostgresLookup({table} @ {self.host}:{self.port}{'/' + db if db else ''})"
         self._pool: Any = None
         self._redactor = Redactor(self._password)
@@ -176,9 +178,11 @@ class PostgresLookup(LookupSource):
         return {**self.__dict__, "_pool": None, "_pool_key": None, "_convert": None}
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
-        """What decides the rows found, for a journal's manifest: the table, key columns and
-        columns read (not the server, its database name or credentials)."""
-        return {"table": self.table, "key_columns": list(self.key_columns), "schema": self.schema}
+        """What decides the rows found, for a journal's manifest: the database name, the table, key
+        columns and columns read; not the server's host, port, user or password: moving the
+        database to another server keeps the answers."""
+        return {"database": self._database_name, "table": self.table, "key_columns": list(self.key_columns),
+                "schema": self.schema}
 
     def __repr__(self) -> str:
         return (f"PostgresLookup({self.table!r}, {list(self.key_columns)!r}, {self.schema!r}, "

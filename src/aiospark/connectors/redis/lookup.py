@@ -54,7 +54,7 @@ from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import KeyTemplate, check_key, has_null
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import resolve_secret
-from .url import parse_url
+from .url import parse_url, redis_db
 
 __all__ = ["RedisLookup"]
 
@@ -133,6 +133,7 @@ class RedisLookup(LookupSource):
                              "use kind='json' for JSON objects or kind='hash' for hashes")
         self.kind = kind
         self._url, self._where, url_user, url_pw = parse_url(url)
+        self._db = redis_db(self._url)  # a journal's question: another db number holds other data
         self._password_env = password_env
         self._password = resolve_secret(password, None) or url_pw or resolve_secret(None, password_env)
         self._username = username if username is not None else (url_user.reveal() if url_user else None)
@@ -152,10 +153,10 @@ class RedisLookup(LookupSource):
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the rows found, for a journal's manifest: the key pattern, the kind of
-        value and the schema (not where the server is, nor its credentials: moving the data
-        keeps the answers)."""
+        value, the schema and the database number (db 1 holds other data than db 0); not the
+        server's host, port or credentials: moving the data to another server keeps the answers."""
         return {"key_template": self._tpl.template, "kind": self.kind, "schema": self.schema,
-                "key_columns": list(self.key_columns)}
+                "key_columns": list(self.key_columns), "db": self._db}
 
     def __repr__(self) -> str:
         return (f"RedisLookup({self._tpl.template!r}, {self.schema!r}, url={self._url!r}, "

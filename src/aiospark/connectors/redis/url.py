@@ -39,3 +39,20 @@ def parse_url(url: Any) -> tuple[str, str, Secret | None, Secret | None]:
             raise ValueError("url has an invalid port") from None
         where = f"{parts.hostname or '127.0.0.1'}:{port}/{parts.path.strip('/') or '0'}"
     return clean, where, user, pw
+
+
+def redis_db(url: str) -> int:
+    """The database number a Redis URL selects (``/1`` or ``?db=1``; 0 when it names none).
+
+    >>> redis_db("redis://127.0.0.1:6379/1"), redis_db("unix:///tmp/r.sock?db=2")
+    (1, 2)
+    """
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    path = parts.path.strip("/") if parts.scheme != "unix" else ""
+    text = query.get("db") or path or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"url selects database {text!r}: a Redis database is a number, e.g. "
+                         "'redis://127.0.0.1:6379/1'") from None
