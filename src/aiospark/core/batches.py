@@ -56,11 +56,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Any
 
-from .calls import CALL, PREDICATES, Call, Caller, _NotAList
+from .calls import CALL, PREDICATES, Call, Caller, _NotAList, own_inputs
 from .elements import Record, StreamElement
 from .errors import BadInput
 from .result_future import ResultFuture
-from .splits import Split, may_be_rows, same_error
+from .splits import SplitTree, may_be_rows
 
 _new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
 
@@ -75,8 +75,10 @@ def _drain(iterator: Iterable[Any]) -> None:
 ReportRows = Callable[["Batch", "list[int] | None", list[Any], bool], None]
 
 
-def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[int | None, float]:
-    """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching."""
+def check_batching(batch_size: Any, batch_delay: Any, capacity: int,
+                   timeout: float | None = None) -> tuple[int | None, float]:
+    """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching.
+    ``timeout`` (checked already; None: no timeout) must leave a batch time for its call."""
     if batch_size is None:
         return None, 0.0
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or int(batch_size) < 1:
@@ -86,6 +88,10 @@ def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[in
             or not 0 <= float(batch_delay) < math.inf:
         raise ValueError(f"batch_delay must be seconds >= 0 to wait for a batch to fill (e.g. 0.01), "
                          f"got {batch_delay!r}")
+    if timeout is not None and float(batch_delay) >= timeout:
+        raise ValueError(f"batch_delay ({batch_delay} s) must be shorter than timeout ({timeout} s): a batch's "
+                         f"deadline counts from its first row, so its rows would time out while it waits to "
+                         f"fill, before any call; lower batch_delay (e.g. 0.01) or raise timeout")
     if int(batch_size) > capacity:
         raise ValueError(f"batch_size ({batch_size}) is larger than capacity ({capacity}): a batch could "
                          f"never fill; raise capacity to at least {batch_size} (it counts inputs in flight)")
@@ -105,7 +111,8 @@ class Batch(Call):
     outcome.
     """
 
-    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays")
+    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays",
+                 "splits")
 
     def __init__(self, started: float):
         super().__init__(None, None, started)
@@ -121,6 +128,8 @@ class Batch(Call):
         self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
         #: the back-off delays left to every call of the batch (its halves do not start over)
         self.delays: Iterator[float] | None = None
+        #: its failed call's splits, once it failed with an error a split may fix
+        self.splits: SplitTree | None = None
 
     # ------------------------------------------------------------------ filling
     def add(self, value: Any, timestamp: Any) -> int:
@@ -268,7 +277,7 @@ class BatchCaller(Caller):
         invoke = self.invoke
 
         def own_copy(values: list[Any]) -> Any:
-            return invoke(list(values))  # the function's own list: it may consume or pad it
+            return invoke(own_inputs(values))  # the function's own list and rows: it may consume or change them
 
         self.invoke = own_copy
         self.batch_size = batch_size
@@ -320,6 +329,9 @@ class BatchCaller(Caller):
             self._take_filling()
             self._time_out_rows(batch, batch.to_call())
             return
+        if batch.splits is not None:  # parts waiting for the probe run no call: they time out now
+            for indices, _ in batch.splits.held():
+                self._time_out_rows(batch, indices)
         for task, unwound in list(batch.tasks.items()):
             self.unwinding.cancel(task, unwound)
 
@@ -331,7 +343,9 @@ class BatchCaller(Caller):
             self.on_timeout(row)
 
     # ------------------------------------------------------------------ one call of a batch
-    def _run(self, batch: Batch, indices: list[int] | None, split: Split | None = None) -> None:
+    def _run(self, batch: Batch, indices: list[int] | None, part: bool = False) -> None:
+        """Start a call of the elements at ``indices`` (None: all); ``part``: a part of the
+        batch's failed call (see :mod:`aiospark.core.splits`)."""
         self.batches += 1
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
@@ -341,7 +355,7 @@ class BatchCaller(Caller):
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report_each(batch, indices, exc, CALL)
             raise
-        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices, split)
+        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices, part)
         if task.done():
             over(task)
         else:
@@ -369,8 +383,7 @@ class BatchCaller(Caller):
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _run_over(self, batch: Batch, indices: list[int] | None, split: Split | None,
-                  task: asyncio.Task[Any]) -> None:
+    def _run_over(self, batch: Batch, indices: list[int] | None, part: bool, task: asyncio.Task[Any]) -> None:
         """The call's Task ended (or, timed out, ignored its cancel for the whole grace period)."""
         del batch.tasks[task]
         if self.stopped or batch.timed_out:
@@ -378,11 +391,9 @@ class BatchCaller(Caller):
                 task.exception()  # abandoned, or it ended anyway: the deadline decides
             if not self.stopped:
                 self._time_out_rows(batch, indices)
-                waiting = split.waiting() if split is not None else None
-                if waiting is not None:  # the other half, which waited for this one to be split
-                    self._time_out_rows(batch, waiting)
             return
         error: BaseException | None = None  # this call's error, when a split may fix it
+        answered = False
         if task.cancelled():  # by other code, before its first step
             self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
         elif task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
@@ -390,56 +401,90 @@ class BatchCaller(Caller):
         else:
             results, exc, what, retried_out = task.result()
             if exc is None:
-                self._distribute(batch, indices, results)
+                answered = self._distribute(batch, indices, results)
             elif isinstance(exc, asyncio.CancelledError):  # by the batch function's own code
                 self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
             elif what in PREDICATES:
                 self._report_each(batch, indices, exc, what)
-            elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1 \
-                    or not may_be_rows(exc, retried_out):
+            elif isinstance(exc, (_NotAList, BatchError)) or not may_be_rows(exc, retried_out) \
+                    or (not part and len(_each(batch, indices)) == 1):
                 self._report_each(batch, indices, exc, CALL)
             else:
                 error = exc
-        if split is None:
+        if not part:
             if error is not None:  # the batch's own call: split it
-                self._split(batch, indices, Split(suspect=False))
+                batch.splits = SplitTree(isolating=isinstance(error, BadInput))
+                self._split(batch, indices)
         else:
-            self._half_over(batch, indices, split, error)
+            self._part_over(batch, indices, answered, error)  # type: ignore[arg-type]  # a part's indices are a list
 
-    def _half_over(self, batch: Batch, indices: list[int] | None, split: Split, error: BaseException | None) -> None:
-        """A half of ``split`` is over (``error``: it failed with an error a split may fix). The
-        first one waits for the other; then each failed half is split again -- unless both failed
-        with one same error a second time in a row (see :mod:`aiospark.core.splits`)."""
-        if split.over == 0:
-            split.over = 1
-            split.first = (indices, error)  # type: ignore[assignment]  # a half's indices are a list
+    def _part_over(self, batch: Batch, indices: list[int], answered: bool, error: BaseException | None) -> None:
+        """A part of the batch's failed call is over: it ``answered``, failed with ``error`` (one a
+        split may fix), or its rows got their outcome already. Applies the probe rule of
+        :mod:`aiospark.core.splits`."""
+        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        if answered and not tree.isolating:
+            self._isolate(batch, tree)  # a part succeeded: the errors are rows', not the service's
+        if tree.isolating:
+            if error is not None:
+                self._split_or_report(batch, indices, error)
             return
-        first, split.first = split.first, None
-        if first is None:
+        if error is not None:
+            if not tree.alike(error):  # another error than its siblings': it depends on the rows
+                self._isolate(batch, tree)
+                self._split_or_report(batch, indices, error)
+                return
+            tree.failed.append((indices, error))
+        tree.pending -= 1
+        if tree.pending > 0:
+            return  # its sibling still runs
+        failed, tree.failed = tree.failed, []
+        if not failed:  # the probe's parts ended with errors a split cannot fix: so do the waiting
+            self._conclude(batch, tree, [])
             return
-        same = first[1] is not None and error is not None and same_error(first[1], error)
-        for half, failure in (first, (indices, error)):
-            if failure is None:
-                continue
-            if same and split.suspect and not isinstance(failure, BadInput):
-                self._report_each(batch, half, failure, CALL)  # every part repeats it: not a row's
-            else:
-                self._split(batch, half, Split(suspect=same))
+        failed.sort(key=lambda failure: len(failure[0]))
+        probe = failed[0]  # the smaller part: the fewest rows billed again
+        if len(probe[0]) == 1:  # a single row fails as every part did: the error is every row's
+            self._conclude(batch, tree, failed)
+            return
+        tree.waiting += failed[1:]
+        self._split(batch, probe[0])
 
-    def _split(self, batch: Batch, indices: list[int] | None, split: Split) -> None:
+    def _isolate(self, batch: Batch, tree: SplitTree) -> None:
+        """The errors are the rows' own: split every part set aside, and every part from now on."""
+        tree.isolating = True
+        for indices, error in tree.held():
+            self._split_or_report(batch, indices, error)
+
+    def _conclude(self, batch: Batch, tree: SplitTree, failed: list[tuple[list[int], BaseException]]) -> None:
+        """The probe is down to one row failing alike (or ended): the error is every row's."""
+        for indices, error in failed + tree.held():
+            self._report_each(batch, indices, error, CALL)
+
+    def _split_or_report(self, batch: Batch, indices: list[int], error: BaseException) -> None:
+        if len(indices) == 1:
+            self._report_each(batch, indices, error, CALL)
+        else:
+            self._split(batch, indices)
+
+    def _split(self, batch: Batch, indices: list[int] | None) -> None:
         """Run the two halves of the elements at ``indices`` as calls of their own, at once."""
         every = list(_each(batch, indices))
         half = len(every) // 2
-        self._run(batch, every[:half], split)
-        self._run(batch, every[half:], split)
+        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        if not tree.isolating:
+            tree.pending = 2
+        self._run(batch, every[:half], True)
+        self._run(batch, every[half:], True)
 
-    def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
+    def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> bool:
+        """Give each element its result; False when the call broke the contract (wrong length)."""
         count = len(batch.values) if indices is None else len(indices)
         if len(results) != count:
             self._report_each(batch, indices, BatchError(
                 f"batch function {_describe(self.function)} returned {len(results)} results for a batch of "
                 f"{count} inputs: return exactly one per input, in order"), CALL)
-            return
+            return False
         lists = self.returns_list
         if lists and not all(type(outputs) is list for outputs in results):
             self._distribute_lists(batch, indices, results)
@@ -449,6 +494,7 @@ class BatchCaller(Caller):
             report = self._report
             for i, result in zip(_each(batch, indices), results):
                 report(batch.row(i), result if lists else [result], None, "")
+        return True
 
     def _distribute_lists(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
         """An AsyncFunction's per-element lists, one of which (at least) is not a list."""
