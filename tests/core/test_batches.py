@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, Record, RetryStrategy
+from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, Record, RetryStrategy
 
 from ._util import Collector, expect_failure, feed_all, run, run_operator, safe_close
 

@@ -19,15 +19,18 @@ emit path, each with its own timestamp. The life of a batch, top-down:
      whole batch (no object per element); a list of another length fails every element of the
      batch with an error naming both numbers;
    * an exception (after retries) that may belong to some of its rows splits the batch in halves,
-     each run as a call of its own, so a single bad element ends up failing alone and its
-     neighbours succeed (:mod:`aiospark.core.splits`: which errors, and the calls it may cost);
-     any other exception is every element's error;
+     each run as a call of its own; while every part fails alike only one part (the probe) is
+     split further, and once a part succeeds every failed part is, so a single bad element ends
+     up failing alone and its neighbours succeed, while a dead service costs O(log n) calls
+     (:mod:`aiospark.core.splits`: which errors, the probe rule, and the calls it may cost); any
+     other exception is every element's error;
    * a timeout (the batch's deadline: its first element's) times out every element still waiting
      for an outcome: each gets ``function.timeout(value)``'s results (or ``AsyncTimeoutError``). A
      timeout says the service is slow, not that an element is bad, so it is not split.
 
-Each attempt gets its own copy of the values (a list the function may consume or pad), and the
-function's returned list is copied when the call is over (it may reuse it for its next call): the
+Each attempt gets its own copy of the values (a list the function may consume or pad, and a copy
+of each row dict in it: what the function changes never reaches a retry, a part of a split or an
+error), and the function's returned list is copied when the call is over (it may reuse it for its next call): the
 batch counts the elements it sent, so every path out of a call settles each of them exactly once.
 
 Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
@@ -420,52 +423,17 @@ class BatchCaller(Caller):
 
     def _part_over(self, batch: Batch, indices: list[int], answered: bool, error: BaseException | None) -> None:
         """A part of the batch's failed call is over: it ``answered``, failed with ``error`` (one a
-        split may fix), or its rows got their outcome already. Applies the probe rule of
-        :mod:`aiospark.core.splits`."""
+        split may fix), or its rows got their outcome already. The probe rule
+        (:meth:`SplitTree.part_over`) says which parts to split and which rows get their error."""
         tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
-        if answered and not tree.isolating:
-            self._isolate(batch, tree)  # a part succeeded: the errors are rows', not the service's
-        if tree.isolating:
-            if error is not None:
-                self._split_or_report(batch, indices, error)
-            return
-        if error is not None:
-            if not tree.alike(error):  # another error than its siblings': it depends on the rows
-                self._isolate(batch, tree)
-                self._split_or_report(batch, indices, error)
-                return
-            tree.failed.append((indices, error))
-        tree.pending -= 1
-        if tree.pending > 0:
-            return  # its sibling still runs
-        failed, tree.failed = tree.failed, []
-        if not failed:  # the probe's parts ended with errors a split cannot fix: so do the waiting
-            self._conclude(batch, tree, [])
-            return
-        failed.sort(key=lambda failure: len(failure[0]))
-        probe = failed[0]  # the smaller part: the fewest rows billed again
-        if len(probe[0]) == 1:  # a single row fails as every part did: the error is every row's
-            self._conclude(batch, tree, failed)
-            return
-        tree.waiting += failed[1:]
-        self._split(batch, probe[0])
-
-    def _isolate(self, batch: Batch, tree: SplitTree) -> None:
-        """The errors are the rows' own: split every part set aside, and every part from now on."""
-        tree.isolating = True
-        for indices, error in tree.held():
-            self._split_or_report(batch, indices, error)
-
-    def _conclude(self, batch: Batch, tree: SplitTree, failed: list[tuple[list[int], BaseException]]) -> None:
-        """The probe is down to one row failing alike (or ended): the error is every row's."""
-        for indices, error in failed + tree.held():
-            self._report_each(batch, indices, error, CALL)
-
-    def _split_or_report(self, batch: Batch, indices: list[int], error: BaseException) -> None:
-        if len(indices) == 1:
-            self._report_each(batch, indices, error, CALL)
-        else:
-            self._split(batch, indices)
+        to_split, to_report = tree.part_over(indices, answered, error)
+        for rows, failure in to_report:
+            self._report_each(batch, rows, failure, CALL)
+        for rows, failure in to_split:
+            if len(rows) == 1:
+                self._report_each(batch, rows, failure, CALL)
+            else:
+                self._split(batch, rows)
 
     def _split(self, batch: Batch, indices: list[int] | None) -> None:
         """Run the two halves of the elements at ``indices`` as calls of their own, at once."""

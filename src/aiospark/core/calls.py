@@ -466,9 +466,10 @@ class Caller:
                 f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
 
 def own_inputs(values: list[Any]) -> list[Any]:
-    """A batch call's own list of inputs: a new list, and a copy of each row (dict) in it, so the
-    function may consume, pad or change them and a retry, a part of a split or an error row still
-    sees each input as it came. Lists and dicts nested inside a row are shared, not copied.
+    """A batch call's own list of inputs: a new list and, for a list of rows (its first value a
+    dict: what the Spark entry points pass), a copy of each row, so the function may consume, pad
+    or change them and a retry, a part of a split or an error row still sees each input as it
+    came. Lists and dicts nested inside a row are shared, not copied.
 
     Example::
 

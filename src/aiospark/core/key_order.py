@@ -31,9 +31,9 @@ Example (what the operator does)::
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from collections import deque
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from .calls import Call

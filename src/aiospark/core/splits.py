@@ -138,6 +138,37 @@ class SplitTree:
         self.pending = 0
         self.failed: list[Part] = []
 
+    def part_over(self, indices: list[int], answered: bool,
+                  error: BaseException | None) -> tuple[list[Part], list[Part]]:
+        """A part (the elements at ``indices``) is over: it ``answered``, failed with ``error`` (one
+        a split may fix), or its rows got another outcome. Returns the parts to split now (a
+        single row: to report) and the parts whose rows get their error with no more calls."""
+        to_split = self._isolate() if answered and not self.isolating else []  # errors are rows'
+        if self.isolating:
+            if error is not None:
+                to_split.append((indices, error))
+            return to_split, []
+        if error is not None:
+            if not self.alike(error):  # another error than the parts before it: it depends on the rows
+                return self._isolate() + [(indices, error)], []
+            self.failed.append((indices, error))
+        self.pending -= 1
+        if self.pending > 0:
+            return [], []  # its sibling still runs
+        failed, self.failed = self.failed, []
+        if not failed:  # the probe's parts ended with errors a split cannot fix: so do the waiting
+            return [], self.held()
+        failed.sort(key=lambda part: len(part[0]))
+        probe = failed[0]  # the smaller part: the fewest rows billed again
+        if len(probe[0]) == 1:  # a single row fails as every part did: the error is every row's
+            return [], failed + self.held()
+        self.waiting += failed[1:]
+        return [probe], []
+
+    def _isolate(self) -> list[Part]:
+        self.isolating = True
+        return self.held()
+
     def alike(self, error: BaseException) -> bool:
         """Whether ``error`` repeats the error of the parts before it (the first one sets it)."""
         if isinstance(error, BadInput):
