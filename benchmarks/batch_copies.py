@@ -5,8 +5,10 @@ Run:  python benchmarks/batch_copies.py [--elements N] [--repeat R]
 
 ``list(values)`` is what each attempt of a batch call pays for its input, and the same again for
 its returned list; an ``AsyncFunction``'s per-element lists in a batch are copied one by one
-(``[o.copy() ...]``). The last line is a whole row through ``AsyncWaitOperator(batch_size=64)``
-with a no-op batch function, the copies included.
+(``[o.copy() ...]``); a list of rows (dicts) has each row copied per attempt too
+(``own_inputs``: what the function changes never reaches a retry or an error row). The last lines
+are a whole row through ``AsyncWaitOperator(batch_size=64)`` with a no-op batch function, the
+copies included: ints, and 5-column row dicts.
 """
 from __future__ import annotations
 
@@ -16,17 +18,22 @@ import time
 import timeit
 
 from aiospark import AsyncWaitOperator
+from aiospark.core.calls import own_inputs
 
 
 async def noop(values):
     return values
 
 
-async def through_operator(n: int) -> float:
+def _row(i: int) -> dict:
+    return {"id": i, "s": "text", "x": 1.5, "n": None, "tags": ["a"]}
+
+
+async def through_operator(n: int, rows: bool = False) -> float:
     out: list = []
     op = AsyncWaitOperator(noop, out.extend, capacity=1024, batch_size=64, timeout=None, values=True)
     await op.open()
-    values, pos = list(range(n)), 0
+    values, pos = [_row(i) for i in range(n)] if rows else list(range(n)), 0
     began = time.perf_counter()
     while pos < n:
         pos += op.try_process_many(values, pos)
@@ -50,8 +57,14 @@ def main() -> None:
                                  number=2_000, repeat=args.repeat)) / 2_000
         print(f"batch of {n}: list(values) {copy * 1e9:.0f} ns ({copy * 1e9 / n:.1f} ns/row); "
               f"per-element list copies {each * 1e9:.0f} ns ({each * 1e9 / n:.0f} ns/row)")
-    best = min(asyncio.run(through_operator(args.elements)) for _ in range(args.repeat))
-    print(f"a batched row through the operator (batch_size=64, no-op): {best / args.elements * 1e9:.0f} ns/row")
+        rows = [_row(i) for i in range(n)]
+        own = min(timeit.repeat(lambda: own_inputs(rows), number=2_000, repeat=args.repeat)) / 2_000
+        print(f"batch of {n} rows: own_inputs (list + each row dict) {own * 1e9:.0f} ns ({own * 1e9 / n:.0f} ns/row)")
+    for rows_in in (False, True):
+        best = min(asyncio.run(through_operator(args.elements, rows_in)) for _ in range(args.repeat))
+        kind = "5-column row dict" if rows_in else "int"
+        print(f"a batched {kind} through the operator (batch_size=64, no-op): "
+              f"{best / args.elements * 1e9:.0f} ns/row")
 
 
 if __name__ == "__main__":

@@ -124,14 +124,60 @@ def test_a_dead_service_with_three_retries_costs_four_calls_not_a_split_storm(st
     assert service.requests <= calls and service.rows <= rows
 
 
-def test_a_dead_service_without_retries_stops_splitting_when_every_part_fails_alike():
-    """No retry strategy: a 500 may be a row's, so the batch is split -- but its halves and its
-    quarters fail alike, so its rows get the error after 1 + 2 + 4 calls."""
+def test_a_5xx_without_retries_is_the_service_s_and_one_call_for_the_whole_batch():
+    """No retry strategy: a 500 is the service's state (5xx, 408 and 429 are never split)."""
     with Service(status=500) as service:
         score, close = scorer(service.url)
         values = run_batches(score, close, 64)
     assert len(values) == 64 and all("500" in v for v in values)
-    assert service.requests == 7 and service.rows == 3 * 64
+    assert (service.requests, service.rows) == (1, 64)
+
+
+def test_a_service_refusing_every_call_alike_costs_one_probe_line_not_the_bisection_tree():
+    """Every call fails with one same error that may be a row's (a 400, no retry strategy): only
+    one part per level is split further (the probe) while the other waits; the probe's single
+    row fails alike, so the error is every row's: 1 + 2 * log2(64) calls, about 3n rows."""
+    with Service(status=400) as service:
+        score, close = scorer(service.url)
+        values = run_batches(score, close, 64)
+    assert len(values) == 64 and all("ClientResponseError: 400" in v for v in values)
+    assert service.requests == 1 + 2 * 6
+    assert service.rows == 64 + 2 * (32 + 16 + 8 + 4 + 2 + 1)
+
+
+def test_scattered_bad_rows_with_one_message_are_isolated_not_every_row_s():
+    """Review of issue 44: 64 rows, rows 0, 16, 32, 48 refused with one same ValueError and no
+    retry gave 64 error rows after 7 calls (the halves and quarters failed alike). The probe's
+    part [8..15] succeeds, so the waiting parts are split too: exactly the 4 bad rows fail."""
+    calls = []
+    bad = {0, 16, 32, 48}
+
+    async def refuses(ids):
+        calls.append(list(ids))
+        if bad.intersection(ids):
+            raise ValueError("refused")
+        return [i * 10 for i in ids]
+
+    values = run_batches(refuses, _nothing, 64)
+    assert [i for i, v in enumerate(values) if v == "error: ValueError: refused"] == sorted(bad)
+    assert [v for i, v in enumerate(values) if i not in bad] == [i * 10 for i in range(64) if i not in bad]
+    max_calls, max_rows = bound(64, 0)
+    assert len(calls) <= max_calls and sum(map(len, calls)) <= max_rows
+
+
+def test_parts_failing_with_different_errors_are_split_at_once():
+    """Two halves with different messages: the errors depend on the rows, both halves are split."""
+    calls = []
+
+    async def each_half(ids):
+        calls.append(list(ids))
+        if 3 in ids or 12 in ids:
+            raise ValueError(f"refused {3 if 3 in ids else 12}" if not (3 in ids and 12 in ids) else "both")
+        return [i * 10 for i in ids]
+
+    values = run_batches(each_half, _nothing, 16)
+    assert [i for i, v in enumerate(values) if isinstance(v, str)] == [3, 12]
+    assert values[3] == "error: ValueError: refused 3" and values[12] == "error: ValueError: refused 12"
 
 
 def test_a_closed_port_fails_each_row_within_the_bound():
@@ -293,7 +339,7 @@ def test_a_half_waiting_for_its_sibling_times_out_with_the_batch_instead_of_bein
 
 async def _timed(fn):
     out = Collector()
-    op = AsyncWaitOperator(fn, out, capacity=4, batch_size=4, batch_delay=1.0, timeout=0.3,
+    op = AsyncWaitOperator(fn, out, capacity=4, batch_size=4, batch_delay=0.1, timeout=0.3,
                            on_error=lambda v, e: [f"error: {type(e).__name__}: {e}"])
     await op.open()
     try:
@@ -320,3 +366,91 @@ def test_a_503_read_by_httpx_without_retries_is_one_call_for_the_whole_batch():
         values = run_batches(score, client.aclose, 64)
     assert len(values) == 64 and all("HTTPStatusError" in v and "503" in v for v in values)
     assert (service.requests, service.rows) == (1, 64)
+
+
+# -- review of issue 44, item 3: lost connections and service statuses are never split ------------
+
+def _httpx_scorer(url):
+    import httpx
+
+    client = httpx.AsyncClient(timeout=5.0)
+
+    async def score(ids):
+        response = await client.post(url, json={"ids": ids})
+        response.raise_for_status()
+        return response.json()["scores"]
+
+    return score, client.aclose
+
+
+def _counted(function):
+    calls = []
+
+    async def counted(ids):
+        calls.append(len(ids))
+        return await function(ids)
+
+    return counted, calls
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp"])
+def test_a_closed_port_without_retries_is_one_call_not_a_split(library):
+    """Review: httpx's ConnectError and aiohttp's ClientConnectorError with retry=None cost 7 calls
+    (the batch, its halves and its quarters); a lost connection is every row's."""
+    url = f"http://127.0.0.1:{free_port()}/score"  # nothing listens there
+    score, close = _httpx_scorer(url) if library == "httpx" else scorer(url)
+    counted, calls = _counted(score)
+    values = run_batches(counted, close, 64)
+    name = "ConnectError" if library == "httpx" else "ClientConnectorError"
+    assert len(values) == 64 and all(name in v for v in values)
+    assert calls == [64]
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("status", [500, 502, 504, 408, 429])
+def test_service_statuses_read_by_httpx_and_aiohttp_are_never_split(library, status):
+    with Service(status=status) as service:
+        score, close = _httpx_scorer(service.url) if library == "httpx" else scorer(service.url)
+        values = run_batches(score, close, 16)
+    assert len(values) == 16 and all(str(status) in v for v in values)
+    assert (service.requests, service.rows) == (1, 16)
+
+
+def test_an_os_error_of_any_kind_is_never_split():
+    calls = []
+
+    async def fails(ids):
+        calls.append(len(ids))
+        raise OSError(101, "Network is unreachable")
+
+    values = run_batches(fails, _nothing, 16)
+    assert calls == [16] and all("OSError" in v for v in values)
+
+
+def test_parts_waiting_for_the_probe_time_out_with_the_batch_instead_of_being_held():
+    """Every part fails alike, so one part waits (no call) while the probe is split; the probe's
+    halves hang past the deadline: the waiting rows time out too, none is held."""
+    calls = []
+
+    async def refuses_then_hangs(ids):
+        calls.append(len(ids))
+        if len(ids) > 2:
+            raise ValueError("refused")
+        await asyncio.sleep(30)
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(refuses_then_hangs, out, capacity=8, batch_size=8, batch_delay=0.1, timeout=0.5,
+                               on_error=lambda v, e: [f"error: {type(e).__name__}"])
+        await op.open()
+        try:
+            for v in range(8):
+                await op.process_element(v)
+            await op.finish()
+        finally:
+            await op.close()
+        return out.values()
+
+    values = run(main(), guard=20.0)
+    assert values == ["error: AsyncTimeoutError"] * 8
+    assert calls == [8, 4, 4, 2, 2]  # the batch, its halves, then only the probe's halves

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncTimeoutError, AsyncWaitOperator, Record, RetryStrategy
+from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncWaitOperator, Record, RetryStrategy
 
 from ._util import Collector, expect_failure, feed_all, run, run_operator, safe_close
 
@@ -160,24 +160,27 @@ def test_a_timeout_times_out_every_value_of_the_batch_with_its_handler():
     assert fn.cancelled == 2  # each running batch was cancelled once
 
 
-def test_a_value_whose_batch_never_fills_times_out_alone():
-    async def never_called(values):
-        raise AssertionError("the batch never starts before the timeout")
+def test_a_value_whose_batch_never_fills_is_called_before_its_deadline():
+    """batch_delay must be shorter than timeout (a longer one is refused at definition): the
+    batch being filled starts when its delay passes, before its first row's deadline."""
+    calls = []
+
+    async def called(values):
+        calls.append(list(values))
+        return values
 
     async def main():
-        op = AsyncWaitOperator(never_called, Collector(), capacity=10, batch_size=10, batch_delay=30, timeout=0.05)
+        out = Collector()
+        op = AsyncWaitOperator(called, out, capacity=10, batch_size=10, batch_delay=0.3, timeout=5.0)
         await op.open()
         await op.process_element("x")
-        await asyncio.sleep(0.2)
-        try:
-            await op.finish()
-        except AsyncFunctionError as exc:
-            return exc
-        finally:
-            await safe_close(op)
+        await asyncio.sleep(0.6)
+        emitted = out.values()
+        await op.finish()
+        await safe_close(op)
+        return emitted
 
-    error = run(main())
-    assert isinstance(error.__cause__, AsyncTimeoutError)
+    assert run(main()) == ["x"] and calls == [["x"]]
 
 
 def test_async_function_batches_give_a_list_of_outputs_per_value():
@@ -221,6 +224,9 @@ def test_rate_limit_cost_of_a_batch_is_the_sum_of_its_values():
     ({"batch_size": 4, "batch_delay": float("nan")}, "batch_delay must be seconds >= 0"),
     ({"batch_size": 200}, "raise capacity to at least 200"),
     ({"batch_size": 4, "key": lambda v: v}, "key= and batch_size= do not go together"),
+    # review of issue 44: every row timed out without a call
+    ({"batch_size": 4, "batch_delay": 2.0, "timeout": 1.0}, r"batch_delay \(2.0 s\) must be shorter than timeout"),
+    ({"batch_size": 4, "batch_delay": 1.0, "timeout": 1.0}, "lower batch_delay"),
 ])
 def test_bad_batch_arguments_say_what_to_change(kwargs, message):
     async def fn(values):
@@ -228,6 +234,14 @@ def test_bad_batch_arguments_say_what_to_change(kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         AsyncWaitOperator(fn, Collector(), capacity=100, **kwargs)
+
+
+def test_a_batch_delay_below_the_timeout_or_without_timeout_is_accepted():
+    async def fn(values):
+        return values
+
+    AsyncWaitOperator(fn, Collector(), capacity=100, batch_size=4, batch_delay=0.9, timeout=1.0)
+    AsyncWaitOperator(fn, Collector(), capacity=100, batch_size=4, batch_delay=5.0, timeout=None)
 
 
 def test_many_values_flow_through_batches_with_backpressure():

@@ -203,3 +203,39 @@ def test_different_keys_next_to_nan_keys_still_run_at_once():
     values = [(float("nan"), 0), (1.0, 1), (float("nan"), 2), (2.0, 3)]
     out, peak = _concurrency_per_key(values, key=lambda v: v[0])
     assert out.index(0) < out.index(2) and peak == 3  # NaN, 1.0 and 2.0 at once; the NaNs in turn
+
+
+def test_decimal_nans_quiet_negative_and_signaling_are_one_key_with_float_nan():
+    """Review of issue 44: ``Decimal('NaN')`` objects were each a key of their own (4 calls at
+    once, output reversed) and ``Decimal('sNaN')`` failed the operator ("Cannot hash a signaling
+    NaN"). Every Decimal NaN is float NaN's key, at the top of a key and inside tuples."""
+    from decimal import Decimal
+
+    nans = [Decimal("NaN"), Decimal("-NaN"), Decimal("sNaN"), float("nan")]
+    out, peak = _concurrency_per_key([(nans[i], i) for i in range(4)], key=lambda v: v[0])
+    assert out == [0, 1, 2, 3] and peak == 1
+    out, peak = _concurrency_per_key([((nans[i], "a"), i) for i in range(4)], key=lambda v: v[0])
+    assert out == [0, 1, 2, 3] and peak == 1
+
+
+def test_a_signaling_decimal_nan_key_is_called_with_the_row_s_own_value():
+    from decimal import Decimal
+
+    seen = []
+
+    async def call(value):
+        seen.append(value)
+        return value[1]
+
+    async def main():
+        out = Collector()
+        op = AsyncWaitOperator(call, out, ordered=False, capacity=4, key=lambda v: v[0])
+        await op.open()
+        for i in range(2):
+            await op.process_element((Decimal("sNaN"), i))
+        await op.finish()
+        await op.close()
+        return out.values()
+
+    assert run(main()) == [0, 1]
+    assert all(v[0].is_snan() for v in seen)

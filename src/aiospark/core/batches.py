@@ -19,15 +19,18 @@ emit path, each with its own timestamp. The life of a batch, top-down:
      whole batch (no object per element); a list of another length fails every element of the
      batch with an error naming both numbers;
    * an exception (after retries) that may belong to some of its rows splits the batch in halves,
-     each run as a call of its own, so a single bad element ends up failing alone and its
-     neighbours succeed (:mod:`aiospark.core.splits`: which errors, and the calls it may cost);
-     any other exception is every element's error;
+     each run as a call of its own; while every part fails alike only one part (the probe) is
+     split further, and once a part succeeds every failed part is, so a single bad element ends
+     up failing alone and its neighbours succeed, while a dead service costs O(log n) calls
+     (:mod:`aiospark.core.splits`: which errors, the probe rule, and the calls it may cost); any
+     other exception is every element's error;
    * a timeout (the batch's deadline: its first element's) times out every element still waiting
      for an outcome: each gets ``function.timeout(value)``'s results (or ``AsyncTimeoutError``). A
      timeout says the service is slow, not that an element is bad, so it is not split.
 
-Each attempt gets its own copy of the values (a list the function may consume or pad), and the
-function's returned list is copied when the call is over (it may reuse it for its next call): the
+Each attempt gets its own copy of the values (a list the function may consume or pad, and a copy
+of each row dict in it: what the function changes never reaches a retry, a part of a split or an
+error), and the function's returned list is copied when the call is over (it may reuse it for its next call): the
 batch counts the elements it sent, so every path out of a call settles each of them exactly once.
 
 Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
@@ -56,11 +59,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Any
 
-from .calls import CALL, PREDICATES, Call, Caller, _NotAList
+from .calls import CALL, PREDICATES, Call, Caller, _NotAList, own_inputs
 from .elements import Record, StreamElement
 from .errors import BadInput
 from .result_future import ResultFuture
-from .splits import Split, may_be_rows, same_error
+from .splits import SplitTree, may_be_rows
 
 _new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
 
@@ -75,8 +78,10 @@ def _drain(iterator: Iterable[Any]) -> None:
 ReportRows = Callable[["Batch", "list[int] | None", list[Any], bool], None]
 
 
-def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[int | None, float]:
-    """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching."""
+def check_batching(batch_size: Any, batch_delay: Any, capacity: int,
+                   timeout: float | None = None) -> tuple[int | None, float]:
+    """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching.
+    ``timeout`` (checked already; None: no timeout) must leave a batch time for its call."""
     if batch_size is None:
         return None, 0.0
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or int(batch_size) < 1:
@@ -86,6 +91,10 @@ def check_batching(batch_size: Any, batch_delay: Any, capacity: int) -> tuple[in
             or not 0 <= float(batch_delay) < math.inf:
         raise ValueError(f"batch_delay must be seconds >= 0 to wait for a batch to fill (e.g. 0.01), "
                          f"got {batch_delay!r}")
+    if timeout is not None and float(batch_delay) >= timeout:
+        raise ValueError(f"batch_delay ({batch_delay} s) must be shorter than timeout ({timeout} s): a batch's "
+                         f"deadline counts from its first row, so its rows would time out while it waits to "
+                         f"fill, before any call; lower batch_delay (e.g. 0.01) or raise timeout")
     if int(batch_size) > capacity:
         raise ValueError(f"batch_size ({batch_size}) is larger than capacity ({capacity}): a batch could "
                          f"never fill; raise capacity to at least {batch_size} (it counts inputs in flight)")
@@ -105,7 +114,8 @@ class Batch(Call):
     outcome.
     """
 
-    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays")
+    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays",
+                 "splits")
 
     def __init__(self, started: float):
         super().__init__(None, None, started)
@@ -121,6 +131,8 @@ class Batch(Call):
         self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
         #: the back-off delays left to every call of the batch (its halves do not start over)
         self.delays: Iterator[float] | None = None
+        #: its failed call's splits, once it failed with an error a split may fix
+        self.splits: SplitTree | None = None
 
     # ------------------------------------------------------------------ filling
     def add(self, value: Any, timestamp: Any) -> int:
@@ -268,7 +280,7 @@ class BatchCaller(Caller):
         invoke = self.invoke
 
         def own_copy(values: list[Any]) -> Any:
-            return invoke(list(values))  # the function's own list: it may consume or pad it
+            return invoke(own_inputs(values))  # the function's own list and rows: it may consume or change them
 
         self.invoke = own_copy
         self.batch_size = batch_size
@@ -320,6 +332,9 @@ class BatchCaller(Caller):
             self._take_filling()
             self._time_out_rows(batch, batch.to_call())
             return
+        if batch.splits is not None:  # parts waiting for the probe run no call: they time out now
+            for indices, _ in batch.splits.held():
+                self._time_out_rows(batch, indices)
         for task, unwound in list(batch.tasks.items()):
             self.unwinding.cancel(task, unwound)
 
@@ -331,7 +346,9 @@ class BatchCaller(Caller):
             self.on_timeout(row)
 
     # ------------------------------------------------------------------ one call of a batch
-    def _run(self, batch: Batch, indices: list[int] | None, split: Split | None = None) -> None:
+    def _run(self, batch: Batch, indices: list[int] | None, part: bool = False) -> None:
+        """Start a call of the elements at ``indices`` (None: all); ``part``: a part of the
+        batch's failed call (see :mod:`aiospark.core.splits`)."""
         self.batches += 1
         values = batch.values if indices is None else [batch.values[i] for i in indices]
         deadline = batch.started + self.timeout if self.timeout else None
@@ -341,7 +358,7 @@ class BatchCaller(Caller):
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report_each(batch, indices, exc, CALL)
             raise
-        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices, split)
+        over = batch.tasks[task] = functools.partial(self._run_over, batch, indices, part)
         if task.done():
             over(task)
         else:
@@ -369,8 +386,7 @@ class BatchCaller(Caller):
         return f"batch function {_describe(self.function)} must return a list with one result per input"
 
     # ------------------------------------------------------------------ the outcome
-    def _run_over(self, batch: Batch, indices: list[int] | None, split: Split | None,
-                  task: asyncio.Task[Any]) -> None:
+    def _run_over(self, batch: Batch, indices: list[int] | None, part: bool, task: asyncio.Task[Any]) -> None:
         """The call's Task ended (or, timed out, ignored its cancel for the whole grace period)."""
         del batch.tasks[task]
         if self.stopped or batch.timed_out:
@@ -378,11 +394,9 @@ class BatchCaller(Caller):
                 task.exception()  # abandoned, or it ended anyway: the deadline decides
             if not self.stopped:
                 self._time_out_rows(batch, indices)
-                waiting = split.waiting() if split is not None else None
-                if waiting is not None:  # the other half, which waited for this one to be split
-                    self._time_out_rows(batch, waiting)
             return
         error: BaseException | None = None  # this call's error, when a split may fix it
+        answered = False
         if task.cancelled():  # by other code, before its first step
             self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
         elif task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
@@ -390,56 +404,55 @@ class BatchCaller(Caller):
         else:
             results, exc, what, retried_out = task.result()
             if exc is None:
-                self._distribute(batch, indices, results)
+                answered = self._distribute(batch, indices, results)
             elif isinstance(exc, asyncio.CancelledError):  # by the batch function's own code
                 self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
             elif what in PREDICATES:
                 self._report_each(batch, indices, exc, what)
-            elif isinstance(exc, (_NotAList, BatchError)) or len(_each(batch, indices)) == 1 \
-                    or not may_be_rows(exc, retried_out):
+            elif isinstance(exc, (_NotAList, BatchError)) or not may_be_rows(exc, retried_out) \
+                    or (not part and len(_each(batch, indices)) == 1):
                 self._report_each(batch, indices, exc, CALL)
             else:
                 error = exc
-        if split is None:
+        if not part:
             if error is not None:  # the batch's own call: split it
-                self._split(batch, indices, Split(suspect=False))
+                batch.splits = SplitTree(isolating=isinstance(error, BadInput))
+                self._split(batch, indices)
         else:
-            self._half_over(batch, indices, split, error)
+            self._part_over(batch, indices, answered, error)  # type: ignore[arg-type]  # a part's indices are a list
 
-    def _half_over(self, batch: Batch, indices: list[int] | None, split: Split, error: BaseException | None) -> None:
-        """A half of ``split`` is over (``error``: it failed with an error a split may fix). The
-        first one waits for the other; then each failed half is split again -- unless both failed
-        with one same error a second time in a row (see :mod:`aiospark.core.splits`)."""
-        if split.over == 0:
-            split.over = 1
-            split.first = (indices, error)  # type: ignore[assignment]  # a half's indices are a list
-            return
-        first, split.first = split.first, None
-        if first is None:
-            return
-        same = first[1] is not None and error is not None and same_error(first[1], error)
-        for half, failure in (first, (indices, error)):
-            if failure is None:
-                continue
-            if same and split.suspect and not isinstance(failure, BadInput):
-                self._report_each(batch, half, failure, CALL)  # every part repeats it: not a row's
+    def _part_over(self, batch: Batch, indices: list[int], answered: bool, error: BaseException | None) -> None:
+        """A part of the batch's failed call is over: it ``answered``, failed with ``error`` (one a
+        split may fix), or its rows got their outcome already. The probe rule
+        (:meth:`SplitTree.part_over`) says which parts to split and which rows get their error."""
+        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        to_split, to_report = tree.part_over(indices, answered, error)
+        for rows, failure in to_report:
+            self._report_each(batch, rows, failure, CALL)
+        for rows, failure in to_split:
+            if len(rows) == 1:
+                self._report_each(batch, rows, failure, CALL)
             else:
-                self._split(batch, half, Split(suspect=same))
+                self._split(batch, rows)
 
-    def _split(self, batch: Batch, indices: list[int] | None, split: Split) -> None:
+    def _split(self, batch: Batch, indices: list[int] | None) -> None:
         """Run the two halves of the elements at ``indices`` as calls of their own, at once."""
         every = list(_each(batch, indices))
         half = len(every) // 2
-        self._run(batch, every[:half], split)
-        self._run(batch, every[half:], split)
+        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        if not tree.isolating:
+            tree.pending = 2
+        self._run(batch, every[:half], True)
+        self._run(batch, every[half:], True)
 
-    def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
+    def _distribute(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> bool:
+        """Give each element its result; False when the call broke the contract (wrong length)."""
         count = len(batch.values) if indices is None else len(indices)
         if len(results) != count:
             self._report_each(batch, indices, BatchError(
                 f"batch function {_describe(self.function)} returned {len(results)} results for a batch of "
                 f"{count} inputs: return exactly one per input, in order"), CALL)
-            return
+            return False
         lists = self.returns_list
         if lists and not all(type(outputs) is list for outputs in results):
             self._distribute_lists(batch, indices, results)
@@ -449,6 +462,7 @@ class BatchCaller(Caller):
             report = self._report
             for i, result in zip(_each(batch, indices), results):
                 report(batch.row(i), result if lists else [result], None, "")
+        return True
 
     def _distribute_lists(self, batch: Batch, indices: list[int] | None, results: list[Any]) -> None:
         """An AsyncFunction's per-element lists, one of which (at least) is not a list."""

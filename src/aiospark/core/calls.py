@@ -256,7 +256,9 @@ class Caller:
                 metrics.calls += 1
                 begun = _clock()
                 try:
-                    result = await self.invoke(value)
+                    # a row (dict) is copied for each attempt: what the function changes in it
+                    # is never seen by a retry, an error row or the journal (docs/design.md)
+                    result = await self.invoke(value.copy() if type(value) is dict else value)
                 except Exception as exc:
                     latency = _clock() - begun
                     if adaptive is not None:
@@ -462,6 +464,23 @@ class Caller:
             self._report(call, None, TypeError(
                 f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
                 f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
+
+def own_inputs(values: list[Any]) -> list[Any]:
+    """A batch call's own list of inputs: a new list and, for a list of rows (its first value a
+    dict: what the Spark entry points pass), a copy of each row, so the function may consume, pad
+    or change them and a retry, a part of a split or an error row still sees each input as it
+    came. Lists and dicts nested inside a row are shared, not copied.
+
+    Example::
+
+        >>> rows = [{"id": 1}]
+        >>> own_inputs(rows)[0] is rows[0]
+        False
+    """
+    if values and type(values[0]) is dict:
+        return [value.copy() if type(value) is dict else value for value in values]
+    return list(values)  # in C: not rows
+
 
 def _name(function: Any) -> str:
     return repr(getattr(function, "__qualname__", None) or type(function).__name__)

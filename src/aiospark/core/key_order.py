@@ -9,7 +9,8 @@ busy (wait behind the call under way). When a call is over and its element has c
 after the one before it of its key, so any queue emits equal keys in input order.
 
 Keys compare as Spark groups them: every NaN is one key (each NaN is a float object of its own
-and NaN != NaN, so a dict would hold each one apart), inside tuple keys too; ``-0.0`` and ``0.0``
+and NaN != NaN, so a dict would hold each one apart), inside tuple keys too -- a ``Decimal`` NaN
+(quiet, negative or signaling) included, which is float NaN's key, as ``Decimal(1)`` is ``1.0``'s; ``-0.0`` and ``0.0``
 are one key already (equal, with equal hashes).
 
 A deadline counts from when the element entered the operator, as it does for a rate-limit
@@ -32,6 +33,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from .calls import Call
@@ -86,7 +88,8 @@ _NAN = math.nan
 
 
 def one_nan(key: Any) -> Any:
-    """``key`` with every NaN in it (at the top, or inside tuples) made the same NaN object.
+    """``key`` with every NaN in it (at the top, or inside tuples; float or ``Decimal``) made the
+    same NaN object.
 
     Example::
 
@@ -98,6 +101,8 @@ def one_nan(key: Any) -> Any:
         return key
     if kind is tuple:
         return tuple([one_nan(part) for part in key])
-    if isinstance(key, float) and key != key:
+    if isinstance(key, float):
+        return _NAN if key != key else key
+    if isinstance(key, Decimal) and key.is_nan():  # NaN, -NaN, sNaN (which cannot even be hashed)
         return _NAN
     return key

@@ -110,7 +110,7 @@ class AsyncWaitOperator:
         self.timeout = check_timeout(timeout)
         self.retry = check_retry(retry)
         self.capacity, self.adaptive = check_capacity(capacity)
-        self.batch_size, self.batch_delay = check_batching(batch_size, batch_delay, self.capacity)
+        self.batch_size, self.batch_delay = check_batching(batch_size, batch_delay, self.capacity, self.timeout)
         if key is not None and self.batch_size is not None:
             raise ValueError("key= and batch_size= do not go together: a batch would hold elements of one key "
                              "that must run one after another; use one or the other")

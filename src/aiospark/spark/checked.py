@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core import AsyncFunction
+from ..core.calls import own_inputs
 from .schema import OutputSchemaError
 
 #: (input value, error text) -> the error row emitted instead of the input's outputs
@@ -106,14 +107,16 @@ class OutputChecks:
         if isinstance(function, AsyncFunction):  # a batch's timeout is called per input
             return TaggedFunction(function, _tag_each if batch else tag_outputs, tag_outputs)
 
+        # the core gives each attempt its own rows; the tags keep them as they came, so the
+        # function gets a copy of its own (what it changes never reaches an error row's input)
         async def call_batch(values: list[Any]) -> Any:
-            results = await function(values)
+            results = await function(own_inputs(values))
             if not isinstance(results, (list, tuple)) or len(results) != len(values):
                 return results  # the operator reports the broken contract
             return [_tag_one(v, r) for v, r in zip(values, results)]
 
         async def call_one(value: Any) -> Any:
-            return _tag_one(value, await function(value))
+            return _tag_one(value, await function(value.copy() if type(value) is dict else value))
 
         call: Callable[[Any], Awaitable[Any]] = call_batch if batch else call_one
 
@@ -201,7 +204,8 @@ class TaggedFunction(AsyncFunction):
         self.timeout_tag = timeout_tag or tag
 
     async def async_invoke(self, value: Any) -> Any:
-        return self.tag(value, await self.function.async_invoke(value))
+        own = own_inputs(value) if type(value) is list else value.copy() if type(value) is dict else value
+        return self.tag(value, await self.function.async_invoke(own))  # tagged with the input as it came
 
     def timeout(self, value: Any) -> Any:
         results = self.function.timeout(value)

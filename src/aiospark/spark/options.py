@@ -67,7 +67,10 @@ class CallOptions:
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
         queue_capacity, adaptive = check_capacity(capacity)
-        batch_size, batch_delay = check_batching(batch_size, batch_delay, queue_capacity)
+        timeout = check_timeout(timeout)
+        # the columnar lane never waits for a slice to fill: its batch_delay does not apply
+        batch_size, batch_delay = check_batching(batch_size, batch_delay, queue_capacity,
+                                                 None if batch_format == PYARROW else timeout)
         if batch_size is not None and getattr(function, "batches_itself", False):
             raise ValueError(f"{type(function).__name__} sends rows in batches by itself (its own batch_size=): "
                              f"drop the entry point's batch_size=")
@@ -77,7 +80,7 @@ class CallOptions:
         rate_limit, budget = check_rate_limit(rate_limit), check_budget(budget)
         batch_format = check_batch_format(batch_format, batch_size=batch_size, capacity=adaptive or queue_capacity,
                                           rate_limit=rate_limit, budget=budget, journal=journal, name=name)
-        return cls(function, bool(ordered), check_timeout(timeout), adaptive or queue_capacity,
+        return cls(function, bool(ordered), timeout, adaptive or queue_capacity,
                    check_retry(retry), rate_limit, check_metrics(metrics, name),
                    batch_size=batch_size, batch_delay=batch_delay, order_key=order_key,
                    budget=budget, batch_format=batch_format)
