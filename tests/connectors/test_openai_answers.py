@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from aiospark import AsyncFunctionError
-from aiospark.connectors import HttpStatusError
+from aiospark.connectors import ConnectorError, HttpStatusError
 from aiospark.connectors.openai import NotAnAnswer, OpenAIChat, OpenAIEmbeddings, default_retry
 
 from ._openai_support import CLIENTS, ScriptedServer, chat_reply, error_reply, invoke_all, run, through_operator
@@ -36,6 +36,9 @@ NOT_ANSWERS = [  # (what the endpoint sent, the reason named, words of the error
     (chat_reply("", finish_reason="stop", usage={**USAGE, "completion_tokens_details": {"reasoning_tokens": 5}}),
      "empty_after_reasoning", "reasoned but wrote no answer"),
     (chat_reply(None, finish_reason="stop", usage=USAGE), "no_content", "no content"),
+    # Anthropic-compatible servers say "max_tokens" for a cut-off (before: the cut text as an answer)
+    (chat_reply("The answer is forty", finish_reason="max_tokens", usage=USAGE), "length",
+     "cut off at max_tokens=16 (finish_reason 'max_tokens')"),
 ]
 
 
@@ -155,6 +158,23 @@ def test_insufficient_quota_stops_only_its_account_and_only_until_one_request_as
         assert all(isinstance(e, HttpStatusError) and "not sent" in str(e) for e in during) and unsent == 0
         assert other == ["paid"]
         assert after == (["paid"], [[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_200_whose_body_is_an_error_is_a_retryable_error_carrying_the_providers_message(client):
+    # a gateway (OpenRouter and the like) answering 200 {"error": {...}} for an upstream failure.
+    # Before: "the answer has no 'choices'", not retryable, the provider's message lost.
+    failure = (200, {}, {"error": {"message": "Upstream provider overloaded", "code": 502}})
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: failure if n == 0 else chat_reply("ok")
+        fn = OpenAIChat("m", base_url=srv.base_url, client=client)
+        (error,) = run(invoke_all(fn, ["q"]))
+        assert isinstance(error, ConnectorError) and error.retryable, repr(error)
+        assert "Upstream provider overloaded" in str(error) and "code 502" in str(error)
+        srv.seen.clear()
+        srv.reply = lambda path, body, n: failure if n == 0 else chat_reply("ok")
+        out, op = run(through_operator(fn, ["q"], retry=default_retry()))
+        assert out == ["ok"] and op.metrics.retries == 1 and srv.count() == 2
 
 
 # --- usage as billed ---------------------------------------------------------------------------

@@ -9,6 +9,8 @@ both raise the same errors, already scrubbed of the API key:
 * no answer within ``timeout`` -> :class:`~aiospark.connectors.ConnectorTimeout` (retryable);
 * cannot connect / connection dropped -> retryable :class:`~aiospark.connectors.ConnectorError`;
 * a 2xx answer that is not a JSON object -> non-retryable :class:`ConnectorError`;
+* a 2xx answer ``{"error": {...}}`` (no ``choices``/``data``) -> a retryable :class:`ConnectorError`
+  carrying the provider's message (a gateway's upstream failure, as a 5xx);
 * a 429 ``insufficient_quota`` -> a non-retryable :class:`HttpStatusError`; the account (base_url
   + key) sends nothing for :data:`QUOTA_COOLDOWN` seconds (its requests fail unsent), then one
   request asks again.
@@ -163,12 +165,27 @@ class Transport:
         stop = self._check_quota(path)
         try:
             answer = await self._post(path, body, on_headers)
+            self._check_error_body(path, answer)
         finally:
             if stop is not None:
                 stop.probing = False  # answered, failed or cancelled: the next request may ask
         if stop is not None and _QUOTA_SPENT.get(self._account) is stop:
             del _QUOTA_SPENT[self._account]  # the probe was answered: the account has credit again
         return answer
+
+    def _check_error_body(self, path: str, answer: Mapping[str, Any]) -> None:
+        """A 2xx whose body is an error (``{"error": {"message": ...}}``, as gateways such as
+        OpenRouter send for an upstream failure) is an error carrying the provider's message,
+        retryable as a 5xx is -- not an answer without ``choices``."""
+        error = answer.get("error")
+        if error is None or answer.get("choices") is not None or answer.get("data") is not None:
+            return
+        message = error.get("message") if isinstance(error, Mapping) else error
+        code = error.get("code") if isinstance(error, Mapping) else None
+        what = self._redactor.scrub(str(message if message is not None else error)[:600], limit=300)
+        if code is not None:
+            what += f" (code {self._redactor.scrub(str(code)[:100], limit=60)})"
+        raise ConnectorError(f"POST {path} answered 200 with an error: {what}", source=self._name, retryable=True)
 
     def _not_json(self, path: str, size: int) -> ConnectorError:
         return ConnectorError(f"POST {path} returned a body that is not a JSON object ({size} bytes): "
