@@ -301,8 +301,10 @@ def _no_repeats(pairs: list) -> dict:
     value = dict(pairs)
     if len(value) != len(pairs):
         seen: set = set()
-        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise AnswerError(f"the key {repeated[:40]!r} is repeated in an object")
+        for key, _ in pairs:
+            if key in seen:
+                raise AnswerError(f"the key {key[:40]!r} is repeated in an object")
+            seen.add(key)
     return value
 
 

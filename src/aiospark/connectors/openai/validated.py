@@ -123,7 +123,7 @@ def _check(data_type: DataType, nullable: bool, value: Any, path: str, allowed: 
     else:
         if not isinstance(value, str):
             raise wrong("a string")
-        if CHARS and isinstance(data_type, CHARS) and len(value) > data_type.length:  # type: ignore[attr-defined]
+        if CHARS and isinstance(data_type, CHARS) and len(value) > data_type.length:
             raise AnswerError(f"{where} has {len(value)} characters after the model's validators, more than "
                               f"{data_type.simpleString()} holds")
     if allowed is not None and not isinstance(data_type, (StructType, ArrayType, MapType)) and value not in allowed:
