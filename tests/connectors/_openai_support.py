@@ -79,7 +79,8 @@ class ScriptedServer:
     """An OpenAI-compatible server on 127.0.0.1 (aiohttp.web in a thread) answering every POST with
     ``reply(path, body, seen_before) -> (status, headers, body)``, which the test sets; by default a
     plain chat answer (``chat_reply()``) or, for a path ending in ``/embeddings``, the vectors of
-    the inputs. ``seen``: every request (``path``, ``query``, ``body``, ``time``).
+    the inputs. ``seen``: every request (``path``, ``query``, ``body``, ``time``);
+    ``max_in_flight``: the most requests it held at once (unanswered yet).
 
     Example::
 
@@ -91,6 +92,7 @@ class ScriptedServer:
         self.reply: Any = None
         self.latency = latency
         self.seen: list[dict] = []
+        self.in_flight = self.max_in_flight = 0
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: Any = None
@@ -111,8 +113,13 @@ class ScriptedServer:
         body = await request.json()
         n = self.count(request.path)
         self.seen.append({"path": request.path, "query": dict(request.query), "body": body, "time": time.monotonic()})
-        if self.latency:
-            await asyncio.sleep(self.latency)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency:
+                await asyncio.sleep(self.latency)
+        finally:
+            self.in_flight -= 1
         if self.reply is not None:
             status, headers, answer = self.reply(request.path, body, n)
         elif request.path.endswith("/embeddings"):

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from aiospark import AsyncFunctionError
-from aiospark.connectors import HttpStatusError
+from aiospark.connectors import ConnectorError, HttpStatusError
 from aiospark.connectors.openai import NotAnAnswer, OpenAIChat, OpenAIEmbeddings, default_retry
 
 from ._openai_support import CLIENTS, ScriptedServer, chat_reply, error_reply, invoke_all, run, through_operator
@@ -36,6 +36,9 @@ NOT_ANSWERS = [  # (what the endpoint sent, the reason named, words of the error
     (chat_reply("", finish_reason="stop", usage={**USAGE, "completion_tokens_details": {"reasoning_tokens": 5}}),
      "empty_after_reasoning", "reasoned but wrote no answer"),
     (chat_reply(None, finish_reason="stop", usage=USAGE), "no_content", "no content"),
+    # Anthropic-compatible servers say "max_tokens" for a cut-off (before: the cut text as an answer)
+    (chat_reply("The answer is forty", finish_reason="max_tokens", usage=USAGE), "length",
+     "cut off at max_tokens=16 (finish_reason 'max_tokens')"),
 ]
 
 
@@ -91,7 +94,9 @@ def test_insufficient_quota_stops_the_calls_instead_of_retrying_every_row(client
             429, "You exceeded your current quota, please check your plan and billing details.",
             code="insufficient_quota", type_="insufficient_quota", headers={"retry-after-ms": "20"})
         fn = OpenAIChat("m", base_url=srv.base_url, client=client)
-        out, op = run(through_operator(fn, [f"q{i}" for i in range(20)], retry=default_retry(), on_error=NULL))
+        # one slot: the first answer is in before any other row goes (nothing is held before it)
+        out, op = run(through_operator(fn, [f"q{i}" for i in range(20)], retry=default_retry(), on_error=NULL,
+                                       capacity=1))
         assert out == [None] * 20
         assert srv.count() == 1  # one answer said it; no row asks again, no retry
         assert op.metrics.retries == 0
@@ -105,6 +110,71 @@ def test_insufficient_quota_stops_the_calls_instead_of_retrying_every_row(client
         fn = OpenAIChat("m", base_url=srv.base_url, client=client)
         out, op = run(through_operator(fn, ["q"], retry=default_retry()))
         assert out == ["ok"] and op.metrics.retries == 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_insufficient_quota_stops_only_its_account_and_only_until_one_request_asks_again(client, monkeypatch):
+    # the account has no credit until the test adds it. Before: once one 429 insufficient_quota was
+    # seen, every later request of the worker failed unsent for as long as its client lived (the
+    # review: still blocked 360 s after credit was added), whatever the model or path.
+    import asyncio
+
+    from aiospark.connectors.openai import transport
+
+    monkeypatch.setattr(transport, "QUOTA_COOLDOWN", 1.0, raising=False)
+    credit = {"on": False}
+    quota = error_reply(429, "You exceeded your current quota", code="insufficient_quota", type_="insufficient_quota")
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: (
+            (200, {}, {"object": "list", "model": "e", "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                       "data": [{"index": 0, "embedding": [1.0, 2.0]}]}) if path.endswith("/embeddings")
+            else chat_reply("paid") if credit["on"] or body["model"] == "other-key" else quota)
+        spent = OpenAIChat("m", base_url=srv.base_url, client=client, api_key="sk-account-A-0123456789")
+        same_account = OpenAIEmbeddings("e", base_url=srv.base_url, client=client, api_key="sk-account-A-0123456789")
+        other_account = OpenAIChat("other-key", base_url=srv.base_url, client=client,
+                                   api_key="sk-account-B-0123456789")
+
+        async def go():
+            for fn in (spent, same_account, other_account):
+                await fn.open()
+            try:
+                first = await asyncio.gather(spent.async_invoke("q"), return_exceptions=True)
+                credit["on"] = True
+                sent = srv.count()
+                # within the cool-down: the account's other calls fail unsent; another key's go
+                during = await asyncio.gather(spent.async_invoke("q2"), same_account.async_invoke("t"),
+                                              return_exceptions=True)
+                unsent = srv.count() - sent
+                other = await other_account.async_invoke("q3")
+                await asyncio.sleep(1.5)  # the cool-down is over: one request asks again
+                after = await spent.async_invoke("q4"), await same_account.async_invoke("t2")
+                return first, during, unsent, other, after
+            finally:
+                for fn in (spent, same_account, other_account):
+                    await fn.close()
+
+        first, during, unsent, other, after = run(go())
+        assert isinstance(first[0], HttpStatusError) and "insufficient_quota" in str(first[0])
+        assert all(isinstance(e, HttpStatusError) and "not sent" in str(e) for e in during) and unsent == 0
+        assert other == ["paid"]
+        assert after == (["paid"], [[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_200_whose_body_is_an_error_is_a_retryable_error_carrying_the_providers_message(client):
+    # a gateway (OpenRouter and the like) answering 200 {"error": {...}} for an upstream failure.
+    # Before: "the answer has no 'choices'", not retryable, the provider's message lost.
+    failure = (200, {}, {"error": {"message": "Upstream provider overloaded", "code": 502}})
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: failure if n == 0 else chat_reply("ok")
+        fn = OpenAIChat("m", base_url=srv.base_url, client=client)
+        (error,) = run(invoke_all(fn, ["q"]))
+        assert isinstance(error, ConnectorError) and error.retryable, repr(error)
+        assert "Upstream provider overloaded" in str(error) and "code 502" in str(error)
+        srv.seen.clear()
+        srv.reply = lambda path, body, n: failure if n == 0 else chat_reply("ok")
+        out, op = run(through_operator(fn, ["q"], retry=default_retry()))
+        assert out == ["ok"] and op.metrics.retries == 1 and srv.count() == 2
 
 
 # --- usage as billed ---------------------------------------------------------------------------

@@ -46,9 +46,37 @@ def test_answers_are_placed_by_index_whatever_their_order(client):
 
         srv.reply = reply
         assert run(invoke_all(embed(srv, client), ["a", "b", "c"])) == [[vector(t, 4)] for t in "abc"]
-        # no index at all: the order of the answer
+        # one text, no index: its place is certain
         srv.reply = lambda path, body, n: embeddings_reply(body["input"], indices=["omit"] * len(body["input"]))
-        assert run(invoke_all(embed(srv, client), ["d", "e"])) == [[vector(t, 4)] for t in "de"]
+        assert run(invoke_all(embed(srv, client), ["d"])) == [[vector("d", 4)]]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_items_without_any_index_are_an_error_not_placed_by_position(client):
+    # a server answering in reverse order and saying no index. Before: placed by position, so
+    # "a" got the vector of "c" and "c" that of "a", silently.
+    with ScriptedServer() as srv:
+        def reply(path, body, n):
+            status, headers, answer = embeddings_reply(body["input"], indices=["omit"] * len(body["input"]))
+            answer["data"].reverse()
+            return status, headers, answer
+
+        srv.reply = reply
+        results = run(invoke_all(embed(srv, client), ["a", "bb", "ccc"]))
+        assert srv.count() == 1
+        assert all(isinstance(r, ConnectorError) and "have no 'index'" in str(r) for r in results), results
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("dimensions", [None, 2])
+def test_vectors_of_different_lengths_in_one_answer_are_an_error(client, dimensions):
+    # before: a 2-value and a 1-value vector in one answer were both accepted (and, without
+    # dimensions=, nothing compared them)
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: embeddings_reply(body["input"], vectors=[[0.5, 0.25], [0.5]])
+        results = run(invoke_all(embed(srv, client, dimensions=dimensions), ["a", "b"]))
+        assert srv.count() == 1
+        assert all(isinstance(r, ConnectorError) and "1 values" in str(r) for r in results), results
 
 
 @pytest.mark.parametrize("client", ["aiohttp"])  # the SDK's own model refuses most of these itself

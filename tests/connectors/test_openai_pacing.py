@@ -75,13 +75,20 @@ def headers(remaining, reset, limit=None, dim="requests"):
     return h
 
 
-def test_one_request_probes_then_the_remaining_budget_is_spread_over_the_reset():
+async def warmed(fn, prompts, **kwargs):
+    """``through_operator`` after one answer, in the same open function (its pacer has the headers)."""
+    await fn.open()
+    await fn.async_invoke("warm-up")
+    return await through_operator(fn, prompts, **kwargs)
+
+
+def test_nothing_is_held_before_any_header_then_the_remaining_budget_is_spread_over_the_reset():
     clock = Clock()
     pacer = Pacer(clock)
 
     async def go():
         probe = await pacer.admit()
-        assert pacer.delay() == math.inf          # the others wait for the probe's answer
+        assert pacer.delay() == 0.0               # no header seen: nothing is known, nothing held
         pacer.update(probe, headers(10, "1s"))
         pacer.finished(probe)
         assert pacer.paced
@@ -191,7 +198,12 @@ def test_no_headers_or_malformed_ones_leave_the_worker_unpaced():
 
 def test_a_probe_without_an_answer_lets_the_next_request_probe():
     async def go():
-        pacer = Pacer()
+        clock = Clock()
+        pacer = Pacer(clock)
+        seen = await pacer.admit()
+        pacer.update(seen, headers(0, "1s"))      # nothing left, no limit: after the reset, one probes
+        pacer.finished(seen)
+        clock.now += 2
         first = await pacer.admit()
         waiter = asyncio.ensure_future(pacer.admit())
         await asyncio.sleep(0.05)
@@ -227,7 +239,9 @@ def test_the_endpoints_bucket_is_respected_and_ignoring_it_is_refused(client):
             srv.reset()
             fn = OpenAIChat("chat", base_url=srv.base_url, client=client)
             fn.pace_by_headers = pace  # OpenAIChat's constructor does not take it yet
-            out, _ = run(through_operator(fn, prompts, capacity=64, retry=default_retry(20)))
+            # one answer first: nothing is held before any header is seen (a burst into an unknown
+            # budget is the price of never holding a slow model's rows behind its first answer)
+            out, _ = run(warmed(fn, prompts, capacity=64, retry=default_retry(20)))
             assert sorted(out) == sorted(answer(p) for p in prompts)
             if pace:
                 assert srv.refused <= 3, srv.refused
@@ -267,7 +281,13 @@ def test_token_headers_space_the_requests(client):
     with OpenAIServer(ratelimit_headers=sent) as srv:
         fn = OpenAIChat("chat", base_url=srv.base_url, client=client)
         prompts = [f"{i:02d}" + "x" * 38 for i in range(6)]
-        results = run(invoke_all(fn, prompts))
+
+        async def go():
+            await fn.open()
+            await fn.async_invoke("warm-up")  # the headers are known from here on
+            return await invoke_all(fn, prompts)
+
+        results = run(go())
         assert results == [[answer(p)] for p in prompts]
         times = sorted(s["time"] for s in srv.seen)
         assert times[-1] - times[0] >= 0.3 and fn._pacer.waits >= 5
@@ -316,7 +336,9 @@ def test_spark_job_paced_by_the_endpoints_headers(spark):
         served = [s["time"] for s in srv.seen]
         total = len(served) + srv.refused
         assert len(served) == n
-        assert srv.refused <= 0.05 * total, (srv.refused, total)
+        # each task's first burst goes before any header is seen (nothing is held before one:
+        # issue 45's review), so up to 2 x 64 - 50 of it may be refused; beyond it, <= 5 %
+        assert srv.refused <= 2 * 64 - rate + 0.05 * total, (srv.refused, total)
         span = max(served) - min(served)
         served_rate = (n - 1) / span
         assert served_rate >= 0.25 * rate, served_rate

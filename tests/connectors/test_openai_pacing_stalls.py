@@ -14,7 +14,7 @@ from aiospark.connectors import HttpStatusError
 from aiospark.connectors.openai import OpenAIChat, RequestTooLarge
 from aiospark.connectors.openai.pacing import MAX_RETRY_AFTER
 
-from ._openai_support import CLIENTS, ScriptedServer, chat_reply, error_reply, run, through_operator
+from ._openai_support import CLIENTS, ScriptedServer, chat_reply, error_reply, invoke_all, run, through_operator
 
 
 def NULL(value, exc):
@@ -58,10 +58,16 @@ def test_a_request_above_the_advertised_token_limit_fails_at_once_and_nothing_wa
             "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
         fn = OpenAIChat("m", base_url=srv.base_url, client=client)
         big = "x" * 400  # 100 tokens by characters / 4 (more with tiktoken's count)
-        rows = ["a"] + [big] + [f"{i}" for i in range(14)]
-        out, op = run(through_operator(fn, rows, capacity=32, timeout=30, on_error=NULL), 60)
-        assert out[1] is None
-        assert sorted(o for i, o in enumerate(out) if i != 1) == ["ok"] * 15
+        rows = [big] + [f"{i}" for i in range(14)]
+
+        async def burst():
+            await fn.open()
+            assert await fn.async_invoke("a") == ["ok"]  # the limit is known from this answer on
+            return await through_operator(fn, rows, capacity=32, timeout=30, on_error=NULL)
+
+        out, op = run(burst(), 60)
+        assert out[0] is None
+        assert out[1:] == ["ok"] * 14
         assert srv.count() == 15 and all(s["body"]["messages"][-1]["content"] != big for s in srv.seen)
 
         async def alone():
@@ -126,3 +132,16 @@ def test_an_embeddings_batch_above_the_token_limit_is_split_until_it_fits(client
         assert all(isinstance(r, list) and len(r[0]) == 4 for r in results[:4]), results
         assert isinstance(results[4], RequestTooLarge)  # alone, it still cannot fit: its row only
         assert max(len(s["body"]["input"]) for s in srv.seen) <= 3  # 30 tokens: at most 3 texts a request
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_server_without_rate_limit_headers_is_never_paced_not_even_before_its_first_answer(client):
+    # a slow model (2 s per answer) that sends no x-ratelimit-* header. Before: the pacer held every
+    # request but one until the first answer (a "probe" before any header was seen), so with a row
+    # timeout under two answers' time most rows timed out unsent (the review: 7 of 8 at timeout=4
+    # against 3 s answers). Now all go at once: the server holds all 6 at the same time.
+    with ScriptedServer(latency=2.0) as srv:
+        fn = OpenAIChat("m", base_url=srv.base_url, client=client)
+        results = run(invoke_all(fn, [f"q{i}" for i in range(6)]), 60)
+        assert results == [["ok"]] * 6
+        assert srv.max_in_flight == 6

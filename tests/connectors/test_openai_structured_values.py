@@ -158,3 +158,77 @@ def test_allowed_values_a_spark_column_cannot_hold_are_refused(model, match):
 def test_decimal_answers_still_read_exactly(srv):
     fn = chat(srv, one("x", DecimalType(10, 2), nullable=False))
     assert run(invoke_all(fn, ['json:{"x": 12345678.90}'])) == [[{"x": Decimal("12345678.90")}]]
+
+
+class KeyErrorModel(pydantic.BaseModel):
+    n: int
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def rename(cls, data):
+        return {"n": data["missing"]}  # KeyError on every answer
+
+
+class DivisionModel(pydantic.BaseModel):
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def divide(cls, value):
+        return 1 // (value - value)  # ZeroDivisionError
+
+
+class WrongTypeModel(pydantic.BaseModel):
+    name: str
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def number(cls, value):
+        return 12345 if value == "num" else value
+
+
+class WrongLiteralModel(pydantic.BaseModel):
+    label: Literal["a", "b"]
+
+    @pydantic.model_validator(mode="after")
+    def overwrite(self):
+        object.__setattr__(self, "label", "zzz")  # pydantic does not check an after-validator's result
+        return self
+
+
+class TooBigModel(pydantic.BaseModel):
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def big(cls, value):
+        return 10 ** 30
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("model, text, words", [
+    (KeyErrorModel, '{"n": 1}', "'missing'"),
+    (DivisionModel, '{"n": 1}', "integer division or modulo by zero"),
+    (WrongTypeModel, '{"name": "num"}', "name is the number 12345 after the model's validators, not a string"),
+    (WrongLiteralModel, '{"label": "a"}', "label is the string 'zzz' after the model's validators, not one of the "
+                                          "allowed values ['a', 'b']"),
+    (TooBigModel, '{"n": 1}', "out of the range of bigint"),
+])
+def test_whatever_a_validator_raises_or_returns_is_an_answer_error_quoting_the_answer(srv, client, model, text,
+                                                                                      words):
+    # before: a KeyError / ZeroDivisionError reached the user raw (not retryable, no answer quoted),
+    # and a value outside the field's type or allowed values went on to Spark
+    fn = chat(srv, model, client=client)
+    (result,) = run(invoke_all(fn, ["json:" + text]))
+    assert isinstance(result, ConnectorError) and result.retryable, repr(result)
+    assert words in str(result) and "the answer: " + repr(text) in str(result), str(result)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_key_repeated_in_a_structured_answer_is_an_answer_error(srv, client):
+    # before: json.loads kept the last of the two, silently
+    fn = chat(srv, one("label", StringType()), client=client)
+    text = '{"label": "pos", "label": "neg"}'
+    (result,) = run(invoke_all(fn, ["json:" + text]))
+    assert isinstance(result, ConnectorError) and result.retryable, repr(result)
+    assert "the key 'label' is repeated" in str(result) and "the answer: " + repr(text) in str(result)

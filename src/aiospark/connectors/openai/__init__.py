@@ -52,7 +52,8 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
 * Errors: 429/5xx are retryable :class:`~aiospark.connectors.HttpStatusError` with ``retry_after``
   from ``Retry-After`` (or ``retry-after-ms``); the entry points' ``retry=`` waits at least that
   long (at most 600 s). Use :func:`default_retry`. A 429 ``insufficient_quota`` is not retried
-  and stops the worker's requests of that configuration. A chat answer that is not an answer
+  and stops the worker's requests to that account (base_url + key) for 30 s, after which one
+  request asks again. A chat answer that is not an answer
   (content filter, refusal, tool call, no message, cut off at ``max_tokens``, empty after
   reasoning) is a :class:`NotAnAnswer` naming its ``reason``, not retried
   (:mod:`aiospark.connectors.openai.answers`). A request estimated above the endpoint's advertised

@@ -27,6 +27,9 @@ __all__ = ["REASONS", "NotAnAnswer", "read_choice"]
 #: every reason a NotAnAnswer names
 REASONS = ("content_filter", "refusal", "length", "tool_calls", "no_message", "no_content",
            "empty_after_reasoning")
+#: finish reasons that mean the answer was cut off at max_tokens: OpenAI's "length", and
+#: "max_tokens" from Anthropic-compatible servers (Anthropic's stop_reason passed through)
+_CUT_OFF = ("length", "max_tokens")
 #: how much of a refusal's text the error shows
 _SHOWN = 200
 
@@ -87,11 +90,11 @@ def read_choice(answer: Mapping[str, Any], request: str, source: str, max_tokens
     if content is not None and not isinstance(content, str):
         raise ConnectorError(f"{request}: choices[0].message.content is a {type(content).__name__}, "
                              "not a string", source=source)
-    if finish == "length":
+    if finish in _CUT_OFF:
         spent = _reasoning_tokens(answer, message)
         what = "max_tokens" if max_tokens is None else f"max_tokens={max_tokens}"
         extra = " (all of it spent reasoning)" if spent and not content else ""
-        raise fail("length", f"the answer was cut off at {what}{extra} (finish_reason 'length'): "
+        raise fail("length", f"the answer was cut off at {what}{extra} (finish_reason {finish!r}): "
                              "raise max_tokens")
     if content is None:
         raise fail("no_content", f"the answer has no content (finish_reason {finish!r})")

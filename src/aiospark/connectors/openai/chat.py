@@ -175,14 +175,16 @@ class OpenAIChat(OpenAIFunction):
     def _read_structured(self, content: str) -> dict:
         """The answer as the ``response_type`` value; a retryable error showing its start when it does
         not fit (a model may well answer right when asked again)."""
-        from .schema import AnswerError, read_answer, validated
+        from .schema import read_answer
+        from .validated import validated
 
         try:
             value = read_answer(self.response_type, content)
             if self._response_model is not None:  # its own validators and constraints (Field(ge=...))
                 value = validated(self._response_model, self.response_type, value)
-        except (AnswerError, ValueError, ArithmeticError, TypeError, RecursionError) as exc:
-            # pydantic's ValidationError is a ValueError; any conversion error is the answer's
+        except Exception as exc:
+            # any error while reading or validating is the answer's: a conversion error, pydantic's
+            # ValidationError, or whatever a user's validator raised (KeyError, ZeroDivisionError...)
             errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists where and why
             errors = errors() if callable(errors) else None
             if errors:

@@ -40,18 +40,24 @@ def _finite(vec: list) -> bool:
 
 def _by_index(data: list, n: int, dimensions: int | None, bad: Any) -> list[list]:
     """The answer's vectors in input order, placed by their ``index`` exactly: every index in
-    ``0..n-1`` once. Without any ``index`` (a server that keeps the order and says nothing) by
-    position; an item without one among items with one is index 0 (protobuf's default, which
-    Gemini's OpenAI layer leaves out). Each vector: finite numbers only, ``dimensions`` of them
-    when asked. ``bad(what)`` makes the error for the request."""
+    ``0..n-1`` once. An item without ``index`` is an error (placing it by position would put
+    vectors on the wrong rows, silently, for a server that answers out of order), but for two
+    cases where its place is certain: a request of one text, and exactly one item without it among
+    items with one (protobuf's default 0, which Gemini's OpenAI layer leaves out). Each vector:
+    finite numbers only, all of one length (``dimensions`` when asked). ``bad(what)`` makes the
+    error for the request."""
     # (the SDK's model writes a missing index as None)
-    positional = not any(isinstance(item, Mapping) and item.get("index") is not None for item in data)
+    missing = [pos for pos, item in enumerate(data) if isinstance(item, Mapping) and item.get("index") is None]
+    if missing and n > 1 and len(missing) > 1:
+        raise bad(f"{len(missing)} of the {n} items of 'data' have no 'index': which text each vector is for "
+                  "is unknown")
     ordered: list[Any] = [None] * n
+    length: int | None = None
     for pos, item in enumerate(data):
         if not isinstance(item, Mapping):
             raise bad(f"item {pos} of 'data' is a {type(item).__name__}, not {{'index': int, 'embedding': [numbers]}}")
         index = item.get("index")
-        index = pos if positional else 0 if index is None else index
+        index = 0 if index is None else index
         if type(index) is not int or not 0 <= index < n:
             raise bad(f"item {pos} of 'data' has the index {index!r}, not one of 0..{n - 1}")
         if ordered[index] is not None:
@@ -64,7 +70,11 @@ def _by_index(data: list, n: int, dimensions: int | None, bad: Any) -> list[list
         if not set(map(type, vec)) <= _NUMBER_TYPES or not _finite(vec):
             raise bad(f"item {pos} of 'data' has an embedding that is not all finite numbers")
         if dimensions is not None and len(vec) != dimensions:
-            raise bad(f"embedding has {len(vec)} values, dimensions={dimensions} asked")
+            raise bad(f"item {pos} of 'data' has an embedding of {len(vec)} values, dimensions={dimensions} asked")
+        if length is not None and len(vec) != length:
+            # one model gives one length: a mix is a broken answer, whichever vector is right
+            raise bad(f"item {pos} of 'data' has an embedding of {len(vec)} values, an earlier one {length}")
+        length = len(vec)
         ordered[index] = vec
     return ordered
 

@@ -17,10 +17,10 @@ spending ``level * rate / (limit - level)``, the total equals the refill rate wh
 limit / (W + 1)``: the workers settle there, at the provider's rate, with that much kept in
 reserve, whatever ``W``.
 
-Before the first answer nothing is known: a worker sends one request and holds the others until
-its answer (one round trip per worker and job); a full budget would otherwise be spent by every
-in-flight slot of every worker at once. An answer without these headers (most self-hosted
-servers) leaves the worker unpaced. A header that does not parse is ignored (as if absent).
+Before any answer with these headers nothing is known, and nothing is held: requests go as they
+come (a slow model must not make the others wait for its first answer, which may take longer
+than their row timeout). A server that never sends the headers (most self-hosted servers) leaves
+the worker unpaced for good. A header that does not parse is ignored (as if absent).
 
 Nothing stalls: with nothing left by the last reading, no refill rate known and its reset past,
 one request probes and the others wait for its answer; a request estimated above the advertised
@@ -178,7 +178,6 @@ class Pacer:
         self._held_sent = -1  # the ticket whose answer is held: fresher answers only replace it
         self._last_send = -math.inf
         self._pause_until = -math.inf
-        self._probing = True   # no answer yet: one request at a time until the first one
         self._probe: Ticket | None = None
         self._changed: asyncio.Future | None = None
         self._lock: asyncio.Lock | None = None
@@ -198,8 +197,6 @@ class Pacer:
     def _gap(self, cost: float) -> tuple[float, bool]:
         """``(seconds to wait, whether the request must go as a probe)``."""
         now = self._clock()
-        if self._probing:
-            return (math.inf, True) if self._probe is not None else (max(0.0, self._pause_until - now), True)
         wait, probe = self._pause_until - now, False
         for dim, held in self._held.items():
             units = 1.0 if dim == "requests" else float(cost)
@@ -250,7 +247,7 @@ class Pacer:
         """Wait for this request's turn; the returned ticket goes to ``update``/``finished``.
         :class:`RequestTooLarge` at once (no wait, no turn held) for a request above the
         advertised token limit."""
-        if not self._held and not self._probing and self._pause_until <= self._clock():
+        if not self._held and self._pause_until <= self._clock():
             return self._send(cost)  # unpaced (no headers seen): no lock, no wait
         self._gap(cost)  # too large: fails here, before it queues for the turn
         if self._lock is None:
@@ -297,9 +294,8 @@ class Pacer:
                 after = (self._sent if dim == "requests" else self._tokens) - sent
                 self._held[dim] = _Held(limit, remaining, reset, now, sent, remaining - after)
             self._held_sent = ticket.sent
-        if self._probing or self._probe is ticket:
-            self._probing = False  # the first answer (or a probe's) is in: pacing goes on
-            self._probe = None
+        if self._probe is ticket:
+            self._probe = None  # the probe's answer is in: pacing goes on from it
         self._wake()
 
     def finished(self, ticket: Ticket) -> None:

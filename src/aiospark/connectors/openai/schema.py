@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import enum
 import json
 import re
 import sys
@@ -71,7 +70,7 @@ from .choices import allowed_of as _allowed_of
 from .choices import choices_of as _choices
 from .choices import with_enums as _with_enums
 
-__all__ = ["ENUM", "AnswerError", "json_schema", "read_answer", "response_struct", "schema_name", "validated"]
+__all__ = ["ENUM", "AnswerError", "json_schema", "read_answer", "response_struct", "schema_name"]
 
 _NTZ = getattr(sys.modules["pyspark.sql.types"], "TimestampNTZType", None)
 _FLOAT_MAX = 3.4028234663852886e38
@@ -296,6 +295,19 @@ def _no_constant(name: str) -> Any:
     raise AnswerError(f"{name} is not a JSON number")
 
 
+def _no_repeats(pairs: list) -> dict:
+    """A JSON object as a dict; a key given twice is an AnswerError (which one the model meant is
+    unknown, and ``json.loads`` would silently keep the last)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise AnswerError(f"the key {key[:40]!r} is repeated in an object")
+            seen.add(key)
+    return value
+
+
 def read_answer(struct: StructType, text: str) -> dict:
     """The answer text as the struct's value (a dict of Python values Spark takes), or AnswerError.
     Numbers are parsed at a cost linear in their text (``1e1000000`` is 9 characters, not a
@@ -303,33 +315,15 @@ def read_answer(struct: StructType, text: str) -> dict:
     try:
         # integers as int: Python refuses those over 4,300 digits (ValueError, below), and the
         # conversions check sizes before converting
-        value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant,
+                           object_pairs_hook=_no_repeats)
+    except AnswerError:
+        raise
     except (json.JSONDecodeError, RecursionError) as exc:
         raise AnswerError(f"not JSON ({exc})") from None
     except (ValueError, ArithmeticError) as exc:  # e.g. an integer of more than 4,300 digits
         raise AnswerError(f"not JSON of numbers Python can read ({_short(exc, 120)})") from None
     return _convert(struct, False, value, "")
-
-
-def validated(model: Any, struct: StructType, value: dict) -> dict:
-    """``value`` (read_answer's) validated by the pydantic ``model``: what its validators made of
-    it (a ``field_validator`` that trims or lower-cases is what Spark gets), as plain values of
-    ``struct`` (an Enum member becomes its value; fields not in the struct are left out)."""
-    return _plain(struct, model.model_validate(value).model_dump())
-
-
-def _plain(data_type: DataType, value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, enum.Enum):
-        value = value.value
-    if isinstance(data_type, StructType) and isinstance(value, dict):
-        return {f.name: _plain(f.dataType, value.get(f.name)) for f in data_type.fields}
-    if isinstance(data_type, ArrayType) and isinstance(value, (list, tuple)):
-        return [_plain(data_type.elementType, v) for v in value]
-    if isinstance(data_type, MapType) and isinstance(value, dict):
-        return {k: _plain(data_type.valueType, v) for k, v in value.items()}
-    return value
 
 
 def _short(value: Any, limit: int = 40) -> str:

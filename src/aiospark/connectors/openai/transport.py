@@ -8,7 +8,12 @@ both raise the same errors, already scrubbed of the API key:
   other non-2xx -> a non-retryable :class:`HttpStatusError` (its text quotes the scrubbed body);
 * no answer within ``timeout`` -> :class:`~aiospark.connectors.ConnectorTimeout` (retryable);
 * cannot connect / connection dropped -> retryable :class:`~aiospark.connectors.ConnectorError`;
-* a 2xx answer that is not a JSON object -> non-retryable :class:`ConnectorError`.
+* a 2xx answer that is not a JSON object -> non-retryable :class:`ConnectorError`;
+* a 2xx answer ``{"error": {...}}`` (no ``choices``/``data``) -> a retryable :class:`ConnectorError`
+  carrying the provider's message (a gateway's upstream failure, as a 5xx);
+* a 429 ``insufficient_quota`` -> a non-retryable :class:`HttpStatusError`; the account (base_url
+  + key) sends nothing for :data:`QUOTA_COOLDOWN` seconds (its requests fail unsent), then one
+  request asks again.
 
 One client per process, event loop and configuration (:mod:`aiospark.connectors.clients`): every
 task of a Spark worker shares it. Retries are never made here (the SDK's ``max_retries`` is 0):
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,7 +48,7 @@ from ..redaction import Redactor, short
 from ..secrets import Secret
 from .pacing import MAX_RETRY_AFTER
 
-__all__ = ["Transport", "open_transport", "retry_after_of"]
+__all__ = ["QUOTA_COOLDOWN", "Transport", "open_transport", "retry_after_of"]
 
 CLIENTS = ("aiohttp", "openai")
 
@@ -86,26 +92,42 @@ def _error_code(body: bytes) -> str | None:
     return code if isinstance(code, str) else None
 
 
-#: config key -> the error that said this configuration's quota is spent (while its client lives)
-_QUOTA_SPENT: dict[str, HttpStatusError] = {}
+#: seconds an ``insufficient_quota`` answer stops an account's requests before one probes again:
+#: long enough that a job of thousands of rows costs a request per half minute, not one per row;
+#: short enough that credit added while a job runs (or before the next) is noticed
+QUOTA_COOLDOWN = 30.0
+
+
+class _QuotaStop:
+    """An account's spent quota: the error that said it, until when nothing is sent, and whether
+    the one request that asks again after the cool-down is in flight."""
+
+    __slots__ = ("error", "until", "probing")
+
+    def __init__(self, error: HttpStatusError, until: float) -> None:
+        self.error, self.until, self.probing = error, until, False
+
+
+#: account (base_url + API key digest) -> its stop; shared by every configuration, model and
+#: path of the account in this process (the quota is the account's, not one client's)
+_QUOTA_SPENT: dict[str, _QuotaStop] = {}
 
 
 class Transport:
     """One configuration's shared client. ``await post(path, body) -> dict``; ``await close()``."""
 
     def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
-                 name: str, query: Mapping[str, str] | None = None) -> None:
+                 name: str, query: Mapping[str, str] | None = None, account: str = "") -> None:
         self._key, self._client, self._base_url = key, client, base_url
         self._timeout, self._redactor, self._name = timeout, redactor, name
         self._query = dict(query or {})
+        self._account = account or key
 
     async def close(self) -> None:
         """Give the shared client back (its last user closes it). Safe to call twice."""
         client, self._client = self._client, None
         if client is not None:
             await SHARED.release(self._key)
-            if not SHARED.users(self._key):
-                _QUOTA_SPENT.pop(self._key, None)  # a new client (a new job) asks again
 
     def _error(self, status: int, reason: str | None, headers: Mapping[str, str], body: bytes,
                path: str) -> HttpStatusError:
@@ -114,22 +136,56 @@ class Transport:
         if status == 429 and _error_code(body) == "insufficient_quota":
             # the account is out of credit: no retry and no other row's request can succeed
             exc = HttpStatusError(f"{exc._message} (insufficient_quota: the account's quota is spent; "
-                                  "this worker makes no more requests with this configuration: add credit "
-                                  "or use another key, then rerun)", source=self._name, status=status)
+                                  f"this worker sends nothing to this account for {QUOTA_COOLDOWN:g}s, then "
+                                  "one request asks again: add credit or use another key)",
+                                  source=self._name, status=status)
             exc.code = "insufficient_quota"  # type: ignore[attr-defined]
-            _QUOTA_SPENT[self._key] = exc
+            _QUOTA_SPENT[self._account] = _QuotaStop(exc, time.monotonic() + QUOTA_COOLDOWN)
         elif exc.retryable:
             exc.retry_after = retry_after_of(headers)
         return exc
 
-    def _check_quota(self, path: str) -> None:
-        """Fail at once, without a request, once an answer said the quota is spent."""
-        spent = _QUOTA_SPENT.get(self._key)
-        if spent is not None:
+    def _check_quota(self, path: str) -> _QuotaStop | None:
+        """Fail at once, without a request, while an answer's ``insufficient_quota`` stops the
+        account; after the cool-down one request goes (the stop it probes for is returned)."""
+        stop = _QUOTA_SPENT.get(self._account)
+        if stop is None:
+            return None
+        if stop.probing or time.monotonic() < stop.until:
+            spent = stop.error
             exc = HttpStatusError(f"POST {path} not sent: an earlier answer said the account's quota is spent "
                                   f"({spent._message})", source=self._name, status=spent.status)
             exc.code = "insufficient_quota"  # type: ignore[attr-defined]
             raise exc
+        stop.probing = True
+        return stop
+
+    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
+        """POST ``body`` (JSON) to ``base_url + path``; the decoded JSON object answered."""
+        stop = self._check_quota(path)
+        try:
+            answer = await self._post(path, body, on_headers)
+            self._check_error_body(path, answer)
+        finally:
+            if stop is not None:
+                stop.probing = False  # answered, failed or cancelled: the next request may ask
+        if stop is not None and _QUOTA_SPENT.get(self._account) is stop:
+            del _QUOTA_SPENT[self._account]  # the probe was answered: the account has credit again
+        return answer
+
+    def _check_error_body(self, path: str, answer: Mapping[str, Any]) -> None:
+        """A 2xx whose body is an error (``{"error": {"message": ...}}``, as gateways such as
+        OpenRouter send for an upstream failure) is an error carrying the provider's message,
+        retryable as a 5xx is -- not an answer without ``choices``."""
+        error = answer.get("error")
+        if error is None or answer.get("choices") is not None or answer.get("data") is not None:
+            return
+        message = error.get("message") if isinstance(error, Mapping) else error
+        code = error.get("code") if isinstance(error, Mapping) else None
+        what = self._redactor.scrub(str(message if message is not None else error)[:600], limit=300)
+        if code is not None:
+            what += f" (code {self._redactor.scrub(str(code)[:100], limit=60)})"
+        raise ConnectorError(f"POST {path} answered 200 with an error: {what}", source=self._name, retryable=True)
 
     def _not_json(self, path: str, size: int) -> ConnectorError:
         return ConnectorError(f"POST {path} returned a body that is not a JSON object ({size} bytes): "
@@ -140,19 +196,17 @@ class Transport:
         # the source (function name, host:port) is the error's prefix already: not named twice
         return ConnectorError(f"cannot connect: {why}", source=self._name, retryable=True)
 
-    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
-        """POST ``body`` (JSON) to ``base_url + path``; the decoded JSON object answered."""
+    async def _post(self, path: str, body: dict, on_headers: OnHeaders | None) -> dict:
         raise NotImplementedError
 
 
 class _AiohttpTransport(Transport):
-    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
+    async def _post(self, path: str, body: dict, on_headers: OnHeaders | None) -> dict:
         import aiohttp
 
         session = self._client
         if session is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
-        self._check_quota(path)
         try:
             async with session.post(self._base_url + path, json=body, params=self._query or None) as resp:
                 data = await resp.read()
@@ -184,18 +238,17 @@ class _SdkTransport(Transport):
     through ``with_raw_response`` (public since openai 1.0) for the answer's headers."""
 
     def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
-                 name: str, query: Mapping[str, str] | None = None) -> None:
-        super().__init__(key, client, base_url, timeout, redactor, name, query)
+                 name: str, query: Mapping[str, str] | None = None, account: str = "") -> None:
+        super().__init__(key, client, base_url, timeout, redactor, name, query, account)
         import openai
 
         self._openai = openai
 
-    async def post(self, path: str, body: dict, on_headers: OnHeaders | None = None) -> dict:
+    async def _post(self, path: str, body: dict, on_headers: OnHeaders | None) -> dict:
         openai = self._openai
         client = self._client
         if client is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
-        self._check_quota(path)
         body = dict(body)
         model = body.pop("model")
         try:
@@ -240,6 +293,9 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
     query = dict(query or {})
     key = config_key("openai", client, base_url, api_key.reveal() if api_key else None, timeout,
                      max_connections, sorted(headers.items()), sorted(query.items()))
+    # whose quota an insufficient_quota spends: the account (endpoint + key), whatever the model,
+    # path, client or timeout
+    account = config_key("openai-account", base_url.rstrip("/"), api_key.reveal() if api_key else None)
     if client == "openai":
         try:
             import openai
@@ -260,7 +316,7 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
                 http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout))
 
         made = await SHARED.acquire(key, create, _close_sdk)
-        return _SdkTransport(key, made, base_url, timeout, redactor, name, query)
+        return _SdkTransport(key, made, base_url, timeout, redactor, name, query, account)
 
     import aiohttp
 
@@ -273,7 +329,7 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
                                      raise_for_status=False)
 
     made = await SHARED.acquire(key, create_session, _close_session)
-    return _AiohttpTransport(key, made, base_url, timeout, redactor, name, query)
+    return _AiohttpTransport(key, made, base_url, timeout, redactor, name, query, account)
 
 
 async def _close_session(session: Any) -> None:
