@@ -62,11 +62,16 @@ class Journal:
             raise ValueError(f"Journal({redacted(location)!r}): {scheme}:// is not a journal location; pass a "
                              f"directory (a path, or {', '.join(s + '://' for s in DIRECTORY_SCHEMES)}) or a "
                              "redis:// / rediss:// URL")
-        self.location = self.store.loc.text  # a relative path made absolute here, on the driver, once
         self.key = _check_key(key)
         if not isinstance(keep_errors, bool):
             raise TypeError(f"Journal(keep_errors=) takes True or False, got {keep_errors!r}")
         self.keep_errors = keep_errors
+
+    @property
+    def location(self) -> str:
+        """The location as it may be shown: credentials masked, a relative path made absolute
+        (here, on the driver, once). What opens the store stays in the store, never printed."""
+        return str(self.store.loc.shown)
 
     def key_columns(self, columns: Sequence[str], what: str) -> list[str]:
         """The key columns among a DataFrame's ``columns`` (all of them when ``key`` is None)."""
@@ -83,10 +88,10 @@ class Journal:
         if manifest.version != self.version:
             manifest = dataclasses.replace(manifest, version=self.version)
         self.store.check(manifest)
-        return BoundJournal(self.store, manifest, self.keep_errors, redacted(self.location))
+        return BoundJournal(self.store, manifest, self.keep_errors, self.location)
 
     def __repr__(self) -> str:
-        return (f"Journal({redacted(self.location)!r}, key={self.key!r}"
+        return (f"Journal({self.location!r}, key={self.key!r}"
                 + (", keep_errors=True" if self.keep_errors else "")
                 + (f", version={self.version!r}" if self.version is not None else "") + ")")
 

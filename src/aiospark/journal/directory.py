@@ -24,7 +24,9 @@ second after the call, as on a disk. When the task ends its parts are compacted 
 again), then the parts are deleted. A killed task's parts stay and are read as segments.
 
 While a segment is open its writer holds a lease (``<attempt>-<random>.lease``,
-:mod:`~aiospark.journal.lease`), so ``aiospark journal --drop-errors`` never rewrites it.
+:mod:`~aiospark.journal.lease`), so ``aiospark journal --drop-errors`` never rewrites it; a writer
+that stalled past its lease writes nothing more (it deletes a part or compacted segment written as
+it found out) and fails its task, so it never brings dropped errors back.
 
 Every message that leaves the store shows the location with its credentials masked
 (:mod:`~aiospark.journal.location`), and so does a filesystem's own error.
@@ -46,7 +48,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .lease import Lease
+from .lease import Lease, LeaseLost, lease_seconds, sweep
 from .location import Location, resolve
 from .manifest import JournalMismatch, Manifest, refuse
 from .segment import BATCHED, SCHEMA, Outcomes, crc, read_outcomes, read_segment, write_batch
@@ -72,9 +74,14 @@ class DirectoryStore:
 
     def __init__(self, location: str):
         self.loc = Location(location)
-        #: what opens the store (credentials included: never printed; :attr:`shown` is)
-        self.location = self.loc.text
+        #: the writers' lease, read here (on the driver) so every task uses the same
+        self.lease_seconds = lease_seconds()
         self._fs: tuple[pafs.FileSystem, str] | None = None
+
+    @property
+    def location(self) -> str:
+        """What opens the store (credentials included: never print it; :attr:`shown` is that)."""
+        return self.loc.text
 
     @property
     def shown(self) -> str:
@@ -82,7 +89,7 @@ class DirectoryStore:
         return self.loc.shown
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"loc": self.loc, "location": self.location, "_fs": None}
+        return {"loc": self.loc, "lease_seconds": self.lease_seconds, "_fs": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -171,7 +178,7 @@ class DirectoryTask:
         self.dir = f"{root}/{manifest.digest}" + (f"/b={batch}" if batch is not None else "") + f"/p={partition}"
         self.stem = f"{self.dir}/{attempt}-{uuid.uuid4().hex[:8]}"
         self.path = f"{self.stem}.arrow"
-        self.lease = Lease(fs, self.stem)
+        self.lease = Lease(fs, self.stem, store.lease_seconds)
         self.local = store.local
         self._sink: Any = None
         self._writer: Any = None
@@ -188,6 +195,10 @@ class DirectoryTask:
         refuse(self.store.shown, self.store.read_manifest(), self.manifest)
         known: Outcomes = {}
         infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        try:
+            sweep(self.fs, infos)  # a killed writer's lease over no segment would stay forever
+        except OSError:
+            pass  # only housekeeping: the next reader or `aiospark journal --drop-errors` retries it
         for info in sorted(infos, key=lambda i: i.path):
             if info.type != pafs.FileType.File or not info.path.endswith(".arrow"):
                 continue
@@ -215,6 +226,7 @@ class DirectoryTask:
             self.store.write_manifest(self.manifest)
             self.fs.create_dir(self.dir, recursive=True)
             self.lease.renew()  # before the segment exists: --drop-errors never sees it unleased
+        self.lease.check("writing an outcome")
         if not self.local:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, BATCHED) as writer:
@@ -223,6 +235,7 @@ class DirectoryTask:
             path = f"{self.stem}~{len(self.parts):06d}.arrow"
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
+            self._fenced(path, "writing an outcome")
             self.parts.append((path, data))
             return
         if self._writer is None:
@@ -230,6 +243,20 @@ class DirectoryTask:
             self._writer = pa.ipc.new_stream(self._sink, BATCHED)
         write_batch(self._writer, entries)
         self._sink.flush()
+        # a drop that took over deleted this file first (the append went to no name), or runs
+        # later and reads this batch: either way nothing brings its errors back; stop writing
+        self.lease.check("writing an outcome")
+
+    def _fenced(self, path: str, what: str) -> None:
+        """After writing ``path``: when the lease may have expired meanwhile, delete it and raise."""
+        try:
+            self.lease.check(what)
+        except LeaseLost:
+            try:
+                self.fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+            raise
 
     def renew(self) -> None:
         """Keep this writer's lease alive (the task's writer thread calls it every second; it
@@ -255,7 +282,9 @@ class DirectoryTask:
 
     def _compact(self) -> None:
         """One segment of this task's parts (their batches as written), then the parts deleted: at
-        every moment each outcome is in the parts, the segment, or both."""
+        every moment each outcome is in the parts, the segment, or both. A writer whose lease may
+        have expired compacts nothing: the drop may have removed errors these parts hold."""
+        self.lease.check("compacting its segment")
         with self.fs.open_output_stream(self.path) as sink, pa.ipc.new_stream(sink, BATCHED) as writer:
             for _, data in self.parts:
                 reader = pa.ipc.open_stream(data)
@@ -265,6 +294,7 @@ class DirectoryTask:
                     except StopIteration:
                         break
                     writer.write_batch(batch, custom_metadata=meta)
+        self._fenced(self.path, "compacting its segment")
         for path, _ in self.parts:
             try:
                 self.fs.delete_file(path)

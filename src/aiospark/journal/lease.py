@@ -9,6 +9,17 @@ closed. ``aiospark journal --drop-errors`` rewrites no segment whose lease is li
 lease means its writer died (a killed worker) or stalled for :data:`LEASE_SECONDS`. A lease that
 cannot be read (being rewritten this instant) counts by its file's modification time.
 
+A writer can stall longer than its lease and then resume (a SIGSTOPped or swapped-out worker, a
+long GC pause): by then ``--drop-errors`` may have taken its segment over (compacted it without its
+errors, deleted its parts and its lease). Such a writer must never write again, or it would bring
+the dropped errors back. So a writer *fences itself* by its own clock: once :attr:`Lease.lost_after`
+has passed since its last renewal began (checked before and after every write and renewal), it
+takes its lease as lost (:class:`LeaseLost`): it deletes what that write just put in storage and
+the task fails; Spark retries it, and the retry reads the journal as the drop left it. The margin
+(:data:`LEASE_SECONDS` minus :attr:`Lease.lost_after`) covers clock skew between the writer's host
+and the one running the drop. ``AIOSPARK_JOURNAL_LEASE_SECONDS`` (read where the ``Journal`` is
+made) shortens the lease, for tests.
+
 Example::
 
     lease = Lease(fs, "/j/<digest>/p=0/3.17-ab12cd34")
@@ -18,16 +29,39 @@ Example::
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from .errors import JournalStoreError
+
 #: a writer not heard of for this long is taken for dead
 LEASE_SECONDS = 60.0
-#: a live writer renews its lease this often (a quarter of the lease: three renewals may fail)
+#: a live writer renews its lease this often (a quarter of the lease: two renewals may fail)
 RENEW_SECONDS = LEASE_SECONDS / 4
 SUFFIX = ".lease"
+#: the environment variable that shortens the lease (tests); read on the driver
+LEASE_ENV = "AIOSPARK_JOURNAL_LEASE_SECONDS"
+
+
+class LeaseLost(JournalStoreError):
+    """A writer stalled past its lease: its segment may have been taken over, so it writes no more."""
+
+
+def lease_seconds() -> float:
+    """The lease length: :data:`LEASE_SECONDS`, or ``AIOSPARK_JOURNAL_LEASE_SECONDS`` when set."""
+    text = os.environ.get(LEASE_ENV, "").strip()
+    if not text:
+        return LEASE_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 3600.0:
+        raise ValueError(f"{LEASE_ENV}={text!r}: set it to a number of seconds between 1 and 3600, or unset it")
+    return value
 
 
 def stem(path: str) -> str:
@@ -40,21 +74,41 @@ def stem(path: str) -> str:
 class Lease:
     """The lease of one writer (its segment's stem)."""
 
-    def __init__(self, fs: pafs.FileSystem, stem_path: str, seconds: float = LEASE_SECONDS,
-                 renew_every: float = RENEW_SECONDS):
+    def __init__(self, fs: pafs.FileSystem, stem_path: str, seconds: float = LEASE_SECONDS):
         self.fs = fs
         self.path = stem_path + SUFFIX
         self.seconds = seconds
-        self.renew_every = renew_every
-        self._renewed: float | None = None
+        self.renew_every = seconds / 4
+        #: past this age (since its last renewal began) the writer takes its lease for lost
+        self.lost_after = seconds * 5 / 6
+        self._renewed: float | None = None  # time.monotonic() when the last renewal began
+
+    def check(self, what: str) -> None:
+        """Raise :class:`LeaseLost` when the lease may have expired (see the module docstring)."""
+        if self._renewed is None:
+            return
+        age = time.monotonic() - self._renewed
+        if age >= self.lost_after:
+            raise LeaseLost(
+                f"{what}: this task stalled {age:.0f} s since it last renewed its lease ({self.seconds:g} s), so "
+                "`aiospark journal --drop-errors` may have taken its segment over; it writes no more and fails, "
+                "so Spark retries it (its unrecorded rows are called again)")
 
     def renew(self, force: bool = True) -> None:
-        """Write the lease (``force=False``: only when :attr:`renew_every` has passed)."""
+        """Write the lease (``force=False``: only when :attr:`renew_every` has passed). Raises
+        :class:`LeaseLost` (and deletes the lease it just wrote) when the previous one may have
+        expired before this one was written."""
         now = time.monotonic()
         if not force and self._renewed is not None and now - self._renewed < self.renew_every:
             return
+        self.check("renewing its lease")
         with self.fs.open_output_stream(self.path) as f:
             f.write(repr(time.time() + self.seconds).encode())
+        try:
+            self.check("renewing its lease")
+        except LeaseLost:
+            self.release()
+            raise
         self._renewed = now
 
     def release(self) -> None:
@@ -86,3 +140,21 @@ def holder(fs: pafs.FileSystem, segment: str, now: float | None = None) -> float
     if expires is None or expires <= now:
         return None
     return float(expires)
+
+
+def sweep(fs: pafs.FileSystem, infos: list[Any], now: float | None = None) -> int:
+    """Delete the expired leases among ``infos`` (a directory listing) whose writer left no
+    segment or part: a writer killed before its first write landed. Returns how many went."""
+    segments = {stem(i.path) for i in infos if i.path.endswith(".arrow")}
+    gone = 0
+    for info in infos:
+        if not info.path.endswith(SUFFIX) or info.path[:-len(SUFFIX)] in segments:
+            continue
+        if holder(fs, info.path[:-len(SUFFIX)], now) is not None:
+            continue  # a live writer about to write its first part
+        try:
+            fs.delete_file(info.path)
+            gone += 1
+        except FileNotFoundError:
+            pass
+    return gone

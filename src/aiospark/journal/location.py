@@ -9,6 +9,15 @@ errors, logs, reprs and ``aiospark journal`` print; and :meth:`Location.scrub` /
 (pyarrow echoes a URI it cannot parse whole), with the project's one redaction helper
 (:class:`~aiospark.connectors.redaction.Redactor`: every spelling of a secret, URL-encoded too).
 
+Credentials are found the way a reader of the text would, not the way a URI parser does: in
+``scheme://AKIA...:se/cr+et@bucket/j`` everything between ``://`` and the *last* ``@`` is
+credentials, even when it holds a ``/``, ``?`` or ``#`` that a parser would take for the end of
+the authority (so a secret written as is never shows as a "host" or a "path"). Such a location,
+and any whose credentials are not valid URI userinfo, is refused where it is defined, without
+echoing it: the secret must be URL-encoded (``urllib.parse.quote(secret, safe="")``) or come from
+the environment. A URI holding a space, a non-ASCII or a control character is refused too, saying
+how to encode it (pyarrow cannot parse it either).
+
 A relative path is resolved once, where the ``Journal`` is made (on the driver): each Spark
 process has its own working directory (a standalone cluster starts every application's
 executors in a new ``work/app-...`` directory), so resolving it in each task would scatter one
@@ -32,22 +41,44 @@ from ..connectors.redaction import Redactor
 from ..connectors.secrets import Secret
 from .errors import JournalStoreError
 
-__all__ = ["Location", "redacted"]
+__all__ = ["Location", "LocationError", "redacted"]
 
 #: query parameters whose values are credentials (matched anywhere in the name, any case)
 SECRET_PARAM = re.compile(r"secret|token|passw|pwd|key|credential|signature|sig$|sas|auth", re.IGNORECASE)
 REDIS_SCHEMES = ("redis", "rediss")
 MASK = "***"
+#: what RFC 3986 allows unencoded in userinfo (unreserved, sub-delims, ":"); "%" is checked apart
+USERINFO = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:%]*")
+PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+class LocationError(ValueError):
+    """A journal location that cannot be used as written (the message says what to change)."""
 
 
 class Location:
     """``text``: what opens the store; ``shown``: the same with its credentials masked."""
 
-    __slots__ = ("text", "shown", "_redactor")
+    __slots__ = ("_text", "shown", "_redactor")
 
     def __init__(self, location: str):
-        self.text = resolve(location)
-        self.shown, secrets = _split_secrets(self.text)
+        text = resolve(location)
+        _refuse_unparsable(text)
+        self._text = text
+        self.shown, secrets = _split_secrets(text)
+        self._redactor = Redactor(*(Secret(s) for s in secrets))
+
+    @property
+    def text(self) -> str:
+        """What opens the store, credentials included: never print it."""
+        return self._text
+
+    def __getstate__(self) -> tuple[str]:
+        return (self._text,)
+
+    def __setstate__(self, state: tuple[str]) -> None:
+        self._text = state[0]
+        self.shown, secrets = _split_secrets(self._text)
         self._redactor = Redactor(*(Secret(s) for s in secrets))
 
     @property
@@ -87,10 +118,61 @@ def resolve(location: str) -> str:
     return os.path.abspath(os.path.expanduser(location))
 
 
+def _userinfo(location: str) -> tuple[str, str, str] | None:
+    """``(scheme, userinfo, rest after its "@")`` of a URI with credentials, else None. The
+    userinfo runs to the *last* "@": a secret written as is may hold "/", "?" or "#"."""
+    scheme, sep, rest = location.partition("://")
+    if not sep or "@" not in rest:
+        return None
+    userinfo, _, after = rest.rpartition("@")
+    return scheme, userinfo, after
+
+
+def _refuse_unparsable(location: str) -> None:
+    """Refuse, at definition and without echoing a credential, a URI that does not parse."""
+    if "://" not in location:
+        return
+    found = _userinfo(location)
+    if found is not None:
+        scheme, userinfo, after = found
+        if not USERINFO.fullmatch(userinfo) or PCT.search(userinfo):
+            raise LocationError(
+                f"Journal({scheme + '://' + MASK + '@' + _cut(after)!r}): the credentials before '@' hold a character a URI "
+                "cannot carry as is ('/', '?', '#', '@', '%' not followed by two hex digits, a space or a "
+                "non-ASCII character), so the location cannot be parsed and would show part of the secret: "
+                "URL-encode the access key and the secret (urllib.parse.quote(secret, safe='')), or leave them "
+                "out of the location and give them through the environment (AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY, a profile or an instance role). If the '@' belongs to a path or a query "
+                "value, write it as %40")
+    bad = next(((i, c) for i, c in enumerate(location) if c.isspace() or not c.isprintable() or ord(c) > 126),
+               None)
+    if bad is None and not PCT.search(location):
+        return
+    shown = redacted(location)
+    what = (f"holds {bad[1]!r} (position {bad[0]})" if bad is not None
+            else "holds a '%' not followed by two hex digits")
+    raise LocationError(
+        f"Journal({shown!r}) is not a valid URI: it {what}. Percent-encode spaces, non-ASCII and control "
+        "characters and a literal '%' in the path or query (urllib.parse.quote(path); ' ' is %20, '%' is %25), "
+        "or pass a local directory as a plain path (no file://), which may hold any character")
+
+
+def _cut(text: str) -> str:
+    """The bucket/path part of ``text`` (its query dropped: it may hold credentials too)."""
+    return text.split("?", 1)[0]
+
+
 def _split_secrets(location: str) -> tuple[str, list[str]]:
     """``(location with its credentials masked, the credentials)``."""
     if "://" not in location:
         return location, []
+    found = _userinfo(location)
+    if found is not None and (not USERINFO.fullmatch(found[1]) or PCT.search(found[1])):
+        # not a parsable userinfo (a secret written as is): mask all of it, and its pieces
+        scheme, userinfo, after = found
+        pieces = [userinfo, urllib.parse.unquote(userinfo)]
+        pieces += [p for part in userinfo.split(":") for p in (part, part[-8:]) if len(p) >= 4]
+        return f"{scheme}://{MASK}@{_cut(after)}", pieces
     try:
         parts = urllib.parse.urlsplit(location)
         password, username = parts.password, parts.username

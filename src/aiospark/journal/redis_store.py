@@ -45,14 +45,14 @@ class RedisStore:
     """Outcomes as Redis keys (see the module docstring). Picklable: clients are made per task."""
 
     def __init__(self, url: str):
-        self.url, self.prefix = split_url(url)
         self.loc = Location(url)
+        self._url, self.prefix = split_url(url)  # credentials included: never printed
         self.shown = self.loc.shown
 
     def client(self) -> Any:
         import redis
 
-        return redis.Redis.from_url(self.url, socket_timeout=10, socket_connect_timeout=5)
+        return redis.Redis.from_url(self._url, socket_timeout=10, socket_connect_timeout=5)
 
     def failed(self, exc: BaseException) -> JournalStoreError:
         return JournalStoreError(self.loc.scrub(f"the journal's Redis at {self.shown} failed: {type(exc).__name__}: "

@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 
 from .api import DIRECTORY_SCHEMES, REDIS_SCHEMES
 from .directory import MANIFEST, DirectoryStore
-from .lease import SUFFIX, holder, stem
+from .lease import SUFFIX, holder, stem, sweep
 from .location import redacted
 from .manifest import Manifest
 from .redis_store import JournalStoreError, RedisStore
@@ -214,19 +214,25 @@ def _directory_drop(store: DirectoryStore, quiet: float) -> int:
     for directory, affected, errors in plan:
         results = _merge([found for _, found in affected])
         entries = [(i, r, None) for i, (r, _) in sorted(results.items()) if r is not None]
+        for lease in sorted({stem(info.path) + SUFFIX for info, _ in affected}):
+            try:  # first: a dead writer's expired lease (a live one refused the drop above) is taken
+                fs.delete_file(lease)  # over; a stalled writer that resumes finds it gone (journal/lease.py)
+            except FileNotFoundError:
+                pass
         if entries:  # the new segment is complete and closed before any old one goes (the tasks' layout)
             with fs.open_output_stream(f"{directory}/compact-{uuid.uuid4().hex[:8]}.arrow") as sink, \
                     pa.ipc.new_stream(sink, BATCHED) as writer:
                 for start in range(0, len(entries), BATCH_ROWS):
                     write_batch(writer, entries[start:start + BATCH_ROWS])
         for info, _ in affected:
-            fs.delete_file(info.path)
-        for lease in sorted({stem(info.path) + SUFFIX for info, _ in affected}):
-            try:  # a dead writer's expired lease (a live one refused the drop above): nothing holds it now
-                fs.delete_file(lease)
+            try:
+                fs.delete_file(info.path)
             except FileNotFoundError:
-                pass
+                pass  # a stalled writer that resumed deleted its own (journal/lease.py)
         dropped += errors
+    root = store.fs[1]
+    listing = fs.get_file_info(pafs.FileSelector(f"{root}/{manifest.digest}", recursive=True, allow_not_found=True))
+    sweep(fs, [i for i in listing if i.type == pafs.FileType.File])
     return dropped
 
 

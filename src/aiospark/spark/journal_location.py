@@ -1,7 +1,8 @@
 """A journal on this machine's disk, for tasks that may run on other machines: warned about.
 
 A local path (or ``file://``) works when every task runs on the host that made the ``Journal``:
-a ``local[...]`` master, or a Spark Connect server on this host with one. On a cluster (a
+a ``local[...]`` or ``local-cluster[...]`` master (its executors are separate processes, on this
+host: no warning), or a Spark Connect server on this host with one. On a cluster (a
 ``spark://``, ``yarn``, ``k8s://``, ... master) or through a Spark Connect server on another host,
 each executor writes the path on its own disk: the outcomes are still correct, but a rerun whose
 task lands on another host finds nothing and calls those rows again, and the driver's
@@ -60,5 +61,5 @@ def _elsewhere(session: Any) -> str | None:
     except Exception:  # a Connect server that does not say: only its host is known, and it is this one
         return None
     if not master or str(master).startswith("local"):
-        return None  # local[...] and local-cluster[...] run every task on this host
+        return None  # local[...] and local-cluster[...] (executor processes on this host): one filesystem
     return f"this session's master is {master}: its executors may run on other hosts"
