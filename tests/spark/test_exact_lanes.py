@@ -324,3 +324,12 @@ def test_what_spark_keeps_exactly_is_accepted_in_the_rows_lane_and_async_udf(spa
     assert rows[0].m == {"a": 1, "b": 2} and rows[0].d == 2.0 and rows[0].s == "x" and bytes(rows[0].b) == b"y"
     got = ids(spark, 2, 1).select(udf_of("TIMESTAMP", US, US)("id").alias("t")).collect()
     assert [r.t.astimezone(UTC) for r in got] == [US.to_pydatetime()] * 2
+
+
+@pytest.mark.skipif(ARROW_ITER is not None, reason="PySpark >= 4.1 keeps NaN in SQL too")
+def test_registering_for_sql_before_pyspark_4_1_warns_that_nan_arguments_arrive_as_none(spark):
+    """Before: silent. SQL calls a registered UDF without the isnull columns that tell NaN from NULL."""
+    with pytest.warns(UserWarning, match="a NaN argument arrives as None"):
+        spark.udf.register("same_double_sql", same_double)
+    got = spark.sql("SELECT same_double_sql(double('NaN')) AS y").collect()[0].y
+    assert got is None  # what the warning says (a NULL, not NaN): if this changes, so must the docs
