@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import math
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import ArrayType, IntegerType, LongType, MapType, StringType, StructField, StructType
@@ -17,6 +18,9 @@ from aiospark.spark.udf import ARROW_ITER
 
 N = 8
 BAD = 5  # the input whose output does not fit
+UTC = datetime.timezone.utc
+NS = pd.Timestamp("2020-01-01 00:00:00.123456789", tz="UTC")  # Spark keeps microseconds
+US = pd.Timestamp("2020-01-01 00:00:00.123456", tz="UTC")  # no nanoseconds: fits
 
 
 def ids(spark, n=N, partitions=2):
@@ -57,6 +61,20 @@ ROWS_CASES = [
     (ArrayType(IntegerType(), containsNull=False), [1], [1, None], "at v[1] (row"),
     (MapType(StringType(), IntegerType(), valueContainsNull=False), {"k": 1}, {"k": None},
      "the map's values are NOT NULL"),
+    # each below was written changed before (nanoseconds cut, a map with a key twice, True as 1.0,
+    # bytes decoded, a str encoded) or failed the job (pd.NaT: a ValueError in the checks)
+    ("TIMESTAMP", US, NS, "nanoseconds"),
+    ("ARRAY<STRUCT<t: TIMESTAMP_NTZ>>", [{"t": pd.Timestamp("2020-01-01 00:00:01")}],
+     [{"t": pd.Timestamp("2020-01-01 00:00:00.000000500")}], "at v[0].t (row"),
+    ("MAP<STRING, INT>", [("a", 1), ("b", 2)], [("a", 1), ("a", 2)], "given twice"),
+    ("STRUCT<m: MAP<STRING, INT>>", {"m": [("a", 1)]}, {"m": [("a", 1), ("a", 2)]}, "at v.m (row"),
+    ("TIMESTAMP", datetime.datetime(2020, 1, 1, tzinfo=UTC), pd.NaT, "pd.NaT is no time"),
+    ("ARRAY<TIMESTAMP>", [datetime.datetime(2020, 1, 1, tzinfo=UTC)], [pd.NaT], "at v[0] (row"),
+    ("DOUBLE", 1.0, True, "a bool is not a number"),
+    ("ARRAY<FLOAT>", [1.0], [1.0, True], "at v[1] (row"),
+    ("STRING", "abc", b"abc", "bytes are not a string"),
+    ("STRUCT<s: STRING>", {"s": "abc"}, {"s": bytearray(b"abc")}, "at v.s (row"),
+    ("BINARY", b"text", "text", "a str is not bytes"),
 ]
 
 
@@ -115,6 +133,15 @@ UDF_CASES = [
     ("STRUCT<a: INT>", {"a": 1, "zzz": 2}, {"a": 1}, "key(s) 'zzz' are not fields"),
     ("ARRAY<STRUCT<items: ARRAY<STRUCT<b: INT>>>>", [{"items": [{"b": 1}, {"b": 2}, {"c": 3}]}],
      [{"items": [{"b": 1}]}], "at value[0].items[2] (row"),
+    ("TIMESTAMP", NS, US, "nanoseconds"),
+    ("ARRAY<TIMESTAMP>", [US, NS], [US], "at value[1] (row"),
+    ("MAP<STRING, INT>", [("a", 1), ("a", 2)], [("a", 1), ("b", 2)], "given twice"),
+    ("ARRAY<MAP<STRING, INT>>", [{"a": 1}, [("a", 1), ("a", 2)]], [{"a": 1}], "at value[1] (row"),
+    ("TIMESTAMP", pd.NaT, US, "pd.NaT is no time"),
+    ("DOUBLE", True, 1.0, "a bool is not a number"),
+    ("FLOAT", False, 1.0, "a bool is not a number"),
+    ("STRING", b"abc", "abc", "bytes are not a string"),
+    ("BINARY", "text", b"text", "a str is not bytes"),
 ]
 
 
@@ -223,6 +250,12 @@ ARROW_CASES = [
     (ArrayType(IntegerType(), containsNull=False),
      lambda rows: pa.array([[1, None] if i == BAD else [1] for i in rows], pa.list_(pa.int32())),
      "at v[1] (row 1)", "NOT NULL"),
+    ("MAP<STRING, INT>",  # before: both pairs reached Spark (m['a'] and map_keys disagreed)
+     lambda rows: pa.array([[("a", 1), ("a", 2)] if i == BAD else [("a", 1)] for i in rows],
+                           pa.map_(pa.string(), pa.int32())), "at v (row 1)", "given twice"),
+    ("STRUCT<m: MAP<STRING, INT>>",
+     lambda rows: pa.array([{"m": [("a", 1), ("a", 2)] if i == BAD else [("a", 1)]} for i in rows],
+                           pa.struct([("m", pa.map_(pa.string(), pa.int32()))])), "at v.m (row 1)", "given twice"),
 ]
 
 
@@ -275,3 +308,28 @@ def test_a_null_struct_result_is_null_or_refused_never_made_up(spark):
     else:
         text = failure(lambda: df.select(no_struct("id")).collect())
         assert "None for a STRUCT" in text and f"for the input {BAD}" in text
+
+
+async def whole_microseconds(row):
+    return {"t": US, "n": pd.Timestamp("2020-01-01 00:00:00.000001"), "m": [("a", 1), ("b", 2)], "d": 2, "s": "x",
+            "b": b"y"}
+
+
+def test_what_spark_keeps_exactly_is_accepted_in_the_rows_lane_and_async_udf(spark):
+    """The other side of the refusals: a pandas Timestamp without nanoseconds, a map given as pairs
+    with distinct keys, an int for a DOUBLE."""
+    rows = aiospark.ordered_wait(ids(spark, 2, 1), whole_microseconds,
+                                 "t TIMESTAMP, n TIMESTAMP_NTZ, m MAP<STRING, INT>, d DOUBLE, s STRING, b BINARY").collect()
+    assert rows[0].t.astimezone(UTC) == US.to_pydatetime() and rows[0].n == datetime.datetime(2020, 1, 1, 0, 0, 0, 1)
+    assert rows[0].m == {"a": 1, "b": 2} and rows[0].d == 2.0 and rows[0].s == "x" and bytes(rows[0].b) == b"y"
+    got = ids(spark, 2, 1).select(udf_of("TIMESTAMP", US, US)("id").alias("t")).collect()
+    assert [r.t.astimezone(UTC) for r in got] == [US.to_pydatetime()] * 2
+
+
+@pytest.mark.skipif(ARROW_ITER is not None, reason="PySpark >= 4.1 keeps NaN in SQL too")
+def test_registering_for_sql_before_pyspark_4_1_warns_that_nan_arguments_arrive_as_none(spark):
+    """Before: silent. SQL calls a registered UDF without the isnull columns that tell NaN from NULL."""
+    with pytest.warns(UserWarning, match="a NaN argument arrives as None"):
+        spark.udf.register("same_double_sql", same_double)
+    got = spark.sql("SELECT same_double_sql(double('NaN')) AS y").collect()[0].y
+    assert got is None  # what the warning says (a NULL, not NaN): if this changes, so must the docs

@@ -53,7 +53,8 @@ import aiospark
 from aiospark.spark.compat import to_arrow_type
 from aiospark.spark.udf import ARROW_ITER
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None, print_blob=True,
+SETTINGS = settings(max_examples=18,  # 30 took 218 s on a loaded 2-core machine (2026-11-28)
+                    deadline=None, derandomize=True, database=None, print_blob=True,
                     phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])

@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from ..core.errors import describe_input
 from .exact import arrow_suspect, may_be_suspect, plan_of, value_problem
-from .schema import OutputSchemaError, to_python
+from .schema import OutputSchemaError, has_map, arrow_type, to_python
 
 _t = pa.types
 
@@ -130,6 +130,9 @@ class Conform:
         #: column -> the plan naming what arrow_suspect finds in it (from the declared Spark schema)
         self._full = {f.name: plan_of(f.dataType, True) for f in declared.fields if may_be_suspect(f.dataType)} \
             if declared is not None else {}
+        #: column -> the plan walking its values, for a column with a MAP at any depth
+        self._maps = {f.name: plan_of(f.dataType) for f in declared.fields if has_map(arrow_type(f.dataType))} \
+            if declared is not None else {}
 
     def __call__(self, output: Any) -> pa.Table:
         if isinstance(output, pa.RecordBatch):
@@ -164,6 +167,11 @@ class Conform:
             full = self._full.get(field.name)
             if full is not None and arrow_suspect(column):  # an overflow into FLOAT, a NULL under NOT NULL
                 found = value_problem(to_python(source), full, field.name, {})
+                if found is not None:
+                    raise self._error(field, f"{describe_input(found[0], 120)} {found[1]}")
+            maps = self._maps.get(field.name)
+            if maps is not None:  # a key given twice in a map (Arrow keeps both; Spark refuses such maps)
+                found = value_problem(column.to_pylist(), maps, field.name, {})  # maps as lists of pairs
                 if found is not None:
                     raise self._error(field, f"{describe_input(found[0], 120)} {found[1]}")
         if not field.nullable and column.null_count:

@@ -9,6 +9,12 @@ string into INT, an int beyond LONG), but it changes some without a word, at any
   'g']``), a set in no particular order;
 * a ``datetime`` into a DATE loses its time;
 * a finite number beyond FLOAT's range becomes ``inf``;
+* ``True`` into a DOUBLE or FLOAT becomes ``1.0``; ``bytes`` into a STRING is decoded, a ``str``
+  into a BINARY encoded;
+* a pandas ``Timestamp`` loses its nanoseconds; ``pd.NaT`` makes Arrow raise a ``ValueError``
+  (refused instead: return None for a NULL);
+* a MAP given as a list of pairs with a key twice reaches Spark with both (Spark itself refuses
+  duplicate keys);
 * a dict for a STRUCT with a key that is no field of it loses that key (``{"a": 1, "bb": 2}`` for
   ``STRUCT<a INT, b INT>`` gives ``b`` NULL);
 * a naive ``datetime`` next to aware ones is read as UTC; an aware one loses its zone in a
@@ -35,23 +41,28 @@ import datetime as _dt
 import decimal
 import math
 import numbers
-from itertools import repeat
+from itertools import chain, repeat
 from operator import is_
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     ByteType,
     DataType,
     DateType,
+    DoubleType,
     FloatType,
     IntegerType,
     LongType,
     MapType,
     Row,
     ShortType,
+    StringType,
     StructType,
     TimestampType,
 )
@@ -80,8 +91,14 @@ def kind_of(data_type: DataType, full: bool = False) -> str | None:
         return "ltz"
     if isinstance(data_type, DateType):
         return "date"
-    if full and isinstance(data_type, FloatType):
-        return "float"
+    if isinstance(data_type, FloatType):
+        return "float" if full else "real"
+    if isinstance(data_type, DoubleType):
+        return "real"
+    if isinstance(data_type, StringType):
+        return "string"
+    if isinstance(data_type, BinaryType):
+        return "binary"
     return None
 
 
@@ -102,10 +119,9 @@ def plan_of(data_type: DataType, full: bool = False) -> Plan | None:
         return ("leaf", kind)
     if isinstance(data_type, ArrayType):
         return ("array", plan_of(data_type.elementType, full), full and not data_type.containsNull)
-    if isinstance(data_type, MapType):
+    if isinstance(data_type, MapType):  # always looked at: a list of pairs may repeat a key
         key, value = plan_of(data_type.keyType, full), plan_of(data_type.valueType, full)
-        not_null = full and not data_type.valueContainsNull
-        return None if key is None and value is None and not not_null else ("map", key, value, not_null)
+        return ("map", key, value, full and not data_type.valueContainsNull)
     if isinstance(data_type, StructType):
         fields = [(f.name, i, plan_of(f.dataType, full), full and not f.nullable)
                   for i, f in enumerate(data_type.fields)]
@@ -142,8 +158,13 @@ def value_problem(values: list[Any], plan: Plan, name: str,
         if found is None:
             return None
         return found[1], f"at {name} (row {found[0]}): {found[2]}"
-    if plan[0] == "array" and plan[1] is None and not plan[2] and set(map(type, values)) <= _LISTS:
-        return None  # the usual ARRAY of plain values (an embedding): one C-level pass, no walk
+    if plan[0] == "array" and not plan[2] and set(map(type, values)) <= _LISTS:
+        element = plan[1]
+        if element is None:
+            return None
+        plain = _PLAIN.get(element[1]) if element[0] == "leaf" else None
+        if plain is not None and set(map(type, chain.from_iterable(filter(None, values)))) <= plain:
+            return None  # the usual ARRAY of plain values (an embedding): C-level passes, no walk
     leaves: dict[str, tuple[str, list[Any], list[tuple[int, Path]]]] = {}  # pattern -> kind, values, places
     try:
         for row, v in enumerate(values):
@@ -179,6 +200,10 @@ def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
         if element is None and not not_null:
             return
         if not isinstance(value, (list, tuple)):
+            kinds = _NUMPY_KINDS.get(element[1]) if element is not None and element[0] == "leaf" else None
+            dtype_kind = getattr(getattr(value, "dtype", None), "kind", None)
+            if kinds is not None and not not_null and dtype_kind is not None and dtype_kind in kinds:
+                return  # a NumPy array of numbers: each fits
             value = list(value) if hasattr(value, "__iter__") else ()  # a NumPy array; else Arrow's to refuse
         for i, item in enumerate(value):
             if item is None:
@@ -188,8 +213,19 @@ def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
             elif element is not None:
                 _collect(item, element, row, (path, f"[{i}]"), pattern + "[]", leaves)
     elif tag == "map":
-        items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
         key_plan, value_plan, not_null = plan[1], plan[2], plan[3]
+        if isinstance(value, dict):
+            if key_plan is None and value_plan is None and not not_null:
+                return
+            items: Any = value.items()
+        elif isinstance(value, list):
+            items = value
+            repeated = _repeated_key([p[0] for p in value if isinstance(p, tuple) and len(p) == 2])
+            if repeated is not _NONE:
+                raise _Found(value, row, path, f"the key {repeated!r} is given twice (Spark refuses a map with "
+                                               f"duplicate keys): give each key once")
+        else:
+            items = ()
         for pair in items:
             if isinstance(pair, tuple) and len(pair) == 2:
                 key, item = pair
@@ -223,9 +259,32 @@ def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
                 _collect(item, sub, row, (path, f".{field}"), f"{pattern}.{field}", leaves)
 
 
+_NONE = object()  # no key is repeated
+
+
+def _repeated_key(keys: list[Any]) -> Any:
+    """The first key of ``keys`` that an earlier one equals, or ``_NONE``."""
+    try:
+        if len(set(keys)) == len(keys):
+            return _NONE
+    except TypeError:  # an unhashable key (a struct key given as a dict): compared pairwise
+        pass
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            return key
+    return _NONE
+
+
 _INTS = frozenset({int, type(None)})
 _LISTS = frozenset({list, tuple, type(None)})
 _DATES = frozenset({_dt.date, type(None)})
+_REALS = frozenset({float, int, type(None)})
+_STRS = frozenset({str, type(None)})
+_BYTES = frozenset({bytes, type(None)})
+#: the value types of a leaf kind that fit without a look at each value
+_PLAIN = {"int": _INTS, "date": _DATES, "real": _REALS, "string": _STRS, "binary": _BYTES}
+#: the NumPy dtype kinds whose arrays fit an ARRAY of a leaf kind without a look at each value
+_NUMPY_KINDS = {"int": "iu", "real": "fiu", "float": "iu"}
 
 
 def _whole(value: Any) -> bool:
@@ -361,17 +420,36 @@ def column_problem(values: list[Any], kind: str | None, name: str,
                 return i, v, ("a datetime is not a date (its time would be dropped): return .date(), or "
                               "declare a TIMESTAMP")
         return None
-    if kind == "float":
+    if kind == "real" or kind == "float":
+        if kind == "real" and set(map(type, values)) <= _REALS:
+            return None
         for i, v in enumerate(values):
-            if _overflows_float(v):
+            if isinstance(v, (bool, np.bool_)):
+                return i, v, "a bool is not a number (Arrow would make it 1.0 or 0.0): return a float"
+            if kind == "float" and _overflows_float(v):
                 return i, v, (f"{v!r} is beyond FLOAT's range (it would become inf): declare a DOUBLE, or "
                               f"return a smaller number")
+        return None
+    if kind == "string" or kind == "binary":
+        if set(map(type, values)) <= _PLAIN[kind]:
+            return None
+        wrong = (bytes, bytearray, memoryview) if kind == "string" else str
+        for i, v in enumerate(values):
+            if isinstance(v, wrong):
+                return i, v, ("bytes are not a string (Arrow would decode them): decode them yourself, or declare "
+                              "BINARY" if kind == "string" else
+                              "a str is not bytes (Arrow would encode it): encode it yourself, or declare STRING")
         return None
     if kind is None:
         return None
     for i, v in enumerate(values):
         if not isinstance(v, _dt.datetime):
             continue
+        if v is pd.NaT:
+            return i, v, "pd.NaT is no time: return None for a NULL"
+        if getattr(v, "nanosecond", 0):
+            return i, v, ("a pandas Timestamp with nanoseconds (Spark keeps microseconds: they would be cut): "
+                          "round it, e.g. .floor('us')")
         aware = v.utcoffset() is not None
         if kind == "ntz":
             if aware:

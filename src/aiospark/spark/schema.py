@@ -102,17 +102,17 @@ def to_python(data: pa.Array | pa.ChunkedArray | pa.RecordBatch) -> list[Any]:
         to_python(pa.record_batch({"id": [1, 2]}))   # [{'id': 1}, {'id': 2}]
     """
     data_type = data.type if isinstance(data, (pa.Array, pa.ChunkedArray)) else pa.struct(data.schema)
-    if _has_map(data_type):
+    if has_map(data_type):
         return data.to_pylist(maps_as_pydicts="lossy")
     return data.to_pylist()
 
 
-def _has_map(data_type: pa.DataType) -> bool:
+def has_map(data_type: pa.DataType) -> bool:
     if pa.types.is_map(data_type):
         return True
     if pa.types.is_dictionary(data_type):
-        return _has_map(data_type.value_type)
-    return any(_has_map(data_type.field(i).type) for i in range(data_type.num_fields))
+        return has_map(data_type.value_type)
+    return any(has_map(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 _DICT_ONLY = {dict}

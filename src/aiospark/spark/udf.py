@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -92,7 +93,19 @@ class AsyncUDF:
 
     @property
     def func(self) -> UdfRunner:
-        """The function Spark runs in every task."""
+        """The function Spark runs in every task: what ``spark.udf.register(name, f)`` takes.
+
+        Registered for SQL on PySpark < 4.1 (a pandas UDF), a NaN argument arrives as None: SQL
+        calls it with its arguments only, without the ``isnull`` columns that tell a NaN from a
+        NULL when it is called as a column function. Registering warns so."""
+        if ARROW_ITER is None:
+            warnings.warn(f"async_udf {self.__name__!r} registered for SQL on PySpark < 4.1: a NaN argument "
+                          "arrives as None there (pandas has one marker for both; called as a column "
+                          "function it arrives as NaN). PySpark >= 4.1 keeps NaN in SQL too.",
+                          UserWarning, stacklevel=2)
+        return self._runner()
+
+    def _runner(self) -> UdfRunner:
         declared = self._declared_type()
         if ARROW_ITER is None and self.on_error == "null" and isinstance(declared, StructType):
             # a pandas UDF returns a struct column as a DataFrame, which has no NULL row: a failed
@@ -109,7 +122,7 @@ class AsyncUDF:
     def _masked_func(self) -> UdfRunner:
         """:attr:`func` for arguments followed by their ``isnull`` columns (the pandas flavour: a
         NaN argument is told from a NULL one)."""
-        made = self.func
+        made = self._runner()
         made.masked = True
         return made
 
@@ -145,7 +158,7 @@ class AsyncUDF:
                 from pyspark.sql.connect.udf import _create_udf
             else:
                 from pyspark.sql.udf import _create_udf
-            func = self._masked_func() if ARROW_ITER is None else self.func
+            func = self._masked_func() if ARROW_ITER is None else self._runner()
             built = _create_udf(func, self.returnType, self.evalType, name=self.__name__,
                                 deterministic=self.deterministic)
             self._built[kind] = built
