@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from ..core.errors import describe_input
 from .exact import arrow_suspect, may_be_suspect, plan_of, value_problem
-from .schema import OutputSchemaError, has_map, arrow_type, to_python
+from .schema import OutputSchemaError, arrow_type, has_map, to_python
 
 _t = pa.types
 
