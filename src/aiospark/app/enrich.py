@@ -289,8 +289,11 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     # metric names must not be column names: n0, n1, ... stand for plan.added
     # what kinds of error the failed rows hold (an exception's name, and the HTTP status of a
     # status error): a few distinct values, never the error's text (it may quote a response)
-    kind = F.regexp_extract(F.col(ERROR_COLUMN), r"^[A-Za-z_][\w.]*(: HTTP \d{3})?", 0) if on_error == "row" \
-        else F.lit("")
+    kind = F.lit("")
+    if on_error == "row":  # 'HttpStatusError: HttpLookup(host:port): HTTP 500 ...' -> 'HttpStatusError (HTTP 500)'
+        name = F.regexp_extract(F.col(ERROR_COLUMN), r"^([A-Za-z_][\w.]*):", 1)
+        status = F.regexp_extract(F.col(ERROR_COLUMN), r"^[A-Za-z_][\w.]*: (?:[^ ]*: )?(HTTP \d{3})\b", 1)
+        kind = F.when(status != "", F.concat(name, F.lit(" ("), status, F.lit(")"))).otherwise(name)
     kinds = F.slice(F.array_sort(F.collect_set(F.when(F.col(BAD_LINE).isNull() & (kind != ""), kind))), 1, 6)
     counted = prepared.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
                                F.count(BAD_LINE).alias("bad_lines"), kinds.alias("kinds"),

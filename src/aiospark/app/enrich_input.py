@@ -96,8 +96,10 @@ def _read_csv_records(spark: Any, path: str, declared: Any) -> tuple[Any, list[s
     else:
         fields = [f for f in declared.fields if f.name not in partitions]
     schema = StructType(fields + [StructField(_CORRUPT, StringType())])
-    df = (reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT).schema(schema)
-          .csv(path))
+    reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
+    if declared is None:  # each file's header must name these columns (a remote input's files are not
+        reader = reader.option("enforceSchema", "false")  # compared before Spark): else the job fails
+    df = reader.schema(schema).csv(path)
     corrupt = F.col(_CORRUPT)
     why = F.when(corrupt.isNotNull(), F.concat(
         F.lit(f"malformed CSV record (its fields do not match the header's {len(fields)} columns or their types): "),
