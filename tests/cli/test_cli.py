@@ -17,7 +17,7 @@ import pytest
 import aiospark
 from aiospark.app.cli import build_parser
 from aiospark.app.enrich_checks import EnrichError, guess_format
-from aiospark.app.enrich_output import MARKER
+from aiospark.app.enrich_output import MARKER, marker_text
 from tests.support.service import FaultService, ServiceConfig, expected_item
 from tests.support.threaded_http import LoopbackHTTPServer
 
@@ -132,7 +132,7 @@ def test_failing_row_fails_short_and_keeps_the_old_output(tmp_path):
     out = tmp_path / "out.csv"
     out.mkdir()
     (out / "previous.csv").write_text("id,name\nold,row\n")
-    (out / MARKER).write_text("{}")  # an earlier run's output: --overwrite may replace it
+    (out / MARKER).write_text(marker_text(str(src)))  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k17"}) as server:
         done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "name STRING",
                        "--retries", "1", "--overwrite", "--master", "local[1]")
@@ -153,7 +153,7 @@ def test_on_error_row_writes_failed_rows_beside_good_ones(tmp_path):
     out = tmp_path / "out.parquet"
     out.mkdir()
     (out / "stale.txt").write_text("replaced by --overwrite")
-    (out / MARKER).write_text("{}")  # an earlier run's output: --overwrite may replace it
+    (out / MARKER).write_text(marker_text(str(src)))  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k3", "k30"}) as server:
         done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
                        "--schema", "name STRING, value INT", "--retries", "0", "--on-error", "row", "--overwrite",

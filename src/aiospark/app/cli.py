@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="input format (default: from the input's name)")
     enrich.add_argument("--output-format", choices=("parquet", "csv", "json"),
                         help="output format (default: from OUTPUT's extension, else the input's)")
+    enrich.add_argument("--multiline", action="store_true",
+                        help="CSV records may span lines (a quoted field holding a line break), as Spark's "
+                             "multiLine option reads them")
     enrich.add_argument("--overwrite", action="store_true",
                         help="replace an existing OUTPUT (only once the new one is complete)")
     enrich.add_argument("--allow-empty-columns", action="store_true",
@@ -147,9 +151,15 @@ class _SparkConsole:
             setattr(sys, name, stream)
             os.dup2(log, fd)
         os.close(log)
+        # py4j reports some failures with logging.exception on the root logger, which would set up a
+        # handler writing to the terminal: they go to the log file with Spark's own output
+        self._handler = logging.FileHandler(self.path, encoding="utf-8")
+        logging.getLogger().addHandler(self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self._handler)
+        self._handler.close()
         for fd, name, saved, previous in zip((1, 2), ("stdout", "stderr"), self._saved, self._streams):
             getattr(sys, name).flush()
             os.dup2(saved, fd)
@@ -160,6 +170,8 @@ class _SparkConsole:
 
 #: the exit code of a run that wrote its output with failed rows in it (``--on-error row``)
 ROWS_FAILED = 3
+#: the exit code of a run stopped by Ctrl-C (SIGINT), as shells report 128 + SIGINT
+INTERRUPTED = 130
 
 
 def _enrich_extras(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,6 +213,9 @@ def _run_enrich(args: argparse.Namespace) -> int:
 
     try:
         return _enrich(args, scrub, say)
+    except KeyboardInterrupt:  # before Spark started (or a second Ctrl-C): nothing was written
+        say(f"aiospark enrich: interrupted; nothing was written to {args.output}", sys.stderr)
+        return INTERRUPTED
     except Exception as exc:  # never a traceback with a credential in it
         if args.verbose:
             raise
@@ -215,27 +230,49 @@ def _enrich(args: argparse.Namespace, scrub: Any, say: Any) -> int:
     options = dict(url=args.url, schema=args.schema, concurrency=args.concurrency, timeout=args.timeout,
                    retries=args.retries, ordered=args.ordered, how=args.how, input_format=args.input_format,
                    output_format=args.output_format, overwrite=args.overwrite, on_error=args.on_error,
-                   allow_empty_columns=args.allow_empty_columns, cache_rows=args.cache_rows, master=args.master)
+                   allow_empty_columns=args.allow_empty_columns, cache_rows=args.cache_rows, master=args.master,
+                   multiline=args.multiline)
     try:  # everything that can be checked without Spark, before Spark starts
         extras = _enrich_extras(args)
         scrub.add(*extras["headers"].values(), *([extras["auth_token"]] if extras["auth_token"] else []))
-        check_enrich(args.input, args.output, url=args.url, schema=args.schema, on_error=args.on_error,
+        plan = check_enrich(args.input, args.output, url=args.url, schema=args.schema, on_error=args.on_error,
                      overwrite=args.overwrite, input_format=args.input_format, output_format=args.output_format,
                      concurrency=args.concurrency, timeout=args.timeout, input_schema=args.input_schema,
                      headers=extras["headers"], auth_token=extras["auth_token"])
+        if args.multiline and plan.in_format != "csv":
+            raise EnrichError(f"--multiline is for CSV input; {args.input} is read as {plan.in_format}")
     except EnrichError as exc:
         say(f"aiospark enrich: {exc}", sys.stderr)
         return 2
     options.update(extras)
     console = None if args.verbose or os.environ.get("PYSPARK_GATEWAY_PORT") else _SparkConsole()
+
+    def run() -> dict[str, Any]:
+        from .enrich import spark_session
+        from .interrupt import interruptible
+
+        spark = spark_session(args.master)
+        try:
+            with interruptible(spark):
+                return run_enrich(args.input, args.output, out=lambda line: say(line, sys.stdout),
+                                  warn=lambda line: say(line, sys.stderr), **options)
+        except KeyboardInterrupt:
+            spark.stop()  # its jobs are cancelled; stopped here, its last logs still go to the log file
+            raise
+
     try:
         if console is None:
-            result = run_enrich(args.input, args.output, out=lambda line: say(line, sys.stdout),
-                                warn=lambda line: say(line, sys.stderr), **options)
+            result = run()
         else:
             with console:
-                result = run_enrich(args.input, args.output, out=lambda line: say(line, sys.stdout),
-                                    warn=lambda line: say(line, sys.stderr), **options)
+                result = run()
+    except KeyboardInterrupt:
+        if console is not None:
+            os.unlink(console.path)
+        journal = (f"rows recorded in the journal {args.journal} are not called again on a rerun"
+                   if args.journal else "pass --journal LOCATION so that a rerun does not call again the rows done")
+        say(f"aiospark enrich: interrupted; nothing was written to {args.output}; {journal}", sys.stderr)
+        return INTERRUPTED
     except EnrichError as exc:  # the message says what to change: Spark's log is not needed
         if console is not None:
             os.unlink(console.path)

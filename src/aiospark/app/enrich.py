@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..lookup import LookupSource
+from .enrich_base import quoted
 from .enrich_checks import (  # noqa: F401
     ERROR_COLUMN,
     EnrichError,
@@ -72,6 +73,12 @@ class _MarkedHttp(LookupSource):
     async def lookup(self, key: tuple) -> list[dict[str, Any]]:
         return [{**row, FOUND: True} for row in await self.inner.lookup(key)]
 
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """The HttpLookup's own settings (URL template with credentials masked, method, the headers'
+        names, schema, ...) for a journal's manifest: a rerun against another endpoint is refused,
+        naming the setting that changed."""
+        return {**self.inner.__aiospark_fingerprint__(), "marked": FOUND}
+
     def __repr__(self) -> str:
         return repr(self.inner)
 
@@ -100,6 +107,7 @@ class _Files:
     """Hadoop's FileSystem through the JVM: the same rename/delete for local paths, HDFS and S3."""
 
     def __init__(self, spark: Any):
+        self.spark = spark
         self.jvm = spark.sparkContext._jvm
         self.conf = spark.sparkContext._jsc.hadoopConfiguration()
 
@@ -118,6 +126,14 @@ class _Files:
     def qualified(self, path: str) -> str:
         fs, p = self._fs(path)
         return str(fs.makeQualified(p).toString())
+
+    def read_text(self, path: str, limit: int) -> str:
+        """A small file's text; a file over ``limit`` bytes reads as ``"x"`` (not a marker of ours)."""
+        fs, p = self._fs(path)
+        if fs.getFileStatus(p).getLen() > limit:
+            return "x"
+        rows = self.spark.read.text(path, wholetext=True).collect()
+        return str(rows[0][0]) if rows else ""
 
     def write_text(self, path: str, text: str) -> None:
         fs, p = self._fs(path)
@@ -139,18 +155,37 @@ def _sibling(path: str, tag: str) -> str:
     return os.path.join(head, f".{name}.aiospark-{tag}-{uuid.uuid4().hex[:8]}")
 
 
-def _prepare(df: Any, columns: list[str], plan: EnrichPlan, on_error: str) -> Any:
-    """The output columns: input ``columns``, schema columns, and ``_error`` under ``on_error="row"``
-    (plus the marks ``FOUND`` and ``BAD_LINE``, counted and then dropped)."""
+def safe_names(columns: list[str]) -> dict[str, str]:
+    """A name for each input column that PySpark's ``mapInArrow`` can look up: it resolves every column
+    with ``df[name]``, which reads ``a.b`` as field ``b`` of ``a`` (UNRESOLVED_COLUMN), so such names go
+    through the lookup as ``_aiospark_c<i>`` and are given back afterwards."""
+    taken = set(columns)
+    out = {}
+    for i, c in enumerate(columns):
+        safe = c
+        if "." in c or "`" in c:
+            safe = f"_aiospark_c{i}"
+            while safe in taken:
+                safe = "_" + safe
+            taken.add(safe)
+        out[c] = safe
+    return out
+
+
+def _prepare(df: Any, columns: list[str], plan: EnrichPlan, on_error: str, safe: dict[str, str]) -> Any:
+    """The output columns: input ``columns`` (named ``safe[c]`` in ``df``), schema columns, and ``_error``
+    under ``on_error="row"`` (plus the marks ``FOUND`` and ``BAD_LINE``, counted and then dropped)."""
     from pyspark.sql import functions as F
 
     good = F.lit(None).cast("boolean").alias(BAD_LINE)
+    added = [F.col(quoted(c)) for c in plan.added]
     if on_error != "row":
-        return df.select(*[F.col(f"`{c}`") for c in columns + plan.added], FOUND, good)
+        return df.select(*[F.col(quoted(safe[c])).alias(c) for c in columns], *added, FOUND, good)
     # an error row has its input in the struct _input and NULL elsewhere: put the input back in place
     failed = F.col(ERROR_COLUMN).isNotNull()
-    back = [F.when(failed, F.col("_input").getField(c)).otherwise(F.col(f"`{c}`")).alias(c) for c in columns]
-    return df.select(*back, *[F.col(f"`{c}`") for c in plan.added], F.col(ERROR_COLUMN), FOUND, good)
+    back = [F.when(failed, F.col("_input").getField(safe[c])).otherwise(F.col(quoted(safe[c]))).alias(c)
+            for c in columns]
+    return df.select(*back, *added, F.col(ERROR_COLUMN), FOUND, good)
 
 
 def _malformed_rows(marked: Any, columns: list[str], like: Any) -> Any:
@@ -161,8 +196,16 @@ def _malformed_rows(marked: Any, columns: list[str], like: Any) -> Any:
     types = {f.name: f.dataType for f in like.schema.fields}
     added = [c for c in like.columns if c not in columns and c not in (ERROR_COLUMN, FOUND, BAD_LINE)]
     return marked.where(F.col(MALFORMED).isNotNull()).select(
-        *[F.col(f"`{c}`") for c in columns], *[F.lit(None).cast(types[c]).alias(c) for c in added],
+        *[F.col(quoted(c)) for c in columns], *[F.lit(None).cast(types[c]).alias(c) for c in added],
         F.col(MALFORMED).alias(ERROR_COLUMN), F.lit(None).cast("boolean").alias(FOUND), F.lit(True).alias(BAD_LINE))
+
+
+def _journal_refusal(text: str) -> str:
+    """The journal's refusal in the CLI's words: what changed, and the CLI's way on."""
+    what = text.split(". Nothing was called.")[0]
+    return (f"{what}. Nothing was called. A journal serves only the job it recorded (same --url, method, "
+            "headers, --schema, key columns): pass a new --journal location to record this job's outcomes, "
+            "or rerun with the options the journal was written with")
 
 
 def _empty_columns(counts: dict[str, int], plan: EnrichPlan) -> list[str]:
@@ -177,7 +220,7 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
                master: str | None = None, out: Callable[[str], Any] = print,
                warn: Callable[[str], Any] = print, live: bool | None = None, input_schema: str | None = None,
                headers: dict[str, str] | None = None, auth_token: str | None = None, journal: Any = None,
-               budget: Any = None, rate_limit: Any = None) -> dict[str, Any]:
+               budget: Any = None, rate_limit: Any = None, multiline: bool = False) -> dict[str, Any]:
     """Enrich ``input_path`` into ``output_path``; returns rows, seconds, rows/s, error rows and metrics.
 
     Raises :class:`EnrichError` (before Spark starts) for bad arguments and :class:`EnrichFailed`
@@ -194,6 +237,8 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     plan = check_enrich(input_path, output_path, url=url, schema=schema, on_error=on_error, overwrite=overwrite,
                         input_format=input_format, output_format=output_format, concurrency=concurrency,
                         timeout=timeout, input_schema=input_schema, headers=headers, auth_token=auth_token)
+    if multiline and plan.in_format != "csv":
+        raise EnrichError(f"--multiline is for CSV input; {input_path} is read as {plan.in_format}")
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -219,26 +264,40 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
         raise EnrichError(f"the input {input_path!r} does not exist")
     if not (is_local(input_path) and is_local(output_path)):  # local paths were checked before Spark
         check_remote(files, input_path, output_path, overwrite)
-    marked, columns = read_marked(spark, input_path, plan.in_format, input_schema)
+    marked, columns = read_marked(spark, input_path, plan.in_format, input_schema, multiline)
     missing = [k for k in plan.source.key_columns if k not in columns]
     if missing:
         raise EnrichError(f"--url uses {missing}, not columns of {input_path}: its columns are {columns}")
     if on_error == "fail":
         refuse_malformed(marked, columns, input_path)  # before any call: a bad line fails the run, named
-    df = marked.where(F.col(MALFORMED).isNull()).select(*[F.col(f"`{c}`") for c in columns])
+    safe = safe_names(columns)
+    df = marked.where(F.col(MALFORMED).isNull()).select(*[F.col(quoted(c)).alias(safe[c]) for c in columns])
     metrics = Metrics("enrich")
-    enriched = lookup_join(df, _MarkedHttp(plan.source), on=list(plan.source.key_columns), how=how,
-                           capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
-                           on_error=on_error, metrics=metrics, journal=journal, budget=budget,
-                           rate_limit=rate_limit)
-    prepared = _prepare(enriched, columns, plan, on_error)
+    from ..journal import JournalMismatch
+
+    try:
+        enriched = lookup_join(df, _MarkedHttp(plan.source), on=[safe[k] for k in plan.source.key_columns], how=how,
+                               capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
+                               on_error=on_error, metrics=metrics, journal=journal, budget=budget,
+                               rate_limit=rate_limit)
+    except JournalMismatch as exc:  # checked on the driver, before any call
+        raise EnrichError(_journal_refusal(str(exc))) from None
+    prepared = _prepare(enriched, columns, plan, on_error, safe)
     if on_error == "row":
         prepared = prepared.unionByName(_malformed_rows(marked, columns, prepared))
     seen = Observation("aiospark_enrich")
     # metric names must not be column names: n0, n1, ... stand for plan.added
+    # what kinds of error the failed rows hold (an exception's name, and the HTTP status of a
+    # status error): a few distinct values, never the error's text (it may quote a response)
+    kind = F.lit("")
+    if on_error == "row":  # 'HttpStatusError: HttpLookup(host:port): HTTP 500 ...' -> 'HttpStatusError (HTTP 500)'
+        name = F.regexp_extract(F.col(ERROR_COLUMN), r"^([A-Za-z_][\w.]*):", 1)
+        status = F.regexp_extract(F.col(ERROR_COLUMN), r"^[A-Za-z_][\w.]*: (?:[^ ]*: )?(HTTP \d{3})\b", 1)
+        kind = F.when(status != "", F.concat(name, F.lit(" ("), status, F.lit(")"))).otherwise(name)
+    kinds = F.slice(F.array_sort(F.collect_set(F.when(F.col(BAD_LINE).isNull() & (kind != ""), kind))), 1, 6)
     counted = prepared.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
-                               F.count(BAD_LINE).alias("bad_lines"),
-                               *[F.count(F.col(f"`{c}`")).alias(f"n{i}") for i, c in enumerate(plan.added)])
+                               F.count(BAD_LINE).alias("bad_lines"), kinds.alias("kinds"),
+                               *[F.count(F.col(quoted(c))).alias(f"n{i}") for i, c in enumerate(plan.added)])
     temporary = _sibling(output_path, "tmp")
     try:
         with Progress(metrics, live=live, summary=False) as progress:
@@ -265,12 +324,16 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     error_rows = metrics.total.error_rows + bad_lines
     out(f"enriched {input_path} ({plan.in_format}) -> {output_path} ({plan.out_format}): {rows:,} rows in "
         f"{seconds:.1f} s ({format_rate(rate(rows, seconds))} rows/s)")
-    if counts["found"] == 0 and rows:
-        warn("warning: the service returned no data (404) for any row")
+    answered = rows - error_rows  # rows the service answered (found or not found)
+    if counts["found"] == 0 and answered > 0:
+        every = "any row" if answered == rows else f"any of the {answered:,} rows that did not fail"
+        warn(f"warning: the service returned no data (404) for {every}")
     if error_rows:
         lines = f" ({bad_lines:,} of them malformed input lines)" if bad_lines else ""
-        warn(f"warning: {error_rows:,} rows failed{lines}; they are in the output with their error in column "
-             f"{ERROR_COLUMN!r}")
+        shown = list(observed["kinds"] or [])
+        errors = f": {', '.join(shown)}" if shown else ""
+        warn(f"warning: {error_rows:,} rows failed{lines}{errors}; they are in the output with their error in "
+             f"column {ERROR_COLUMN!r}")
     out(f"metrics: {metrics.total}")
     return {"rows": rows, "seconds": seconds, "rows_per_second": rate(rows, seconds), "error_rows": error_rows,
             "metrics": metrics.total}

@@ -23,3 +23,13 @@ def is_local(path: str) -> bool:
 
 def local_path(path: str) -> str:
     return urlsplit(path).path if path.startswith("file:") else path
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark column reference that means exactly it (``a.b`` is not field ``b`` of ``a``).
+
+    Example::
+
+        quoted("a.b")   # '`a.b`'
+    """
+    return "`" + name.replace("`", "``") + "`"

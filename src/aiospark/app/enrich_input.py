@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .enrich_base import quoted
 from .enrich_checks import EnrichError, _data_files, check_same_headers, is_local, local_path, open_text
 
 #: why a row's input line is malformed (NULL for a good row)
@@ -37,6 +38,8 @@ _SHOWN = 120  # characters of a malformed line shown in an error
 # closes it fails to match. Possessive quantifiers keep Java's regex engine from backtracking.
 _FIELD = r'(?:"(?:[^"\\]|\\.)*+"[^,]*+|(?!")[^,]*+)'
 CLOSED_QUOTES = rf"^{_FIELD}(?:,{_FIELD})*+$"
+#: how a line with a quote it never closes is marked
+UNCLOSED = "malformed CSV line (a quote that never closes): "
 
 
 def _shown(column: Any) -> Any:
@@ -68,7 +71,7 @@ def _read_csv(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     parsed = lines.select(F.from_csv("value", _ddl(fields + [StructField(_CORRUPT, StringType())]),
                                      options).alias("r"), "value", *partitions)
     value = F.col("value")
-    why = (F.when(~value.rlike(CLOSED_QUOTES), F.concat(F.lit("malformed CSV line (a quote that never closes): "),
+    why = (F.when(~value.rlike(CLOSED_QUOTES), F.concat(F.lit(UNCLOSED),
                                                          _shown(value)))
            .when(F.col("r").getField(_CORRUPT).isNotNull(),
                  F.concat(F.lit(f"malformed CSV line (its fields do not match the header's {len(fields)} "
@@ -77,6 +80,32 @@ def _read_csv(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     df = parsed.select(*[F.col("r").getField(f.name).alias(f.name) for f in fields], *partitions,
                        why.alias(MALFORMED), F.when(why.isNotNull(), value).alias(RAW))
     return df, columns
+
+
+def _read_csv_records(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
+    """``--multiline``: Spark's CSV reader with ``multiLine`` (a quoted field may hold line breaks), string
+    columns unless declared; a record Spark cannot parse is marked with its text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    reader = spark.read.option("header", "true").option("multiLine", "true")
+    probe = reader.csv(path)  # the header's names, then the key=value partition columns the reader adds
+    partitions = [c for c in spark.read.text(path).columns if c != "value"]
+    if declared is None:
+        fields = [StructField(n, StringType()) for n in probe.columns if n not in partitions]
+    else:
+        fields = [f for f in declared.fields if f.name not in partitions]
+    schema = StructType(fields + [StructField(_CORRUPT, StringType())])
+    reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
+    if declared is None:  # each file's header must name these columns (a remote input's files are not
+        reader = reader.option("enforceSchema", "false")  # compared before Spark): else the job fails
+    df = reader.schema(schema).csv(path)
+    corrupt = F.col(_CORRUPT)
+    why = F.when(corrupt.isNotNull(), F.concat(
+        F.lit(f"malformed CSV record (its fields do not match the header's {len(fields)} columns or their types): "),
+        _shown(corrupt)))
+    columns = [f.name for f in fields] + partitions
+    return df.select(*[F.col(quoted(c)) for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
 
 
 def _without_headers(lines: Any, path: str) -> Any:
@@ -130,13 +159,15 @@ def _read_json(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     corrupt = F.col(_CORRUPT)
     why = F.when(corrupt.isNotNull(), F.concat(F.lit("malformed JSON line: "), _shown(corrupt)))
     columns = [f.name for f in fields]
-    return df.select(*[F.col(f"`{c}`") for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
+    return df.select(*[F.col(quoted(c)) for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
 
 
-def read_marked(spark: Any, path: str, fmt: str, input_schema: str | None = None) -> tuple[Any, list[str]]:
+def read_marked(spark: Any, path: str, fmt: str, input_schema: str | None = None,
+                multiline: bool = False) -> tuple[Any, list[str]]:
     """The input with ``MALFORMED`` and ``RAW`` columns, and the input's own column names. CSV
     columns are strings and JSON's fractional numbers their text, unless ``input_schema`` (DDL)
-    declares the columns and their types.
+    declares the columns and their types. ``multiline``: CSV records may span lines (a quoted field
+    holding a line break), read with Spark's ``multiLine`` option.
 
     Example::
 
@@ -153,12 +184,12 @@ def read_marked(spark: Any, path: str, fmt: str, input_schema: str | None = None
         except ValueError as exc:
             raise EnrichError(str(exc)) from None
     if fmt == "csv":
-        return _read_csv(spark, path, declared)
+        return _read_csv_records(spark, path, declared) if multiline else _read_csv(spark, path, declared)
     if fmt == "json":
         return _read_json(spark, path, declared)
     df = spark.read.format(fmt).load(path)
     none = F.lit(None).cast("string")
-    return df.select(*[F.col(f"`{c}`") for c in df.columns], none.alias(MALFORMED), none.alias(RAW)), df.columns
+    return df.select(*[F.col(quoted(c)) for c in df.columns], none.alias(MALFORMED), none.alias(RAW)), df.columns
 
 
 def refuse_malformed(df: Any, columns: list[str], path: str, shown: int = 5) -> None:
@@ -168,17 +199,21 @@ def refuse_malformed(df: Any, columns: list[str], path: str, shown: int = 5) -> 
 
     bad = df.where(F.col(MALFORMED).isNotNull())
     # the whole row, not the marks alone: Spark refuses a JSON query that needs only the corrupt column
-    first = bad.select(*[F.col(f"`{c}`") for c in columns], MALFORMED, RAW).limit(shown).collect()
+    first = bad.select(*[F.col(quoted(c)) for c in columns], MALFORMED, RAW).limit(shown).collect()
     if not first:
         return
     # counted through the RDD, which keeps every selected column (an aggregate would be pruned down to
     # the corrupt column alone, which Spark refuses); only malformed rows travel
-    total = bad.select(*[F.col(f"`{c}`") for c in columns], MALFORMED).rdd.count() if len(first) == shown else len(first)
+    total = bad.select(*[F.col(quoted(c)) for c in columns], MALFORMED).rdd.count() if len(first) == shown else len(first)
     where = line_numbers(path, [r[RAW] for r in first]) if is_local(path) else {}
     lines = [f"  {where.get(r[RAW], 'a line')}: {r[MALFORMED]}" for r in first]
     more = f" ({total - len(first):,} more not shown)" if total > len(first) else ""
+    # a quote left open at the end of a line is, in a valid CSV file, a field holding a line break
+    multiline = any(str(r[MALFORMED]).startswith(UNCLOSED) for r in first)
+    hint = ("\n  if a quoted field holds a line break, pass --multiline to read records that span lines"
+            if multiline else "")
     raise EnrichError(f"{path} has {total:,} malformed line(s); nothing was written and no call was made{more}:\n"
-                      + "\n".join(lines)
+                      + "\n".join(lines) + hint
                       + "\n  fix them, or pass --on-error row to write them as error rows (column _error)")
 
 
