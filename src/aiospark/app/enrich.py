@@ -294,7 +294,9 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
         name = F.regexp_extract(F.col(ERROR_COLUMN), r"^([A-Za-z_][\w.]*):", 1)
         status = F.regexp_extract(F.col(ERROR_COLUMN), r"^[A-Za-z_][\w.]*: (?:[^ ]*: )?(HTTP \d{3})\b", 1)
         kind = F.when(status != "", F.concat(name, F.lit(" ("), status, F.lit(")"))).otherwise(name)
-    kinds = F.slice(F.array_sort(F.collect_set(F.when(F.col(BAD_LINE).isNull() & (kind != ""), kind))), 1, 6)
+    # one string, not an array: PySpark 3.5's Observation hands an array back as a bare JavaObject
+    kinds = F.concat_ws("\n", F.slice(F.array_sort(F.collect_set(F.when(F.col(BAD_LINE).isNull() & (kind != ""),
+                                                                        kind))), 1, 6))
     counted = prepared.observe(seen, F.count(F.lit(1)).alias("rows"), F.count(FOUND).alias("found"),
                                F.count(BAD_LINE).alias("bad_lines"), kinds.alias("kinds"),
                                *[F.count(F.col(quoted(c))).alias(f"n{i}") for i, c in enumerate(plan.added)])
@@ -330,7 +332,7 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
         warn(f"warning: the service returned no data (404) for {every}")
     if error_rows:
         lines = f" ({bad_lines:,} of them malformed input lines)" if bad_lines else ""
-        shown = list(observed["kinds"] or [])
+        shown = [k for k in (observed["kinds"] or "").split("\n") if k]
         errors = f": {', '.join(shown)}" if shown else ""
         warn(f"warning: {error_rows:,} rows failed{lines}{errors}; they are in the output with their error in "
              f"column {ERROR_COLUMN!r}")
