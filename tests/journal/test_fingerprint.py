@@ -103,3 +103,16 @@ def test_user_modules_and_libraries():
 
     assert json and not is_user_module("json") and not is_user_module("aiospark.journal")
     assert not is_user_module("pyspark.sql") and is_user_module(__name__)
+
+
+def test_an_http_lookups_plain_header_values_are_the_question_and_its_credentials_are_not():
+    from aiospark.connectors.http import HttpLookup
+
+    def lookup(region: str, token: str, other: str) -> HttpLookup:
+        return HttpLookup("http://127.0.0.1:1/x/{id}", "v STRING",
+                          headers={"X-Region": region, "Authorization": f"Bearer {token}", "X-Other": Secret(other)})
+
+    same = fingerprint(lookup("eu", "k1", "s1"))
+    assert fingerprint(lookup("eu", "k2", "s2")) == same  # rotated credentials: the same question
+    assert fingerprint(lookup("us", "k1", "s1")) != same  # another region: another question
+    assert "k1" not in json.dumps(same[1]) and "s1" not in json.dumps(same[1])

@@ -67,7 +67,7 @@ from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import KeyTemplate, check_key, has_null
 from ..redaction import Redactor, scrubbed
-from ..secrets import Secret, resolve_secret
+from ..secrets import Secret, is_credential_header, resolve_secret
 from .codec import dumps, loads
 from .request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
 from .response import HttpStatusError, JsonRows, status_error
@@ -149,6 +149,10 @@ class HttpLookup(LookupSource):
             raise ValueError(f"method must be 'GET' or 'POST', got {method!r}")
         self._headers = {str(k): (v.reveal() if isinstance(v, Secret) else str(v))
                          for k, v in (headers or {}).items()}
+        # the headers whose values may decide the rows found (X-Region, Accept-Language...): never a
+        # credential-like name, never a value the user wrapped in Secret
+        self._plain_headers = {str(k): str(v) for k, v in (headers or {}).items()
+                               if not isinstance(v, Secret) and not is_credential_header(str(k))}
         if json_path is not None and (not isinstance(json_path, str) or not json_path.strip(".")):
             raise ValueError(f"json_path must be a dotted path like 'data.items', got {json_path!r}")
         self.json_path = json_path
@@ -193,10 +197,10 @@ class HttpLookup(LookupSource):
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the rows found, for a journal's manifest: the URL template (credential-like
-        query values masked), method, the names of the headers (not their values: they may be
+        query values masked), method, the headers (names, and the values of those that cannot be
         credentials), the JSON path, the batch endpoint and its functions, the schema."""
         return {"url_template": mask_query(self._tpl.template), "method": self.method,
-                "headers": sorted(self._headers), "json_path": self.json_path, "batch_url": self.batch_url,
+                "headers": sorted(self._headers), "header_values": self._plain_headers, "json_path": self.json_path, "batch_url": self.batch_url,
                 "batch_request": self._batch_request, "batch_response": self._batch_response,
                 "schema": self.schema, "key_columns": list(self.key_columns), "not_found": self.not_found}
 
