@@ -141,25 +141,97 @@ def _strings(kind: Any) -> Any:
     return kind
 
 
+def _text_lost(inferred: Any, declared: Any, name: str) -> list[str]:
+    """The columns (dotted paths) where ``declared`` reads as a string what ``inferred`` found to be
+    a number with a fraction or an exponent."""
+    from pyspark.sql import types as T
+
+    if isinstance(inferred, (T.DoubleType, T.FloatType)) or (isinstance(inferred, T.DecimalType) and inferred.scale):
+        return [name] if isinstance(declared, T.StringType) else []  # (an integer's text is copied as written)
+    if isinstance(inferred, T.StructType) and isinstance(declared, T.StructType):
+        kinds = {f.name: f.dataType for f in declared.fields}
+        return [lost for f in inferred.fields if f.name in kinds
+                for lost in _text_lost(f.dataType, kinds[f.name], f"{name}.{f.name}" if name else f.name)]
+    if isinstance(inferred, T.ArrayType) and isinstance(declared, T.ArrayType):
+        return _text_lost(inferred.elementType, declared.elementType, f"{name}[]")
+    if isinstance(inferred, T.MapType) and isinstance(declared, T.MapType):
+        return _text_lost(inferred.valueType, declared.valueType, f"{name}{{}}")
+    return []
+
+
+def _keeps_number_text(spark: Any) -> bool:
+    """Whether this Spark's JSON file reader reads a number into a string column as its text
+    (``1.10`` stays ``1.10``): Spark 4's ``spark.sql.json.enableExactStringParsing``, on by default.
+    Spark 3.5 has no such setting and reads it as a double first (``1.1``; ``1e2`` becomes ``100.0``)."""
+    try:
+        # no default given: Spark would return that default instead of its own when the key is unset
+        return str(spark.conf.get("spark.sql.json.enableExactStringParsing")).lower() == "true"
+    except Exception:  # Spark 3.5 (no such key), or a session that refuses to say: refuse, never change
+        return False
+
+
 def _read_json(spark: Any, path: str, declared: Any) -> tuple[Any, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
+    inferred = None
     if declared is None:
         # JSON says what a string, a boolean, an integer is; a number with a fraction or an exponent
         # is kept as its text (1.10 stays 1.10, 1e400 stays 1e400), as Spark reads a number into a
         # string column: as a double it would lose digits, as a decimal its scale (or fail on 1e2)
-        inferred = spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path)
+        inferred = spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path).schema
         fields = [StructField(f.name, _strings(f.dataType), f.nullable)
-                  for f in inferred.schema.fields if f.name != _CORRUPT]
+                  for f in inferred.fields if f.name != _CORRUPT]
     else:
         fields = list(declared.fields)
+    _refuse_lost_text(spark, path, inferred, StructType(fields))
     schema = StructType(fields + [StructField(_CORRUPT, StringType())])
     df = spark.read.schema(schema).option("columnNameOfCorruptRecord", _CORRUPT).json(path)
     corrupt = F.col(_CORRUPT)
     why = F.when(corrupt.isNotNull(), F.concat(F.lit("malformed JSON line: "), _shown(corrupt)))
     columns = [f.name for f in fields]
     return df.select(*[F.col(quoted(c)) for c in columns], why.alias(MALFORMED), corrupt.alias(RAW)), columns
+
+
+def _refuse_lost_text(spark: Any, path: str, inferred: Any, schema: Any) -> None:
+    """Refuse, before any call, string columns that would get a fractional JSON number's text
+    changed: Spark 3.5 cannot read it as written (values reach the service and OUTPUT exactly as
+    written, or the run does not start)."""
+    from pyspark.sql.types import StringType
+
+    if inferred is not None:
+        lost = _text_lost(inferred, schema, "")
+        if not lost or _keeps_number_text(spark):
+            return
+    else:  # declared types: where the JSON holds fractional numbers is read from the data
+        if not any(_holds(f.dataType, StringType) for f in schema.fields) or _keeps_number_text(spark):
+            return
+        lost = _text_lost(spark.read.option("columnNameOfCorruptRecord", _CORRUPT).json(path).schema, schema, "")
+    if lost:
+        import pyspark
+
+        shown = ", ".join(lost[:5]) + (f" (and {len(lost) - 5} more)" if len(lost) > 5 else "")
+        raise EnrichError(
+            f"the JSON input's {shown} hold numbers with a fraction or an exponent, which PySpark "
+            f"{pyspark.__version__} reads only as doubles into a text column (1.10 would reach the service and "
+            f"OUTPUT as 1.1, 1e2 as 100.0): declare their types with --input-schema (e.g. "
+            f"\"{lost[0].split('.')[0].split('[')[0]} DOUBLE\" to send the double's text, or a DECIMAL), or run "
+            f"on PySpark 4, which keeps the text as written")
+
+
+def _holds(kind: Any, wanted: type) -> bool:
+    """Whether ``kind`` is, or nests, an instance of ``wanted``."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, wanted):
+        return True
+    if isinstance(kind, T.StructType):
+        return any(_holds(f.dataType, wanted) for f in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return _holds(kind.elementType, wanted)
+    if isinstance(kind, T.MapType):
+        return _holds(kind.valueType, wanted)
+    return False
 
 
 def read_marked(spark: Any, path: str, fmt: str, input_schema: str | None = None,
