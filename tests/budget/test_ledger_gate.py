@@ -12,13 +12,13 @@ import threading
 
 import pytest
 
-from aiospark.budget import BudgetCostError, BudgetUnavailable, LeaseGate, Ledger
+from aiospark.budget import BudgetCostError, BudgetUnavailable, LeaseGate, LeaseSource, Ledger
 from aiospark.budget.http_leases import HttpLeases
 from tests.core._util import run
 from tests.core._util import run_operator as operator_run
 
 
-class LedgerSource:
+class LedgerSource(LeaseSource):
     """A task's leases straight from a Ledger in this process (what the HTTP endpoint does)."""
 
     def __init__(self, ledger, task="t"):
@@ -265,4 +265,4 @@ def test_a_redis_password_never_shows(monkeypatch):
         _ = shown.spent    # nobody listens on port 1
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
     env_only = Budget(5, redis="redis://127.0.0.1:1/0", name="n")
-    assert env_only._redis[1].reveal() == "from-env-s3cret" and "s3cret" not in repr(env_only)
+    assert env_only._redis._password.reveal() == "from-env-s3cret" and "s3cret" not in repr(env_only)

@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from aiospark.budget import Ledger
-from aiospark.budget.redis_leases import RedisLeases, budget_key
 from aiospark.budget.signing import NONCE_HEADER, Verifier, sign
+from aiospark.connectors.redis.budget_leases import RedisLeases, budget_key
 from tests.core._util import run
 from tests.core._util import run_operator as operator_run
 from tests.support.reply_dropper import ReplyDropper, http_body
@@ -187,7 +187,7 @@ def test_a_redis_release_never_gives_back_spent_units():
 
 @pytest.mark.parametrize("bad", ["", "host:port", "[::1", "h:70000"])
 def test_a_malformed_collector_address_is_refused_naming_the_variable(monkeypatch, bad):
-    from aiospark.spark.metrics import configured_host
+    from aiospark.spark.endpoint import configured_host
 
     monkeypatch.setenv("AIOSPARK_METRICS_HOST", "127.0.0.1")
     monkeypatch.setenv("AIOSPARK_METRICS_BIND", bad)

@@ -7,8 +7,18 @@ layers, not for cycles.
 
 Layers, inner to outer::
 
-    core  <-  runtime  <-  lookup  <-  connectors  <-  spark  <-  applications
-                           journal, budget (no pyspark, never spark/)
+    core  <-  runtime  <-  lookup  <-  connectors, journal, budget  <-  spark  <-  applications
+
+``journal`` and ``budget`` sit in the connectors' ring (no pyspark, never spark/ or app/): they
+define the interfaces a store or a lease source implements (``journal/store.py``,
+``budget/source.py``), and a system's implementation lives with the rest of that system's code in
+``connectors/`` (the Redis journal store and budget leases in ``connectors/redis/``), importing
+those interfaces; journal/budget use ``connectors/``'s secrets and redaction, and reach an
+implementation only inside a function, chosen by a location's scheme (``journal/schemes.py``).
+The two directions never close a loop: no-cycle (below) counts function-level imports too.
+Talking to a system's client library is ``connectors/``' job: only its modules import
+``redis`` (:func:`test_one_package_speaks_redis`), and one module of ``spark/`` serves the
+driver's HTTP endpoint.
 
 Applications are ``aiospark.app.*`` and, until they move there, the top-level ``cli``, ``cli_errors``,
 ``demo*``, ``enrich*``, ``progress*``, ``journal_cli`` and ``spark_submit`` modules. A rule broken (or a
@@ -128,9 +138,11 @@ ALLOWED: dict[str, set[str] | None] = {
     "core": {"core"},
     "runtime": {"core", "runtime"},
     "lookup": {"core", "runtime", "lookup"},
-    "connectors": {"core", "runtime", "lookup", "connectors"},
+    "connectors": {"core", "runtime", "lookup", "connectors", "journal", "budget"},
     "spark": {"core", "runtime", "lookup", "connectors", "journal", "budget", "spark"},
-    "journal": None, "budget": None,  # any library layer but spark/ (checked below), no pyspark
+    # the connectors' ring (see the module docstring); no pyspark (checked below)
+    "journal": {"core", "runtime", "lookup", "connectors", "journal", "budget"},
+    "budget": {"core", "runtime", "lookup", "connectors", "journal", "budget"},
     "app": None, "facade": None,
     "_moved": set(),  # the warning aliases' helper: imports nothing of aiospark
 }
@@ -238,6 +250,32 @@ def test_layers_point_inward():
 def test_the_layer_rules_catch_an_outward_import():
     assert _layer("aiospark.app.cli") == _layer("aiospark.cli") == _layer("aiospark.demo_service") == "app"
     assert "spark" not in ALLOWED["connectors"] and "connectors" not in ALLOWED["core"]
+
+
+def test_one_package_speaks_redis():
+    # the Redis client library is used in connectors/redis/ only: the journal store, the budget
+    # leases, the lookup and the rate limit (the journal and budget packages hold interfaces)
+    speakers = sorted(m for m in MODULES if "redis" in GRAPH[m][2])
+    assert speakers and all(m.startswith("aiospark.connectors.redis.") for m in speakers), speakers
+    assert {"aiospark.connectors.redis.journal_store", "aiospark.connectors.redis.budget_leases"} <= set(speakers)
+
+
+def test_the_driver_endpoint_is_one_module_shared_by_metrics_and_budgets():
+    servers = sorted(m for m in MODULES if "http" in GRAPH[m][2] and m.startswith("aiospark.spark."))
+    assert servers == ["aiospark.spark.endpoint"], servers
+    for user in ("aiospark.spark.metrics", "aiospark.spark.budget"):
+        assert "aiospark.spark.endpoint" in GRAPH[user][0], user
+
+
+def test_stores_are_chosen_by_scheme_without_a_module_level_import_of_connectors():
+    # journal/ reaches the Redis store inside a function only (a user's Journal("redis://...")), and
+    # the store imports journal's interface, never back
+    tree = ast.parse(MODULES["aiospark.journal.schemes"].read_text(encoding="utf-8"))
+    top = {_resolve("aiospark.journal.schemes", n.level, n.module) for n in tree.body if isinstance(n, ast.ImportFrom)}
+    assert not any(t.startswith("aiospark.connectors") for t in top), top
+    assert "aiospark.connectors.redis.journal_store" in GRAPH["aiospark.journal.schemes"][0]
+    assert "aiospark.journal.store" in GRAPH["aiospark.connectors.redis.journal_store"][0]
+    assert "aiospark.budget.source" in GRAPH["aiospark.connectors.redis.budget_leases"][0]
 
 
 def test_every_module_imports():

@@ -255,7 +255,7 @@ def _budget_request(request, reply):
 def test_lost_ledger_replies_are_retried_and_never_change_what_the_budget_counts(spark, monkeypatch):
     # the executors reach the driver through a proxy that loses the first reply to every lease and
     # release after the ledger acted on it (a read timeout, a reset): each task sends them again
-    from aiospark.spark.metrics import collector
+    from aiospark.spark.endpoint import collector
     from tests.support.reply_dropper import ReplyDropper
 
     with ReplyDropper(0, drop=_budget_request) as proxy:

@@ -16,7 +16,8 @@ import pytest
 
 from aiospark.budget.signing import sign
 from aiospark.core.metrics import OperatorMetrics
-from aiospark.spark.metrics import MetricsReporter, collector
+from aiospark.spark.endpoint import collector
+from aiospark.spark.metrics import PATH, MetricsReporter
 from tests.connectors._support import dead_port
 
 
@@ -34,7 +35,7 @@ def test_a_report_that_cannot_reach_the_driver_is_logged_with_its_metrics(caplog
 
 
 def test_the_collector_refuses_a_report_it_cannot_read():
-    address = collector().address
+    address = collector().base + PATH
     for body in (b"not json", json.dumps({"no": "id"}).encode()):
         request = urllib.request.Request(address, data=body, method="POST")
         with pytest.raises(urllib.error.HTTPError) as info:
@@ -54,7 +55,8 @@ def _post(address, body, headers):
 
 
 def test_the_collector_accepts_only_signed_readable_reports_of_a_live_metrics():
-    from aiospark.spark.metrics import MAX_REPORT_BYTES, Metrics
+    from aiospark.spark.endpoint import MAX_REQUEST_BYTES
+    from aiospark.spark.metrics import Metrics
 
     m = Metrics("signed")
     reporter_class, (metrics_id, name, address, secret) = m.__reduce__()
@@ -69,7 +71,7 @@ def test_the_collector_accepts_only_signed_readable_reports_of_a_live_metrics():
     poisoned = json.dumps({**good, "metrics": {"calls": "many"}}).encode()
     assert _post(address, poisoned, sign(secret, "POST", "/report", poisoned)) == 400   # unreadable: not stored
     assert m.tasks == 0 and m.total.calls == 0
-    huge = json.dumps({**good, "pad": "x" * MAX_REPORT_BYTES}).encode()
+    huge = json.dumps({**good, "pad": "x" * MAX_REQUEST_BYTES}).encode()
     assert _post(address, huge, sign(secret, "POST", "/report", huge)) in (413, "closed")  # never read
     assert m.tasks == 0
     signed = sign(secret, "POST", "/report", body)
@@ -96,7 +98,7 @@ import aiospark
 
 spark = aiospark.local_session("local[2]", conf={"spark.driver.host": "127.0.0.2",
                                                  "spark.driver.bindAddress": "127.0.0.2"})
-from aiospark.spark.metrics import collector, driver_host
+from aiospark.spark.endpoint import collector, driver_host
 
 async def f(row):
     return {"id": row["id"]}
@@ -128,7 +130,7 @@ def test_the_collector_queues_a_stage_worth_of_reports_arriving_at_once():
     import select
     import socket
 
-    from aiospark.spark.metrics import _CollectorServer, _Handler
+    from aiospark.spark.endpoint import _CollectorServer, _Handler
 
     server = _CollectorServer(("127.0.0.1", 0), _Handler)   # listening, never accepting
     clients = []

@@ -28,11 +28,12 @@ import numbers
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.errors import error_line
+from .source import LeaseSource
 
-__all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource"]
+__all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate"]
 
 log = logging.getLogger("aiospark")
 
@@ -48,18 +49,6 @@ class BudgetUnavailable(RuntimeError):
 
 class BudgetCostError(ValueError):
     """The budget's ``cost(row)`` raised or gave no finite number >= 0 for this row."""
-
-
-class LeaseSource(Protocol):
-    """Where a task's leases come from (the driver's ledger over HTTP, or Redis)."""
-
-    where: str
-
-    async def lease(self, need: float, want: float, used: float) -> tuple[float, float]:
-        """``(granted, left)``: at least ``need`` units (or 0: refused) and what is left after."""
-
-    async def release(self, units: float, used: float, refused: int) -> None:
-        """Give back ``units`` the task did not use (it ends)."""
 
 
 class LeaseGate:
@@ -102,16 +91,16 @@ class LeaseGate:
     def cost_of(self, value: Any) -> float:
         """Units of one attempt for ``value`` (a batch: the sum over its rows; no cost: 1 a row)."""
         if self._batched and isinstance(value, list):
-            return float(len(value)) if self._cost is None else sum(self._one_cost(v) for v in value)
+            return float(len(value)) if self._cost is None else sum(self._one_cost(self._cost, v) for v in value)
         if self._count is not None and self._cost is None:
             return float(self._count(value))
-        return 1.0 if self._cost is None else self._one_cost(value)
+        return 1.0 if self._cost is None else self._one_cost(self._cost, value)
 
-    def _one_cost(self, value: Any) -> float:
-        cost_fn = self._cost
+    @staticmethod
+    def _one_cost(cost_fn: Callable[[Any], Any], value: Any) -> float:
         name = repr(getattr(cost_fn, "__qualname__", None) or type(cost_fn).__name__)
         try:
-            cost = cost_fn(value)  # type: ignore[misc]
+            cost = cost_fn(value)
         except Exception as exc:
             raise BudgetCostError(f"the budget's cost function {name} raised {error_line(exc)}") from exc
         if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:

@@ -29,6 +29,7 @@ import uuid
 from typing import Any
 
 from .signing import sign
+from .source import LeaseSource
 
 __all__ = ["ATTEMPTS", "HttpLeases"]
 
@@ -40,8 +41,8 @@ RETRY_PAUSE = 0.5
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class HttpLeases:
-    """A :class:`~aiospark.budget.gate.LeaseSource` talking to the driver's ledger."""
+class HttpLeases(LeaseSource):
+    """A :class:`~aiospark.budget.source.LeaseSource` talking to the driver's ledger."""
 
     def __init__(self, address: str, budget_id: str, secret: str, task: str):
         self.address = address
@@ -77,7 +78,10 @@ class HttpLeases:
             request = urllib.request.Request(self.address, data=body, method="POST", headers=headers)
             try:
                 with _opener.open(request, timeout=TIMEOUT) as response:
-                    return json.loads(response.read())
+                    reply = json.loads(response.read())
+                if not isinstance(reply, dict):
+                    raise ValueError(f"the ledger's reply is not a JSON object: {str(reply)[:200]}")
+                return reply
             except urllib.error.HTTPError as exc:
                 raise ConnectionError(f"HTTP {exc.code} ({_why(exc)})") from None
             except OSError:  # the driver may have acted on it: the retry's id makes that harmless

@@ -55,12 +55,12 @@ def check_limit(limit: Any) -> float:
     return value
 
 
-def check_cost(cost: Any) -> Callable[[Any], Any] | None:
+def check_cost(cost: object) -> Callable[[Any], Any] | None:
     """A budget's ``cost``: None (a call costs 1) or a callable ``cost(row) -> units``."""
-    if cost is not None and not callable(cost):
-        raise TypeError(f"Budget cost must be a callable cost(row) -> units (a finite number >= 0) or None "
+    if cost is None or callable(cost):
+        return cost
+    raise TypeError(f"Budget cost must be a callable cost(row) -> units (a finite number >= 0) or None "
                         f"(every call costs 1), got {type(cost).__name__}: {cost!r}")
-    return cost
 
 
 def check_units(value: Any, what: str) -> float:
@@ -82,7 +82,8 @@ class Ledger:
         self._open: set[str] = set()        # tasks that hold a lease and have not ended
         self.refused = 0                     # calls refused, as tasks reported at their end
         self.leases = 0                      # leases granted (round trips that got units)
-        self._answers: OrderedDict[str, Any] = OrderedDict()  # request id -> first answer
+        #: request id -> first answer: (granted, left) of a lease, units given back by a release
+        self._answers: OrderedDict[str, tuple[float, float] | float] = OrderedDict()
 
     def lease(self, task: str, need: float, want: float, used: float = 0.0,
               request: str | None = None) -> tuple[float, float]:
@@ -92,7 +93,10 @@ class Ledger:
         need, want, used = check_units(need, "need"), check_units(want, "want"), check_units(used, "used")
         with self._lock:
             if request is not None and request in self._answers:
-                return self._answers[request]
+                seen = self._answers[request]
+                if not isinstance(seen, tuple):
+                    raise ValueError("a lease request reuses the id of a release")
+                return seen
             answer = self._lease(task, need, want, used)
             self._remember(request, answer)
             return answer
@@ -120,7 +124,10 @@ class Ledger:
         units, used = check_units(units, "units"), check_units(used, "used")
         with self._lock:
             if request is not None and request in self._answers:
-                return self._answers[request]
+                seen = self._answers[request]
+                if isinstance(seen, tuple):
+                    raise ValueError("a release request reuses the id of a lease")
+                return seen
             self._note_used(task, used)
             held = self._held.get(task, 0.0)
             room = held - self._used.get(task, 0.0)
@@ -134,7 +141,7 @@ class Ledger:
             self._remember(request, back)
             return back
 
-    def _remember(self, request: str | None, answer: Any) -> None:
+    def _remember(self, request: str | None, answer: tuple[float, float] | float) -> None:
         if request is None:
             return
         self._answers[request] = answer

@@ -15,7 +15,7 @@ from typing import Any
 
 from .gate import LeaseGate
 from .http_leases import HttpLeases
-from .redis_leases import RedisLeases
+from .source import LeaseSource, SharedPot
 
 __all__ = ["BudgetTicket"]
 
@@ -25,26 +25,25 @@ class BudgetTicket:
 
     def __init__(self, budget_id: str, name: str, limit: float, cost: Callable[[Any], Any] | None,
                  address: str | None, secret: str,
-                 redis: tuple[str, Any, str | None, str, str] | None = None):
+                 pot: SharedPot | None = None):
         self.budget_id = budget_id
         self.name = name
         self.limit = limit
         self.cost = cost
         self.address = address
         self._secret = secret
-        self._redis = redis   # (url without credentials, password Secret or None, username, key, where)
+        self.pot = pot   # a pot shared by several jobs (Redis), else the driver's ledger at ``address``
 
     def __repr__(self) -> str:
-        where = self._redis[3] if self._redis else self.address
+        where = self.pot.shown if self.pot is not None else self.address
         return f"<aiospark budget {self.name!r} limit={self.limit:g} at {where}>"
 
     def gate(self, task: str, batched: bool = False, count: Callable[[Any], int] | None = None) -> LeaseGate:
         """A new gate for one task attempt (its own lease); ``count``: see :class:`LeaseGate`."""
         attempt = f"{task}/{uuid.uuid4().hex[:8]}"  # one name per gate: what it holds is kept under it
-        if self._redis is not None:
-            url, password, username, key, where = self._redis
-            source: Any = RedisLeases(url, password, username, key=key, limit=self.limit, where=where,
-                                      task=attempt)
+        source: LeaseSource
+        if self.pot is not None:
+            source = self.pot.source(self.limit, attempt)
         else:
             source = HttpLeases(self.address or "", self.budget_id, self._secret, attempt)
         return LeaseGate(source, self.cost, batched, count)

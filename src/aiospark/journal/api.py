@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .directory import DirectoryStore
 from .location import redacted
 from .manifest import Manifest
-from .redis_store import DEFAULT_PREFIX, RedisStore
+from .schemes import scheme_of, store_class, supported
+from .store import JournalStore
 from .task import TaskView
-
-#: URI schemes of directory locations (what pyarrow's filesystems open)
-DIRECTORY_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
-REDIS_SCHEMES = ("redis", "rediss")
 
 
 class Journal:
@@ -52,16 +47,14 @@ class Journal:
             location = os.fspath(location)
         if not isinstance(location, str) or not location.strip():
             raise TypeError(f"Journal(location) takes a directory path or URI, or a redis:// URL; got {location!r}")
-        scheme = urllib.parse.urlsplit(location).scheme.lower() if "://" in location else ""
         self.version = _check_version(version)
-        if scheme in REDIS_SCHEMES:
-            self.store: Any = RedisStore(_versioned(location, self.version, redis=True))
-        elif scheme == "" or scheme in DIRECTORY_SCHEMES:
-            self.store = DirectoryStore(_versioned(location, self.version, redis=False))
-        else:
-            raise ValueError(f"Journal({redacted(location)!r}): {scheme}:// is not a journal location; pass a "
-                             f"directory (a path, or {', '.join(s + '://' for s in DIRECTORY_SCHEMES)}) or a "
-                             "redis:// / rediss:// URL")
+        cls = store_class(location)
+        if cls is None:
+            raise ValueError(f"Journal({redacted(location)!r}): {scheme_of(location)}:// is not a journal location; "
+                             f"pass {supported()}")
+        # a version's outcomes live next to the others' (a folder, a Redis key prefix); no
+        # version: the location itself, as before versions existed
+        self.store: JournalStore = cls(location if self.version is None else cls.versioned(location, self.version))
         self.key = _check_key(key)
         if not isinstance(keep_errors, bool):
             raise TypeError(f"Journal(keep_errors=) takes True or False, got {keep_errors!r}")
@@ -71,7 +64,7 @@ class Journal:
     def location(self) -> str:
         """The location as it may be shown: credentials masked, a relative path made absolute
         (here, on the driver, once). What opens the store stays in the store, never printed."""
-        return str(self.store.loc.shown)
+        return self.store.shown
 
     def key_columns(self, columns: Sequence[str], what: str) -> list[str]:
         """The key columns among a DataFrame's ``columns`` (all of them when ``key`` is None)."""
@@ -99,14 +92,15 @@ class Journal:
 class BoundJournal:
     """A journal checked for one job (picklable, sent to every task)."""
 
-    def __init__(self, store: Any, manifest: Manifest, keep_errors: bool, shown: str):
+    def __init__(self, store: JournalStore, manifest: Manifest, keep_errors: bool, shown: str):
         self.store = store
         self.manifest = manifest
         self.keep_errors = keep_errors
         self.shown = shown
 
-    def open_task(self, partition: int, batch: str | None, attempt: str, encode: Any = None,
-                  rebuild: Any = None) -> TaskView:
+    def open_task(self, partition: int, batch: str | None, attempt: str,
+                  encode: Callable[[Any], Any] | None = None,
+                  rebuild: Callable[[Any, Any], Any] | None = None) -> TaskView:
         """This task's view, its recorded outcomes loaded (on the task's thread, before any row)."""
         view = TaskView(self.store.task(self.manifest, partition, batch, attempt), self.keep_errors,
                         encode=encode, rebuild=rebuild)
@@ -127,25 +121,6 @@ def _check_version(version: Any) -> str | None:
         raise ValueError(f"Journal(version=...) takes 1 to 64 letters, digits, '.', '_' or '-' (it names a "
                          f"folder or a Redis key prefix), got {version!r}")
     return text
-
-
-def _versioned(location: str, version: str | None, redis: bool) -> str:
-    """Where a version's outcomes live: ``<location>/v=<version>``, or the Redis prefix
-    ``<prefix>:v=<version>`` (no version: the location itself, as before versions existed)."""
-    if version is None:
-        return location
-    if redis:
-        parts = urllib.parse.urlsplit(location)
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        prefix = next((v for k, v in query if k == "prefix"), DEFAULT_PREFIX) or DEFAULT_PREFIX
-        query = [(k, v) for k, v in query if k != "prefix"] + [("prefix", f"{prefix}:v={version}")]
-        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, urllib.parse.urlencode(query),
-                                        parts.fragment))
-    if "://" in location:
-        parts = urllib.parse.urlsplit(location)
-        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + f"/v={version}",
-                                        parts.query, parts.fragment))
-    return os.path.join(location, f"v={version}")
 
 
 def _check_key(key: Any) -> list[str] | None:

@@ -41,6 +41,8 @@ Example::
 """
 from __future__ import annotations
 
+import os
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -49,13 +51,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .lease import Lease, LeaseLost, lease_seconds, sweep
-from .location import Location, resolve
-from .manifest import JournalMismatch, Manifest, refuse
+from .location import resolve
+from .manifest import MANIFEST, JournalMismatch, Manifest, refuse
 from .segment import BATCHED, SCHEMA, Outcomes, crc, read_outcomes, read_segment, write_batch
+from .store import Entry, JournalStore, JournalSummary, StoreTask
 
 __all__ = ["MANIFEST", "SCHEMA", "DirectoryStore", "DirectoryTask", "crc", "open_location", "read_segment"]
-
-MANIFEST = "manifest.json"
 
 T = TypeVar("T")
 
@@ -68,12 +69,14 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     return fs, path.rstrip("/") or "/"
 
 
-class DirectoryStore:
+class DirectoryStore(JournalStore):
     """Outcomes as segment files under ``location`` (see the module docstring). Picklable: the
     filesystem is opened again in each task. A relative path is made absolute here, once."""
 
+    kind = "directory"
+
     def __init__(self, location: str):
-        self.loc = Location(location)
+        super().__init__(location)
         #: the writers' lease, read here (on the driver) so every task uses the same
         self.lease_seconds = lease_seconds()
         self._fs: tuple[pafs.FileSystem, str] | None = None
@@ -82,11 +85,6 @@ class DirectoryStore:
     def location(self) -> str:
         """What opens the store (credentials included: never print it; :attr:`shown` is that)."""
         return self.loc.text
-
-    @property
-    def shown(self) -> str:
-        """The location as errors and logs show it (credentials masked)."""
-        return self.loc.shown
 
     def __getstate__(self) -> dict[str, Any]:
         return {"loc": self.loc, "lease_seconds": self.lease_seconds, "_fs": None}
@@ -161,11 +159,30 @@ class DirectoryStore:
                 raise error from None
             raise error from exc
 
+    @staticmethod
+    def versioned(location: str, version: str) -> str:
+        """``<location>/v=<version>``."""
+        if "://" in location:
+            parts = urllib.parse.urlsplit(location)
+            return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + f"/v={version}",
+                                            parts.query, parts.fragment))
+        return os.path.join(location, f"v={version}")
+
     def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> DirectoryTask:
         return DirectoryTask(self, manifest, partition, batch, attempt)
 
+    def summarize(self, samples: int) -> JournalSummary:
+        from .directory_admin import directory_summary
 
-class DirectoryTask:
+        return directory_summary(self, samples)
+
+    def drop_errors(self, quiet: float) -> int:
+        from .directory_admin import directory_drop
+
+        return directory_drop(self, quiet)
+
+
+class DirectoryTask(StoreTask):
     """One task attempt's part of a :class:`DirectoryStore`: reads its partition, appends its segment
     (on an object store: one part per flush, compacted at close)."""
 
@@ -216,12 +233,12 @@ class DirectoryTask:
                 known[identity] = outcome
         return known
 
-    def write(self, entries: list[tuple[str, Any, str | None]]) -> None:
+    def write(self, entries: list[Entry]) -> None:
         """Append ``entries`` (identity, results or None, error text or None): one batch, durable
         when this returns (a flushed append; on an object store, an object of its own)."""
         self.store.guarded("cannot write an outcome", lambda: self._write(entries))
 
-    def _write(self, entries: list[tuple[str, Any, str | None]]) -> None:
+    def _write(self, entries: list[Entry]) -> None:
         if self._writer is None and not self.parts:
             self.store.write_manifest(self.manifest)
             self.fs.create_dir(self.dir, recursive=True)

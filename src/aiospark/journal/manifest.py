@@ -23,6 +23,9 @@ from typing import Any
 
 from .fingerprint import fingerprint
 
+#: the file a directory journal keeps its manifest in, next to its outcomes
+MANIFEST = "manifest.json"
+
 #: 3: globals walked whole, the user's own helpers by code, lambdas by bytecode, narrow secret names
 FORMAT = 3
 

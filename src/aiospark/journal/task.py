@@ -1,7 +1,8 @@
 """One task's journal: what the operator asks before a call and tells after one.
 
 Reads come from memory: the task's recorded outcomes are loaded before its rows are fed (a
-directory store reads its partition's segments up front; Redis is asked per input chunk, one
+directory store reads its partition's segments up front; a store that
+:attr:`~aiospark.journal.store.StoreTask.fetches_by_row` -- Redis -- is asked per input chunk, one
 pipelined MGET, see :meth:`TaskView.prefetch`). Writes never block the event loop: ``record``
 appends the results to a deque; a writer thread hands what gathered to the store every
 :data:`FLUSH_SECONDS` (one Arrow batch pickled at once, or one Redis pipeline) and once more when
@@ -32,9 +33,7 @@ from typing import Any
 
 from ..core.durable import Recorded
 from ..core.errors import error_line
-
-#: an outcome waiting to be written: (identity, results or None, error text or None)
-Entry = tuple[str, Any, str | None]
+from .store import Entry, StoreTask
 
 #: outcomes are handed to the store at least this often (the durability window)
 FLUSH_SECONDS = 1.0
@@ -49,7 +48,7 @@ class TaskView:
     current input, never from the input of the row that was called (:meth:`adopt`).
     """
 
-    def __init__(self, store_task: Any, keep_errors: bool, encode: Callable[[Any], Any] | None = None,
+    def __init__(self, store_task: StoreTask, keep_errors: bool, encode: Callable[[Any], Any] | None = None,
                  rebuild: Callable[[Any, Any], Any] | None = None, flush_seconds: float = FLUSH_SECONDS):
         self.store_task = store_task
         self.keep_errors = keep_errors
@@ -76,14 +75,19 @@ class TaskView:
         self.known.update(self.store_task.load())
         return self
 
+    @property
+    def fetches_by_row(self) -> bool:
+        """Whether the store is asked for each input chunk's identities (:meth:`prefetch`: Redis),
+        rather than having loaded all this task can find up front (a directory)."""
+        return self.store_task.fetches_by_row
+
     def prefetch(self, identities: Iterable[str]) -> None:
         """Ask the store for these identities at once (Redis: one pipelined MGET); a no-op for a
         store that loaded everything up front."""
-        fetch = getattr(self.store_task, "fetch", None)
-        if fetch is not None:
+        if self.store_task.fetches_by_row:
             wanted = [i for i in dict.fromkeys(identities) if i not in self.known]
             if wanted:
-                self.known.update(fetch(wanted))
+                self.known.update(self.store_task.fetch(wanted))
 
     # ------------------------------------------------------------------ the operator's side (loop thread)
     def recorded(self, identity: str) -> Recorded | None:
@@ -115,7 +119,8 @@ class TaskView:
         their order, and how many of them that is (it stops at the first one that must be called,
         or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
         entry per row. Only for a view without ``rebuild`` (outputs that need their input again)."""
-        known, out, n = self.known, [], 0
+        known, n = self.known, 0
+        out: list[Any] = []
         for identity in identities:
             if identity is None:  # no identity (a NULL key): it must be called
                 break
@@ -159,7 +164,7 @@ class TaskView:
             return out
 
     def _write_loop(self) -> None:
-        renew = getattr(self.store_task, "renew", None)  # a directory segment's lease (journal/lease.py)
+        renew = self.store_task.renew  # a directory segment's lease (journal/lease.py); else a no-op
         while True:
             stopping = self._stop.wait(self.flush_seconds)
             entries = self._drain()
@@ -167,7 +172,7 @@ class TaskView:
                 if entries:
                     self.store_task.write(entries)
                     self.written += len(entries)
-                if renew is not None and not stopping:
+                if not stopping:
                     renew()  # also while no call completes: a quiet writer is still alive
             except BaseException as exc:  # the next record() or close() raises it
                 self._failure = exc

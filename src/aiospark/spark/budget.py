@@ -1,12 +1,14 @@
 """``aiospark.Budget``: a hard cap on the units of calls a job starts, on every executor.
 
 Without Redis, the pot is a :class:`~aiospark.budget.ledger.Ledger` in the driver process, served
-by the metrics collector's HTTP server (``POST /budget``, where Spark's driver listens, see
-:mod:`aiospark.spark.metrics`). Each task leases units from it and spends them before each attempt;
+by the driver's HTTP endpoint (``POST /budget``, where Spark's driver listens, see
+:mod:`aiospark.spark.endpoint`). Each task leases units from it and spends them before each attempt;
 requests must be signed with the Budget's own secret (shipped inside the pickled task; an HMAC with
 a timestamp and a nonce, :mod:`aiospark.budget.signing`) or are refused (403), and carry a request
 id the ledger answers once (a retried request never leases or gives back twice).
-With ``redis=``, the pot is a counter in Redis that several jobs share by ``name``.
+With ``redis=``, the pot is a counter in Redis that several jobs share by ``name``
+(:class:`~aiospark.connectors.redis.budget_leases.RedisPot`, a
+:class:`~aiospark.budget.source.SharedPot`).
 
 Example::
 
@@ -21,12 +23,15 @@ import secrets
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..budget.ledger import Ledger, check_cost, check_limit
-from ..budget.redis_leases import budget_key
+from ..budget.gate import LeaseGate
+from ..budget.ledger import Ledger, check_cost, check_limit, check_units
 from ..budget.ticket import BudgetTicket
-from .metrics import collector, driver_host, register_endpoint
+from .endpoint import collector, driver_host, register_endpoint
+
+if TYPE_CHECKING:
+    from ..connectors.redis.budget_leases import RedisPot
 
 __all__ = ["Budget"]
 
@@ -64,18 +69,15 @@ class Budget:
         self.id = uuid.uuid4().hex
         self.name = name or f"budget-{self.id[:8]}"
         self._secret = secrets.token_hex(16)  # lease requests must carry it (see the module doc)
-        self._redis: tuple[str, Any, str | None, str, str] | None = None
+        self._redis: RedisPot | None = None
         self._ledger: Ledger | None = None
         if redis is not None:
-            from ..connectors.redis.url import parse_url
-            from ..connectors.secrets import resolve_secret
+            from ..connectors.redis.budget_leases import RedisPot  # the redis client only with redis=
 
             if name is None:
                 raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "
                                  "(its Redis key is aiospark:budget:<name>)")
-            url, where, user, password = parse_url(redis)
-            password = password or resolve_secret(None, "REDIS_PASSWORD")
-            self._redis = (url, password, user.reveal() if user else None, budget_key(name), where)
+            self._redis = RedisPot.of(redis, name)
         else:
             self._ledger = Ledger(self.limit)
         with _lock:
@@ -88,14 +90,14 @@ class Budget:
         that started; a task that died keeps its lease). With Redis: by every job of the name."""
         if self._ledger is not None:
             return self._ledger.spent
-        return self._redis_spent()
+        return self._pot().spent(self.name)
 
     @property
     def left(self) -> float:
         """Units that can still start: ``limit - spent`` (never below 0)."""
         if self._ledger is not None:
             return self._ledger.left
-        return max(0.0, self.limit - self._redis_spent())
+        return max(0.0, self.limit - self._pot().spent(self.name))
 
     @property
     def started(self) -> float | None:
@@ -107,26 +109,13 @@ class Budget:
         """Attempts refused because the budget was spent, as ended tasks reported them (None with Redis)."""
         return self._ledger.refused if self._ledger is not None else None
 
-    def _redis_spent(self) -> float:
-        import redis as redis_py
-
-        url, password, username, key, where = self._redis  # type: ignore[misc]
-        client = redis_py.Redis.from_url(url, password=password.reveal() if password else None, username=username,
-                                         socket_timeout=5.0, socket_connect_timeout=5.0)
-        try:
-            value = client.get(key)
-        except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            if password:
-                text = text.replace(password.reveal(), "***")
-            raise ConnectionError(f"could not read the budget {self.name!r} at {where}: {text}") from None
-        finally:
-            client.close()
-        return float(value) if value is not None else 0.0
+    def _pot(self) -> RedisPot:
+        assert self._redis is not None  # a Budget has a ledger or a pot
+        return self._redis
 
     def __repr__(self) -> str:
         if self._redis is not None:  # no round trip to Redis in a repr: read .spent for that
-            return f"<aiospark.Budget {self.name!r} limit={self.limit:g}, redis={self._redis[0]!r}>"
+            return f"<aiospark.Budget {self.name!r} limit={self.limit:g}, redis={self._redis.url!r}>"
         return f"<aiospark.Budget {self.name!r} limit={self.limit:g} spent={self.spent:g} left={self.left:g}>"
 
     __str__ = __repr__
@@ -164,17 +153,23 @@ def _lease_endpoint(request: dict[str, Any]) -> tuple[int, dict[str, Any] | None
         return 400, None
     try:
         if op == "lease":
-            granted, left = ledger.lease(task, request.get("need"), request.get("want"),  # type: ignore[arg-type]
-                                         request.get("used", 0.0), request=rid)
+            granted, left = ledger.lease(task, _units(request, "need"), _units(request, "want"),
+                                         _units(request, "used", 0.0), request=rid)
             return 200, {"granted": granted, "left": left}
         if op == "release":
             refused = request.get("refused", 0)
-            back = ledger.release(task, request.get("units"), request.get("used", 0.0),  # type: ignore[arg-type]
+            back = ledger.release(task, _units(request, "units"), _units(request, "used", 0.0),
                                   refused if isinstance(refused, int) else 0, request=rid)
             return 200, {"returned": back, "left": ledger.left}
     except ValueError:
         return 400, None
     return 400, None
+
+
+def _units(request: dict[str, Any], name: str, default: float | None = None) -> float:
+    """A number of units of a request (the ledger checks it is finite and >= 0; anything else:
+    ValueError, a 400)."""
+    return check_units(request.get(name, default), name)
 
 
 def check_budget(budget: Any) -> Budget | None:
@@ -185,7 +180,7 @@ def check_budget(budget: Any) -> Budget | None:
     return budget
 
 
-def task_gate(ticket: Any, batched: bool, count: Any = None) -> Any:
+def task_gate(ticket: BudgetTicket | None, batched: bool, count: Callable[[Any], int] | None = None) -> LeaseGate | None:
     """This task's budget gate (None without a budget); close it with :func:`close_gate`.
     ``count(value)``: the rows of a call whose value is a columnar batch."""
     if ticket is None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ..journal.api import Journal
+
 __all__ = ["JournalLocationWarning", "check_location"]
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
@@ -30,10 +32,12 @@ class JournalLocationWarning(UserWarning):
     """A journal at a local path, for tasks that may run on other hosts."""
 
 
-def check_location(journal: Any, session: Any, what: str) -> None:
+def check_location(journal: Journal | None, session: Any, what: str) -> None:
     """Warn when ``journal`` is a local path and ``session``'s tasks may run on another host."""
-    loc = getattr(getattr(journal, "store", None), "loc", None)
-    if loc is None or not loc.is_local:
+    if journal is None:
+        return
+    loc = journal.store.loc
+    if not loc.is_local:
         return
     where = _elsewhere(session) if session is not None else None
     if where is None:

@@ -1,14 +1,14 @@
 """Can the executors reach this process? Checked when an entry point is defined.
 
 Budgets (without Redis), metrics and progress live in the process that defines the operator: its
-tasks talk to the driver's collector over HTTP (:mod:`aiospark.spark.metrics`). A classic session
+tasks talk to the driver's collector over HTTP (:mod:`aiospark.spark.endpoint`). A classic session
 advertises where Spark's own driver listens, which every executor reaches. A Spark Connect client
 is not the driver: its executors belong to the server, and the collector listens on this
 machine's 127.0.0.1, which executors reach only when the Connect server runs on this machine.
 
 So, for a Connect session whose server (the ``sc://`` host) is not this machine and no
 ``AIOSPARK_METRICS_HOST`` (an address of this machine the cluster reaches, see
-:mod:`aiospark.spark.metrics`):
+:mod:`aiospark.spark.endpoint`):
 
 * ``budget=aiospark.Budget(...)`` without ``redis=`` is refused (ValueError naming both fixes):
   every row would fail with ``BudgetUnavailable``;
@@ -27,7 +27,7 @@ import threading
 import warnings
 from typing import Any
 
-from .metrics import configured_host
+from .endpoint import configured_host
 
 __all__ = ["UnreachableDriverWarning", "check_reach", "remote_connect_host"]
 

@@ -1,5 +1,6 @@
-"""Redis: :class:`RedisLookup` (hashes, strings, JSON strings on ``redis.asyncio``) and
-:class:`RedisRateLimit` (one rate limit for a whole cluster, kept in Redis).
+"""Redis: :class:`RedisLookup` (hashes, strings, JSON strings on ``redis.asyncio``),
+:class:`RedisRateLimit` (one rate limit for a whole cluster, kept in Redis), and the Redis
+implementations of the journal's store and the budget's lease source.
 
 The package, one module per concern:
 
@@ -8,6 +9,12 @@ The package, one module per concern:
 * ``ratelimit.py`` -- :class:`RedisRateLimit` (spec, connection, pauses), with
   ``ratelimit_script.py`` (the GCRA Lua script and its connection) and ``ratelimit_local.py``
   (how one process's callers get start times from reservations).
+* ``journal_store.py`` -- the journal's Redis store (``aiospark.Journal("redis://...")``), an
+  :class:`aiospark.journal.store.JournalStore`;
+* ``budget_leases.py`` -- a ``Budget(redis=...)``'s pot and its tasks' leases, an
+  :class:`aiospark.budget.source.SharedPot` and :class:`aiospark.budget.source.LeaseSource`.
+
+Every use of the ``redis`` client library in aiospark is in this package.
 
 The ``redis`` client library is imported only when a source or limiter opens.
 

@@ -86,6 +86,14 @@ class LocalCallers:
     async def open(self) -> None:  # pragma: no cover - defined by the limiter
         raise NotImplementedError
 
+    @property
+    def _open_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the limiter is open on (a round trip that outlives ``close()`` fails its callers)."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError(f"{self._source} was closed while callers waited")
+        return loop
+
     async def _reserve(self, costs: Sequence[float], lead: float = 0.0) -> Reservation:  # pragma: no cover
         raise NotImplementedError
 
@@ -146,7 +154,7 @@ class LocalCallers:
         """One round trip, shared by the callers that need it, to learn of a pause set elsewhere."""
         check = self._pause_check
         if check is None or check.done():
-            check = self._pause_check = self._loop.create_task(self._reserve(()))  # type: ignore[union-attr]
+            check = self._pause_check = self._open_loop.create_task(self._reserve(()))
             check.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, even if nobody waits
         await asyncio.shield(check)
 
@@ -199,7 +207,7 @@ class LocalCallers:
             while len(callers) > len(tokens):
                 reservation = await self._reserve([1.0] * self._batch_size(len(callers) - len(tokens)),
                                                   self._lead())
-                known = self._loop.time()  # type: ignore[union-attr]
+                known = self._open_loop.time()
                 tokens.extend((start, deadline, known)
                               for start, deadline in zip(reservation.starts, reservation.deadlines))
                 self._dispatch()
@@ -225,7 +233,7 @@ class LocalCallers:
         """Tokens to reserve now: the callers still without one, or -- when this process is busy --
         what it is likely to need in the time ``lease`` tokens last at the global rate (at most
         ``lease``). Unused ones go to later callers of this process, or are dropped once stale."""
-        elapsed = self._loop.time() - self._demand_at  # type: ignore[union-attr]
+        elapsed = self._open_loop.time() - self._demand_at
         per_second = self._demand * math.exp(-max(0.0, elapsed) / DEMAND_TAU) / DEMAND_TAU
         expected = math.ceil(per_second * self.lease * self._interval)
         return max(1, min(self.lease, max(missing, expected)))
@@ -267,7 +275,7 @@ class LocalCallers:
 
     async def _fetch_weighted(self) -> None:
         """Reserve the waiting cost-weighted callers, in order, a batch per round trip."""
-        weighted, loop = self._weighted, self._loop
+        weighted = self._weighted
         batch: list[tuple[asyncio.Future, float]] = []
         try:
             while weighted:
@@ -279,7 +287,7 @@ class LocalCallers:
                 if not batch:
                     continue
                 reservation = await self._reserve([c for _, c in batch])
-                known = loop.time()  # type: ignore[union-attr]
+                known = self._open_loop.time()
                 for (caller, _), start in zip(batch, reservation.starts):
                     if not caller.done():
                         caller.set_result((start, known))

@@ -1,5 +1,9 @@
 """Leases from a counter in Redis, for a budget shared by several jobs (``Budget(redis=...)``).
 
+:class:`RedisPot` is the budget's :class:`~aiospark.budget.source.SharedPot` (what the Budget
+ships to its tasks; the driver reads ``spent`` from it) and :class:`RedisLeases` a task attempt's
+:class:`~aiospark.budget.source.LeaseSource`.
+
 The key ``aiospark:budget:<name>`` holds the units spent (leased and not given back) by every job
 that uses the name. One atomic Lua script grants a lease when the job's ``limit`` minus that count
 covers it, so jobs sharing the name never start more than the limit between them (each job caps
@@ -16,6 +20,8 @@ task used, so even a replay older than the stored answers cannot hand back spent
 
 Example::
 
+    pot = RedisPot.of("redis://127.0.0.1:6379/0", name="nightly")
+    pot.spent("nightly")                                       # 0.0
     source = RedisLeases("redis://127.0.0.1:6379/0", None, None, key="aiospark:budget:nightly", limit=10_000,
                          task="3.1.0/ab12")
     granted, left = await source.lease(need=1, want=64, used=0)
@@ -26,7 +32,11 @@ import asyncio
 import uuid
 from typing import Any
 
-__all__ = ["LEASE_SCRIPT", "RELEASE_SCRIPT", "REQUEST_TTL", "RedisLeases", "budget_key"]
+from ...budget.source import LeaseSource, SharedPot
+from ..secrets import Secret, resolve_secret
+from .url import parse_url
+
+__all__ = ["LEASE_SCRIPT", "RELEASE_SCRIPT", "REQUEST_TTL", "RedisLeases", "RedisPot", "budget_key"]
 
 #: KEYS = the spent counter, the held hash, this request's answer. ARGV = limit, need, want, share
 #: divisor, task, request TTL. Returns {granted, left} as strings (a Lua number in a reply is
@@ -104,16 +114,62 @@ RETRY_PAUSE = 0.5
 
 
 def budget_key(name: str) -> str:
+    """The Redis key of the budget named ``name``."""
     return f"aiospark:budget:{name}"
 
 
-class RedisLeases:
-    """A :class:`~aiospark.budget.gate.LeaseSource` over a Redis counter (one connection per task)."""
+class RedisPot(SharedPot):
+    """A budget's pot in Redis under :func:`budget_key` (see the module docstring). Holds the URL
+    without credentials and the password as a :class:`~aiospark.connectors.secrets.Secret`."""
 
-    def __init__(self, url: str, password: Any | None, username: str | None, *, key: str, limit: float,
+    def __init__(self, url: str, password: Secret | None, username: str | None, key: str, where: str):
+        self.url = url                   # without credentials
+        self._password = password
+        self._username = username
+        self.key = key
+        self.where = where
+        self.shown = key
+
+    @classmethod
+    def of(cls, redis: str, name: str) -> RedisPot:
+        """The pot of the budget ``name`` at ``redis`` (``redis://[:password@]host:port/db``; the
+        password also from ``$REDIS_PASSWORD``)."""
+        url, where, user, password = parse_url(redis)
+        password = password or resolve_secret(None, "REDIS_PASSWORD")
+        return cls(url, password, user.reveal() if user else None, budget_key(name), where)
+
+    def __repr__(self) -> str:
+        return f"RedisPot({self.url!r}, key={self.key!r}, password={'***' if self._password else None})"
+
+    def spent(self, budget: str) -> float:
+        import redis as redis_py
+
+        password = self._password
+        client = redis_py.Redis.from_url(self.url, password=password.reveal() if password else None,
+                                         username=self._username, socket_timeout=5.0, socket_connect_timeout=5.0)
+        try:
+            value = client.get(self.key)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if password:
+                text = text.replace(password.reveal(), "***")
+            raise ConnectionError(f"could not read the budget {budget!r} at {self.where}: {text}") from None
+        finally:
+            client.close()
+        return float(value) if value is not None else 0.0
+
+    def source(self, limit: float, task: str) -> RedisLeases:
+        return RedisLeases(self.url, self._password, self._username, key=self.key, limit=limit, where=self.where,
+                           task=task)
+
+
+class RedisLeases(LeaseSource):
+    """A :class:`~aiospark.budget.source.LeaseSource` over a Redis counter (one connection per task)."""
+
+    def __init__(self, url: str, password: Secret | None, username: str | None, *, key: str, limit: float,
                  where: str = "", task: str | None = None):
         self._url = url                  # without credentials
-        self._password = password        # a connectors.secrets.Secret, or None
+        self._password = password
         self._username = username
         self.key = key
         self.limit = limit

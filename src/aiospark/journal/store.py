@@ -1,0 +1,149 @@
+"""The journal store interface: what every place that keeps outcomes implements.
+
+A store is two objects. :class:`JournalStore` is the whole location (picklable, made on the
+driver, shipped to every task): it checks a job's manifest, opens one task's part, and answers
+``aiospark journal`` (:meth:`JournalStore.summarize`, :meth:`JournalStore.drop_errors`).
+:class:`StoreTask` is one task attempt's part: it loads what it holds up front, or is asked row
+by row (:attr:`StoreTask.fetches_by_row`: Redis answers an input chunk in one pipelined MGET, a
+directory reads its partition at :meth:`StoreTask.load` and is never asked again), and appends
+what the task's calls answered.
+
+Both are abstract base classes, not protocols: an implementation says what it implements
+(``class RedisStore(JournalStore)``), so a store that forgets a method fails where it is made,
+not at a task's first write, and the choice between loading up front and fetching per row is a
+declared class attribute the task view reads, never a probe for a method.
+
+The implementations: :class:`~aiospark.journal.directory.DirectoryStore` (Arrow IPC segments on
+any filesystem pyarrow opens) and :class:`~aiospark.connectors.redis.journal_store.RedisStore`;
+:mod:`~aiospark.journal.schemes` picks one by the location's scheme.
+
+Example::
+
+    store = DirectoryStore("/tmp/j")
+    store.check(manifest)                    # on the driver
+    task = store.task(manifest, partition=0, batch=None, attempt="0")
+    known = task.load()                      # {identity: (results, error)}
+    if task.fetches_by_row:
+        known.update(task.fetch(["[1]", "[2]"]))
+    task.write([("[3]", [{"id": 3}], None)]); task.close()
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .location import Location
+from .manifest import Manifest
+
+__all__ = ["Entry", "JournalNotFound", "JournalStore", "JournalSummary", "Outcomes", "StoreTask"]
+
+#: identity -> (results -- as the call returned them, or pickled bytes a store hands back to be
+#: unpickled on first use -- or None for a kept error; error text or None)
+Outcomes = dict[str, tuple[Any, str | None]]
+
+#: an outcome to write: (identity, results or None, error text or None)
+Entry = tuple[str, Any, str | None]
+
+
+class JournalNotFound(ValueError):
+    """There is no journal at the location (nothing there, a file, or no manifest)."""
+
+
+@dataclass
+class JournalSummary:
+    """What :meth:`JournalStore.summarize` found. ``segments`` is None for a store without
+    segments (Redis); ``bytes`` counts the files (directory) or the keys' names and values
+    (Redis); ``skipped``: rows with a bad checksum."""
+
+    location: str
+    store: str
+    manifest: Manifest
+    bytes: int = 0
+    segments: int | None = None
+    results: int = 0
+    errors: int = 0
+    skipped: int = 0
+    error_samples: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        """Outcomes recorded (results and kept errors)."""
+        return self.results + self.errors
+
+
+class StoreTask(abc.ABC):
+    """One task attempt's part of a :class:`JournalStore` (used on the task's threads only)."""
+
+    #: True: the task asks :meth:`fetch` for each input chunk's identities before feeding it (the
+    #: store is too big to load, or shared by every partition); False: :meth:`load` returned all
+    #: this task can find, and :meth:`fetch` is never called
+    fetches_by_row: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def load(self) -> Outcomes:
+        """Check the store's manifest against the task's, and return what is known up front."""
+
+    def fetch(self, identities: Sequence[str]) -> Outcomes:
+        """The recorded outcomes of ``identities`` (those the store holds); only called when
+        :attr:`fetches_by_row`. A store that loads up front has nothing more to say."""
+        return {}
+
+    @abc.abstractmethod
+    def write(self, entries: list[Entry]) -> None:
+        """Store ``entries``: durable when this returns (a TypeError for unpicklable results
+        before anything is written)."""
+
+    def renew(self) -> None:
+        """Keep this writer's claim alive (the task's writer thread calls it about every second,
+        also while nothing completes). A store whose writers hold no lease does nothing."""
+        return None  # deliberately empty: not abstract, most stores have no lease
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the task holds (files, connections); called once, also after a failure."""
+
+
+class JournalStore(abc.ABC):
+    """A journal's location (see the module docstring). Picklable: clients and files are opened
+    again in each task."""
+
+    #: the location, credentials kept apart from :attr:`Location.shown`
+    loc: Location
+    #: ``JournalSummary.store`` of this kind of store ("directory", "redis")
+    kind: ClassVar[str]
+
+    def __init__(self, location: str) -> None:
+        """Open nothing yet (this runs on the driver, and the store is pickled to the tasks)."""
+        self.loc = Location(location)
+
+    @property
+    def shown(self) -> str:
+        """The location as errors, logs and reprs show it (credentials masked)."""
+        return self.loc.shown
+
+    @staticmethod
+    @abc.abstractmethod
+    def versioned(location: str, version: str) -> str:
+        """Where outcomes of ``version`` live, next to the other versions' at ``location``."""
+
+    @abc.abstractmethod
+    def check(self, manifest: Manifest) -> None:
+        """On the driver, before any task: the store can be written, and holds no other
+        question's outcomes (:class:`~aiospark.journal.manifest.JournalMismatch`)."""
+
+    @abc.abstractmethod
+    def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> StoreTask:
+        """One task attempt's part (``batch``: the micro-batch id of Structured Streaming)."""
+
+    @abc.abstractmethod
+    def summarize(self, samples: int) -> JournalSummary:
+        """What the store holds, with the first ``samples`` error texts (:class:`JournalNotFound`
+        when it holds no journal)."""
+
+    @abc.abstractmethod
+    def drop_errors(self, quiet: float) -> int:
+        """Remove the kept errors, never a result (a running writer's outcomes refuse it, or stay
+        safe); returns how many were removed. ``quiet``: a directory also refuses segments
+        changed that recently."""
