@@ -90,7 +90,7 @@ class Durable:
     def feed(self, chunks: Iterator[list[Any]], view: TaskView | None) -> Iterator[list[Any]]:
         """``chunks`` as they are, each one's outcomes asked for first when the store is asked
         row by row (Redis: one pipelined MGET per chunk)."""
-        if view is None or not hasattr(view.store_task, "fetch"):
+        if view is None or not view.fetches_by_row:
             return chunks
         of = self.of
 
