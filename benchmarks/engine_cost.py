@@ -149,7 +149,7 @@ def measure(loop: str, quick: bool, log=lambda msg: None, batched_rows: int | No
     ``batched_rows`` overrides the rows of the batched job and of its ``mapInArrow`` reference; each
     ratio is the median of ``pairs`` (see :func:`interleaved`)."""
     import aiospark
-    from aiospark.connectors.http.transports import resolve_transport
+    from aiospark.connectors.http.choose import resolve_transport
 
     n = sizes(quick)
     if batched_rows is not None:

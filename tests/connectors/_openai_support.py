@@ -9,7 +9,8 @@ from aiospark.core import AsyncWaitOperator
 from tests.support.operator import drive
 
 KEY = "sk-test-S3cretKey-0123456789"
-CLIENTS = ["aiohttp", "openai"]
+#: every client= the functions take: the HTTP seam's two transports and the official SDK
+CLIENTS = ["pyreqwest", "aiohttp", "openai"]
 
 
 def run(coro: Any, limit: float = 60) -> Any:
@@ -79,7 +80,7 @@ class ScriptedServer:
     """An OpenAI-compatible server on 127.0.0.1 (aiohttp.web in a thread) answering every POST with
     ``reply(path, body, seen_before) -> (status, headers, body)``, which the test sets; by default a
     plain chat answer (``chat_reply()``) or, for a path ending in ``/embeddings``, the vectors of
-    the inputs. ``seen``: every request (``path``, ``query``, ``body``, ``time``);
+    the inputs. ``seen``: every request (``path``, ``query``, ``body``, ``time``, ``headers``);
     ``max_in_flight``: the most requests it held at once (unanswered yet).
 
     Example::
@@ -112,7 +113,8 @@ class ScriptedServer:
 
         body = await request.json()
         n = self.count(request.path)
-        self.seen.append({"path": request.path, "query": dict(request.query), "body": body, "time": time.monotonic()})
+        self.seen.append({"path": request.path, "query": dict(request.query), "body": body, "time": time.monotonic(),
+                          "headers": dict(request.headers)})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

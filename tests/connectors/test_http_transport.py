@@ -15,7 +15,7 @@ import pytest
 
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpLookup, HttpStatusError
 from aiospark.connectors.http import HttpClient, http_client
-from aiospark.connectors.http.transports import resolve_transport
+from aiospark.connectors.http.choose import resolve_transport
 
 from . import test_http_lookup as lookup_suite
 
@@ -326,7 +326,7 @@ import asyncio, logging, sys
 sys.modules["pyreqwest"] = None
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from aiospark.connectors import HttpLookup
-from aiospark.connectors.http.transports import resolve_transport
+from aiospark.connectors.http.choose import resolve_transport
 async def main():
     src = HttpLookup({http_server.base!r} + "/item/{{id}}", "name STRING")
     await src.open()
@@ -345,3 +345,63 @@ except ImportError as exc:
     assert "aiohttp" in p.stdout.splitlines()[0]
     assert "pyreqwest is not installed" in p.stderr and "using aiohttp" in p.stderr
     assert "transport='aiohttp'" in p.stdout
+
+
+# --- one seam: each transport module speaks to one library; the choice (and its fallback) is choose.py's ---
+
+def _imported_modules(path):
+    import ast
+
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+    return names
+
+
+def test_the_pyreqwest_transport_builds_no_other_transport():
+    """The fallback for URLs reqwest would rewrite (a key of only dots) belongs to the seam that
+    chooses (``choose.py``): ``_pyreqwest.py`` imports neither aiohttp nor its transport."""
+    import aiospark.connectors.http as package
+
+    here = os.path.dirname(package.__file__)
+    imported = _imported_modules(os.path.join(here, "_pyreqwest.py"))
+    assert not any("aiohttp" in name for name in imported), imported
+    assert {"._aiohttp", "._pyreqwest"} <= _imported_modules(os.path.join(here, "choose.py"))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_key_of_only_dots_reaches_the_server_literally_on_every_transport(transport, http_server):
+    """pyreqwest would resolve ``/item/%2E%2E`` to ``/``: the seam sends that URL by aiohttp."""
+    if transport == "pyreqwest":
+        pytest.importorskip("pyreqwest")
+    http_server.items[".."] = {"name": "dots"}
+    http_server.items["x"] = {"name": "x"}
+
+    async def main():
+        src = HttpLookup(http_server.base + "/item/{id}", "name STRING", transport=transport)
+        await src.open()
+        try:
+            return [await src.lookup(("..",)), await src.lookup(("x",)), await src.lookup(("..",))]
+        finally:
+            await src.close()
+
+    before = len(http_server.raw_paths)
+    assert run(main()) == [[{"name": "dots"}], [{"name": "x"}], [{"name": "dots"}]]
+    assert http_server.raw_paths[before:] == ["/item/%2E%2E", "/item/x", "/item/%2E%2E"]
+
+
+@pytest.mark.parametrize("gone", ["aiospark.connectors.http.transports", "aiospark.connectors.http_transport",
+                                  "aiospark.connectors.openai.transport", "aiospark.connectors.openai_transport"])
+def test_transport_modules_have_names_that_cannot_be_confused(gone):
+    """``http/transport.py`` is the interface, ``http/choose.py`` picks one, ``openai/endpoint.py``
+    speaks the OpenAI API over it: no module one letter away, and no alias left behind."""
+    import importlib.util
+
+    assert importlib.util.find_spec(gone) is None
+    for name in ("aiospark.connectors.http.transport", "aiospark.connectors.http.choose",
+                 "aiospark.connectors.openai.endpoint"):
+        assert importlib.util.find_spec(name) is not None

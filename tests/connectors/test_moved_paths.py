@@ -36,7 +36,6 @@ MOVED = {
     "http_client": ("aiospark.connectors.http.client", "http_client"),
     "http_request": ("aiospark.connectors.http.request", "url_key"),
     "http_response": ("aiospark.connectors.http.response", "HttpStatusError"),
-    "http_transport": ("aiospark.connectors.http.transports", "resolve_transport"),
     "http_pyreqwest": ("aiospark.connectors.http._pyreqwest", "PyreqwestTransport"),
     "redis_url": ("aiospark.connectors.redis.url", "parse_url"),
     "redis_ratelimit": ("aiospark.connectors.redis.ratelimit", "RedisRateLimit"),
@@ -47,7 +46,6 @@ MOVED = {
     "openai_embeddings": ("aiospark.connectors.openai.embeddings", "OpenAIEmbeddings"),
     "openai_pacing": ("aiospark.connectors.openai.pacing", "Pacer"),
     "openai_schema": ("aiospark.connectors.openai.schema", "json_schema"),
-    "openai_transport": ("aiospark.connectors.openai.transport", "retry_after_of"),
     "postgres_keys": ("aiospark.connectors.postgres.key_convert", "key_converter"),
 }
 
@@ -134,7 +132,7 @@ def test_each_class_names_a_public_home_that_gives_it_back(cls):
 
 def test_the_openai_subpackage_never_shadows_the_openai_sdk():
     # absolute imports everywhere: 'import openai' after (and inside) aiospark.connectors.openai is the SDK
-    code = ("import aiospark.connectors.openai.transport, aiospark.connectors.openai as mine, openai\n"
+    code = ("import aiospark.connectors.openai.endpoint, aiospark.connectors.openai as mine, openai\n"
             "assert openai is not mine and openai.__name__ == 'openai', openai\n"
             "import os, aiospark\n"
             "home = os.path.dirname(os.path.abspath(aiospark.__file__))\n"

@@ -364,7 +364,7 @@ def test_tiktoken_that_cannot_load_its_encoding_falls_back_and_says_so_once(tmp_
 
 
 def test_retry_after_ms_wins_and_a_malformed_one_falls_back_to_retry_after():
-    from aiospark.connectors.openai.transport import retry_after_of
+    from aiospark.connectors.openai.endpoint import retry_after_of
 
     assert retry_after_of({"retry-after-ms": "250", "Retry-After": "2"}) == 0.25
     assert retry_after_of({"retry-after-ms": "soon", "Retry-After": "2"}) == 2.0

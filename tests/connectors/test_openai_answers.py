@@ -119,9 +119,9 @@ def test_insufficient_quota_stops_only_its_account_and_only_until_one_request_as
     # review: still blocked 360 s after credit was added), whatever the model or path.
     import asyncio
 
-    from aiospark.connectors.openai import transport
+    from aiospark.connectors.openai import endpoint
 
-    monkeypatch.setattr(transport, "QUOTA_COOLDOWN", 1.0, raising=False)
+    monkeypatch.setattr(endpoint, "QUOTA_COOLDOWN", 1.0, raising=False)
     credit = {"on": False}
     quota = error_reply(429, "You exceeded your current quota", code="insufficient_quota", type_="insufficient_quota")
     with ScriptedServer() as srv:

@@ -79,7 +79,7 @@ def test_vectors_of_different_lengths_in_one_answer_are_an_error(client, dimensi
         assert all(isinstance(r, ConnectorError) and "1 values" in str(r) for r in results), results
 
 
-@pytest.mark.parametrize("client", ["aiohttp"])  # the SDK's own model refuses most of these itself
+@pytest.mark.parametrize("client", ["pyreqwest", "aiohttp"])  # the SDK's own model refuses most of these itself
 @pytest.mark.parametrize("bad", [["0.5", 0.25], [True, 0.5], [None, 0.5], [float("nan"), 0.5], [1e400, 0.5],
                                  [10 ** 400, 0.5], [], [[0.5]]])
 def test_vector_elements_are_checked(client, bad):

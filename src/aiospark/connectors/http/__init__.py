@@ -7,7 +7,7 @@ The package, one module per concern:
 * ``request.py`` / ``response.py`` -- what is sent (URLs, keys, auth headers) and how an answer is
   read (:class:`HttpStatusError`, :func:`parse_retry_after`, JSON rows);
 * ``transport.py`` -- the one seam to a client library (``Transport``, ``Answer``,
-  ``TransportFailure``); ``_pyreqwest.py`` and ``_aiohttp.py`` implement it and ``transports.py``
+  ``TransportFailure``); ``_pyreqwest.py`` and ``_aiohttp.py`` implement it and ``choose.py``
   picks one (``transport=``, ``AIOSPARK_HTTP_TRANSPORT``);
 * ``client.py`` -- :class:`HttpClient`, :class:`HttpResponse`, :func:`http_client`;
 * ``codec.py`` -- JSON bodies (orjson).

@@ -26,10 +26,12 @@ round trip per response. So once per loop iteration in which responses arrived, 
 sleeps a moment (``HAND_OVER_SECONDS``; it holds no lock then) and the Tokio thread delivers
 everything that completed meanwhile in one go (docs/design.md, "HTTP transport").
 
-One difference is handled here: reqwest parses URLs by the WHATWG rules, which read a path segment
-``%2E`` or ``%2E%2E`` as ``.``/``..`` and remove it, so the key ``".."`` in ``/item/{id}`` would
-reach ``/``. Such a URL (rare: a key that is only dots) is sent by an aiohttp transport of the
-same settings, made on first need, so that the server gets the segment literally.
+One difference is the seam's to handle: reqwest parses URLs by the WHATWG rules, which read a path
+segment ``%2E`` or ``%2E%2E`` as ``.``/``..`` and remove it, so the key ``".."`` in ``/item/{id}``
+would reach ``/``. :func:`rewrites_path` says which URLs those are (rare: a key that is only dots);
+this transport refuses them (:class:`TransportFailure`, nothing sent) and
+:mod:`aiospark.connectors.http.choose` sends them by aiohttp instead, so the server gets the segment
+literally. This module imports no other client library.
 
 Example::
 
@@ -54,7 +56,7 @@ from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutErr
 from ...core.context import time_left
 from .transport import Answer, Transport, TransportFailure
 
-__all__ = ["PyreqwestTransport"]
+__all__ = ["PyreqwestTransport", "rewrites_path"]
 
 #: seconds a request may outlive its call's deadline (the operator's timeout acts first)
 DEADLINE_GRACE = 0.05
@@ -68,9 +70,17 @@ HAND_OVER_SECONDS = 0.0 if sys.platform == "win32" else 20e-6
 _DOT_SEGMENT = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*(?:/[^?#]*)?/(?:%2[eE]){1,2}(?:[/?#]|$)")
 
 
+def rewrites_path(url: str) -> bool:
+    """Whether reqwest would send ``url`` to another path than it names (a path segment of only
+    percent-encoded dots, which WHATWG parsing resolves away)."""
+    return ("%2E" in url or "%2e" in url) and _DOT_SEGMENT.match(url) is not None
+
+
 def _detail(exc: BaseException) -> str:
     """The client's text for ``exc`` with its innermost cause (e.g. 'Connection refused')."""
-    text = str(exc)
+    # str() of pyreqwest's errors is the repr of (message, details): the message is the readable part
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc)
     causes = (getattr(exc, "details", None) or {}).get("causes") or []
     if causes:
         last = causes[-1]
@@ -114,20 +124,14 @@ class PyreqwestTransport(Transport):
             builder = builder.timeout(datetime.timedelta(seconds=timeout))
         self._client: Any = builder.build()
         self._timeout = timeout if timeout is not None and timeout > 0 else None
-        self._settings = dict(headers=headers, max_connections=max_connections, timeout=timeout)
-        self._literal: Transport | None = None  # the aiohttp transport of dot-segment URLs
         self._hand_over = _HandOver()
-
-    def _literal_transport(self) -> Transport:
-        if self._literal is None:
-            from ._aiohttp import AiohttpTransport
-            self._literal = AiohttpTransport(**self._settings)  # type: ignore[arg-type]
-        return self._literal
 
     async def send(self, method: str, url: str, body: bytes | None = None,
                    headers: Mapping[str, str] | None = None) -> Answer:
         if ("%2E" in url or "%2e" in url) and _DOT_SEGMENT.match(url):
-            return await self._literal_transport().send(method, url, body, headers)
+            # the seam routes these elsewhere (choose.py); sent here they would reach another path
+            raise TransportFailure("other", "pyreqwest would remove a '.' or '..' path segment from this URL "
+                                   "(send it with transport='aiohttp')")
         try:
             req = self._client.request(method, url)
             left = time_left()
@@ -149,7 +153,4 @@ class PyreqwestTransport(Transport):
         return Answer(resp.status, resp.headers, data)
 
     async def close(self) -> None:
-        literal, self._literal = self._literal, None
-        if literal is not None:
-            await literal.close()
         await self._client.close()

@@ -39,11 +39,11 @@ from ..checks import check_positive
 from ..errors import ConnectorError, ConnectorTimeout
 from ..redaction import Redactor
 from ..secrets import Secret
+from .choose import check_transport, new_transport
 from .codec import dumps, loads
 from .request import PLAIN_HEADERS
 from .response import status_error
 from .transport import Transport, TransportFailure
-from .transports import check_transport, new_transport
 
 __all__ = ["HttpClient", "HttpResponse", "http_client"]
 

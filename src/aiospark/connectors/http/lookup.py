@@ -44,7 +44,7 @@ shared by every ``HttpLookup`` of one configuration in the process
 
 Transport (``transport=``): ``"auto"`` (default) sends with pyreqwest, a Rust client about twice
 as fast as aiohttp, when it is installed, else with aiohttp (logged once); ``"pyreqwest"`` or
-``"aiohttp"`` pick one (:mod:`.transports`). JSON is decoded with orjson.
+``"aiohttp"`` pick one (:mod:`.choose`). JSON is decoded with orjson.
 
 This module holds the lookup itself (configuration, the shared session, sending, batch splitting);
 :mod:`.request` builds what is sent (URLs, keys, auth headers) and :mod:`.response`
@@ -68,11 +68,11 @@ from ..errors import ConnectorError, ConnectorTimeout
 from ..keys import KeyTemplate, check_key, has_null
 from ..redaction import Redactor, scrubbed
 from ..secrets import Secret, is_credential_header, resolve_secret
+from .choose import check_transport, new_transport, resolve_transport
 from .codec import dumps, loads
 from .request import PLAIN_HEADERS, json_key, mask_query, request_headers, split_url, url_key
 from .response import HttpStatusError, JsonRows, status_error
 from .transport import Answer, TransportFailure
-from .transports import check_transport, new_transport, resolve_transport
 
 __all__ = ["HttpLookup"]
 
@@ -102,7 +102,7 @@ class HttpLookup(LookupSource):
             holding it (read at construction, else at ``open()``).
         max_batch_size, max_batch_delay: batching settings used by ``Lookuper``.
         transport: ``"auto"`` (pyreqwest when installed, else aiohttp), ``"pyreqwest"`` or
-            ``"aiohttp"`` (see :mod:`aiospark.connectors.http.transports`).
+            ``"aiohttp"`` (see :mod:`aiospark.connectors.http.choose`).
         not_found: which 404 answers are misses: ``"json"`` (default: an empty or JSON body),
             ``"any"``, or ``"error"`` (the service says "no row" with 200 ``null``/``[]`` or 204).
     """

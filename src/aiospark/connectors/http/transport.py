@@ -4,7 +4,7 @@ A transport sends a request and reads the whole answer (:class:`Answer`), or rai
 :class:`TransportFailure` when no answer came. ``HttpLookup`` and
 :class:`~aiospark.connectors.http.HttpClient` only ever see these three types; one private module
 per client library implements them (``_pyreqwest.py``, ``_aiohttp.py``) and
-:mod:`aiospark.connectors.http.transports` picks one. This module imports neither library, so the
+:mod:`aiospark.connectors.http.choose` picks one. This module imports neither library, so the
 implementations import it and nothing here imports them back.
 
 Example::

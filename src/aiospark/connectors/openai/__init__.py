@@ -32,8 +32,11 @@ Example::
 
 Details (also in docs/design.md, "OpenAI-compatible connector"):
 
-* Transport: aiohttp by default; ``client="openai"`` uses the official SDK (``pip install openai``).
-  One client per worker process and configuration (:mod:`aiospark.connectors.clients`).
+* Transport: ``client="auto"`` (default) sends through aiospark's HTTP transport, as ``HttpLookup``
+  does: pyreqwest where it is installed, else aiohttp (``client="pyreqwest"``/``"aiohttp"`` force
+  one; ``AIOSPARK_HTTP_TRANSPORT`` decides for the process); ``client="openai"`` uses the official
+  SDK (``pip install openai``). One client per worker process and configuration
+  (:mod:`aiospark.connectors.clients`).
 * Embeddings batching: rows are grouped into one request with ``input=[...]`` of up to
   ``batch_size`` texts, sent when full or ``batch_delay`` seconds after its first text (an
   :class:`aiospark.lookup.Lookuper` over the endpoint). Equal texts in flight share one slot;
@@ -58,7 +61,7 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   reasoning) is a :class:`NotAnAnswer` naming its ``reason``, not retried
   (:mod:`aiospark.connectors.openai.answers`). A request estimated above the endpoint's advertised
   token limit fails at once (:class:`RequestTooLarge`). Other statuses, timeouts, connection
-  errors and answers that do not fit the API: see :mod:`aiospark.connectors.openai.transport`.
+  errors and answers that do not fit the API: see :mod:`aiospark.connectors.openai.endpoint`.
 * Usage: after each answer, ``aiospark.record_usage(prompt_tokens=...,
   completion_tokens=..., total_tokens=...)`` (once per request: a batch's usage is recorded once;
   ``cached_prompt_tokens`` and ``reasoning_tokens`` where the endpoint reports them;
@@ -71,7 +74,8 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
 The package: ``function.py`` (what both functions share: limits, retries, usage, the transport's
 life), ``embeddings.py``, ``chat.py`` with ``answers.py`` (what a choice holds), ``schema.py``
 (structured outputs) and ``choices.py`` (their allowed values), ``pacing.py`` (the
-endpoint's ``x-ratelimit-*`` headers) and ``transport.py`` (aiohttp or the ``openai`` SDK). Every
+endpoint's ``x-ratelimit-*`` headers) and ``endpoint.py`` (the API's requests and errors, over the
+HTTP transport or the ``openai`` SDK). Every
 import inside it is relative or absolute, so ``import openai`` there is always the SDK.
 """
 

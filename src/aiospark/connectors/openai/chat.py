@@ -86,7 +86,7 @@ class OpenAIChat(OpenAIFunction):
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", input: str = "prompt", output: str = "answer",
                  system: str | None = None, max_tokens: int | None = None, temperature: float | None = None,
-                 client: str = "aiohttp", timeout: float = 60.0, max_connections: int = 100,
+                 client: str = "auto", timeout: float = 60.0, max_connections: int = 100,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
                  response_format: Any = None, pace_by_headers: bool = True) -> None:

@@ -149,7 +149,9 @@ class OpenAIEmbeddings(OpenAIFunction):
         batch_size: texts per request (64); batch_delay: seconds a text waits for others (0.01).
         dimensions: ask for vectors of this size (models that support it); checked in answers.
         cache: a :class:`aiospark.lookup.LookupCache` of text -> vector per worker (None: no cache).
-        client: ``"aiohttp"`` (default) or ``"openai"`` (the official SDK).
+        client: ``"auto"`` (default: pyreqwest when installed, else aiohttp -- aiospark's HTTP
+            transport, as ``HttpLookup``'s ``transport=``), ``"pyreqwest"``, ``"aiohttp"`` or ``"openai"``
+            (the official SDK).
         timeout: seconds per request. max_connections: per worker process.
         requests_per_minute / tokens_per_minute: per-worker limits (None: none); see the module doc.
         headers: extra request headers (values are treated as secrets).
@@ -173,7 +175,7 @@ class OpenAIEmbeddings(OpenAIFunction):
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", input: str = "text", output: str = "embedding",
                  batch_size: int = 64, batch_delay: float = 0.01, dimensions: int | None = None,
-                 cache: LookupCache | None = None, client: str = "aiohttp", timeout: float = 60.0,
+                 cache: LookupCache | None = None, client: str = "auto", timeout: float = 60.0,
                  max_connections: int = 100, requests_per_minute: float | None = None,
                  tokens_per_minute: float | None = None, headers: Mapping[str, str] | None = None,
                  extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True) -> None:

@@ -28,8 +28,8 @@ from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import Secret, is_credential_header, resolve_secret
+from .endpoint import CLIENTS, Endpoint, open_endpoint
 from .pacing import MAX_RETRY_AFTER, Pacer
-from .transport import CLIENTS, Transport, open_transport
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
 
@@ -202,7 +202,8 @@ class OpenAIFunction(AsyncFunction):
         self.input = _check_column("input", input)
         self.output = _check_column("output", output)
         if client not in CLIENTS:
-            raise ValueError(f"client must be 'aiohttp' (default) or 'openai' (the official SDK), got {client!r}")
+            raise ValueError(f"client must be 'auto' (default: pyreqwest when installed, else aiohttp), 'pyreqwest', "
+                             f"'aiohttp' or 'openai' (the official SDK), got {client!r}")
         self.client = client
         check_positive("timeout", timeout)
         check_positive("max_connections", max_connections, integer=True)
@@ -236,7 +237,7 @@ class OpenAIFunction(AsyncFunction):
         self._key = resolve_secret(api_key, api_key_env)  # explicit key, else the env var on the driver
         self._name = f"{type(self).__name__}({self._hostport}, model={model!r})"
         self._redactor = self._make_redactor()
-        self._transport: Transport | None = None
+        self._transport: Endpoint | None = None
         self._rpm: Any = None
         self._tpm: Any = None
         self._pacer: Pacer | None = None
@@ -282,9 +283,9 @@ class OpenAIFunction(AsyncFunction):
             self._key = resolve_secret(None, self._key_env)  # set on the worker only
             self._redactor = self._make_redactor()
         await load_tokenizer()
-        self._transport = await open_transport(self.client, self.base_url, self._key, self.request_timeout,
-                                               self.max_connections, self._headers, self._redactor, self._name,
-                                               self._query)
+        self._transport = await open_endpoint(self.client, self.base_url, self._key, self.request_timeout,
+                                              self.max_connections, self._headers, self._redactor, self._name,
+                                              self._query)
         self._rpm = RateLimit(self.requests_per_minute, per=60.0).bucket() if self.requests_per_minute else None
         self._tpm = RateLimit(self.tokens_per_minute, per=60.0).bucket() if self.tokens_per_minute else None
         self._pacer = Pacer(source=self._name) if self.pace_by_headers else None

@@ -1,6 +1,10 @@
-"""How :mod:`aiospark.connectors.openai` talks to the endpoint: aiohttp (default) or the ``openai`` SDK.
+"""How :mod:`aiospark.connectors.openai` talks to the endpoint: aiospark's HTTP transport (default)
+or the ``openai`` SDK.
 
-Both transports take the same JSON body and return the decoded JSON answer as a ``dict``, and
+``client=`` picks: ``"auto"`` (default), ``"pyreqwest"`` or ``"aiohttp"`` send the API's JSON through
+the HTTP seam every aiospark HTTP connector uses (:mod:`aiospark.connectors.http.choose`: pyreqwest
+where it is installed, else aiohttp; ``AIOSPARK_HTTP_TRANSPORT`` decides what ``"auto"`` means);
+``"openai"`` makes the official SDK's typed calls. Both take the same JSON body and return the decoded JSON answer as a ``dict``, and
 both raise the same errors, already scrubbed of the API key:
 
 * 429 and 5xx -> :class:`~aiospark.connectors.HttpStatusError` with ``retryable=True`` and
@@ -29,32 +33,42 @@ HTTP library the SDK may not depend on.
 
 Example::
 
-    t = await open_transport("aiohttp", "http://127.0.0.1:8000/v1", Secret("sk-..."), 60.0, 100, {}, redactor, name)
+    t = await open_endpoint("auto", "http://127.0.0.1:8000/v1", Secret("sk-..."), 60.0, 100, {}, redactor, name)
     answer = await t.post("/embeddings", {"model": "m", "input": ["a", "b"]}, on_headers=print)
     await t.close()
 """
 from __future__ import annotations
 
-import asyncio
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
+from ..http.choose import new_transport, resolve_transport
+from ..http.codec import dumps, loads
 from ..http.response import HttpStatusError, parse_retry_after, status_error
+from ..http.transport import Transport, TransportFailure
 from ..redaction import Redactor, short
 from ..secrets import Secret
 from .pacing import MAX_RETRY_AFTER
 
-__all__ = ["QUOTA_COOLDOWN", "Transport", "open_transport", "retry_after_of"]
+__all__ = ["CLIENTS", "QUOTA_COOLDOWN", "Endpoint", "open_endpoint", "retry_after_of"]
 
-CLIENTS = ("aiohttp", "openai")
+#: the values ``client=`` accepts: the HTTP seam's choices, and the official SDK
+CLIENTS = ("auto", "pyreqwest", "aiohttp", "openai")
+
+_JSON = {"Content-Type": "application/json"}
+#: what a base_url keeps unquoted: URL delimiters, and '%' (an escape already made stays as it is)
+_URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
+#: a URL quoted in a client's message, with the parentheses or quotes around it
+_URL_IN_TEXT = re.compile(r"""\s*(?:for url )?[(\[<'"]?https?://[^\s)\]>'"]*[)\]>'"]?:?""")
 
 #: called with each HTTP answer's headers (case-insensitive mapping), success or error status
 OnHeaders = Callable[[Mapping[str, str]], None]
-
 
 
 def retry_after_of(headers: Mapping[str, str]) -> float | None:
@@ -77,6 +91,11 @@ def retry_after_of(headers: Mapping[str, str]) -> float | None:
         if seconds is not None and seconds != seconds:
             return None
     return None if seconds is None else min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+def _without_url(text: str) -> str:
+    """A client's message without the URL it quotes (the source names the host already)."""
+    return _URL_IN_TEXT.sub("", text).strip(" :") or text
 
 
 def _error_code(body: bytes) -> str | None:
@@ -113,7 +132,7 @@ class _QuotaStop:
 _QUOTA_SPENT: dict[str, _QuotaStop] = {}
 
 
-class Transport:
+class Endpoint:
     """One configuration's shared client. ``await post(path, body) -> dict``; ``await close()``."""
 
     def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
@@ -200,40 +219,52 @@ class Transport:
         raise NotImplementedError
 
 
-class _AiohttpTransport(Transport):
-    async def _post(self, path: str, body: dict, on_headers: OnHeaders | None) -> dict:
-        import aiohttp
+class _HttpEndpoint(Endpoint):
+    """The OpenAI API's JSON over aiospark's HTTP seam (:mod:`aiospark.connectors.http.transport`):
+    pyreqwest or aiohttp, as :mod:`aiospark.connectors.http.choose` picks."""
 
-        session = self._client
-        if session is None:
+    def __init__(self, key: str, client: Any, base_url: str, timeout: float, redactor: Redactor,
+                 name: str, query: Mapping[str, str] | None = None, account: str = "") -> None:
+        super().__init__(key, client, base_url, timeout, redactor, name, query, account)
+        # the transport takes URLs already percent-encoded: base_url is quoted once here (as
+        # aiohttp did with a plain string), the query encoded as aiohttp's params= did
+        self._url_base = quote(base_url, safe=_URL_SAFE)
+        self._url_query = ("?" + urlencode(self._query)) if self._query else ""
+
+    async def _post(self, path: str, body: dict, on_headers: OnHeaders | None) -> dict:
+        transport = self._client
+        if transport is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first")
         try:
-            async with session.post(self._base_url + path, json=body, params=self._query or None) as resp:
-                data = await resp.read()
-                if on_headers is not None:
-                    on_headers(resp.headers)
-                if not 200 <= resp.status < 300:
-                    raise self._error(resp.status, resp.reason, resp.headers, data, path)
-                try:
-                    answer = json.loads(data)
-                except ValueError:
-                    answer = None
-                if not isinstance(answer, dict):
-                    raise self._not_json(path, len(data))
-                return answer
-        except ConnectorError:
-            raise
-        except asyncio.TimeoutError:
-            raise ConnectorTimeout(f"no answer within {self._timeout}s to POST {path}", source=self._name) from None
-        except aiohttp.ClientConnectorError as exc:
-            why = getattr(exc.os_error, "strerror", None) or self._redactor.scrub(short(exc), limit=300)
-            raise self._cannot_connect(why) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ConnectorError(f"POST {path} failed: {self._redactor.scrub(short(exc), limit=300)}",
-                                 source=self._name, retryable=True) from None
+            answer = await transport.send("POST", self._url_base + path + self._url_query, dumps(body), _JSON)
+        except TransportFailure as exc:
+            if exc.kind == "timeout":
+                raise ConnectorTimeout(f"no answer within {self._timeout}s to POST {path}",
+                                       source=self._name) from None
+            # the client's text may quote the URL: its host is the source already, its query may
+            # hold a key (scrubbed), so only the reason after the URL is kept
+            detail = self._redactor.scrub(_without_url(exc.detail), limit=300)
+            if exc.kind == "connect":
+                raise self._cannot_connect(detail) from None
+            raise ConnectorError(f"POST {path} failed: {detail}", source=self._name, retryable=True) from None
+        headers, data = answer.headers, answer.body
+        if on_headers is not None:
+            on_headers(headers)
+        if not 200 <= answer.status < 300:
+            raise self._error(answer.status, answer.reason, headers, data, path)
+        try:
+            reply = loads(data)
+        except ValueError:
+            try:  # what orjson refuses and json reads (NaN, Infinity, huge numbers): the checks of the answer judge it
+                reply = json.loads(data)
+            except ValueError:
+                reply = None
+        if not isinstance(reply, dict):
+            raise self._not_json(path, len(data))
+        return reply
 
 
-class _SdkTransport(Transport):
+class _SdkEndpoint(Endpoint):
     """The official SDK's typed calls (``embeddings.create``, ``chat.completions.create``), made
     through ``with_raw_response`` (public since openai 1.0) for the answer's headers."""
 
@@ -285,23 +316,27 @@ class _SdkTransport(Transport):
         return reply.model_dump()
 
 
-async def open_transport(client: str, base_url: str, api_key: Secret | None, timeout: float,
-                         max_connections: int, headers: Mapping[str, str], redactor: Redactor,
-                         name: str, query: Mapping[str, str] | None = None) -> Transport:
-    """The shared transport of this configuration (made by its first user); ``query`` (e.g.
-    Azure's ``{"api-version": ...}``) goes on every request's URL."""
+async def open_endpoint(client: str, base_url: str, api_key: Secret | None, timeout: float,
+                        max_connections: int, headers: Mapping[str, str], redactor: Redactor,
+                        name: str, query: Mapping[str, str] | None = None) -> Endpoint:
+    """The shared endpoint client of this configuration (made by its first user); ``client`` is
+    one of :data:`CLIENTS`; ``query`` (e.g. Azure's ``{"api-version": ...}``) goes on every
+    request's URL."""
     query = dict(query or {})
-    key = config_key("openai", client, base_url, api_key.reveal() if api_key else None, timeout,
+    # "auto" is resolved here, on the worker (pyreqwest where it is installed): the shared client
+    # is the library's, so "auto" and the name it resolves to share one pool
+    library = client if client == "openai" else resolve_transport(client)
+    key = config_key("openai", library, base_url, api_key.reveal() if api_key else None, timeout,
                      max_connections, sorted(headers.items()), sorted(query.items()))
     # whose quota an insufficient_quota spends: the account (endpoint + key), whatever the model,
     # path, client or timeout
     account = config_key("openai-account", base_url.rstrip("/"), api_key.reveal() if api_key else None)
-    if client == "openai":
+    if library == "openai":
         try:
             import openai
         except ImportError:
             raise ImportError("client='openai' needs the official OpenAI SDK: pip install openai "
-                              "(or use the default client='aiohttp')") from None
+                              "(or use the default client='auto')") from None
 
         async def create() -> Any:
             # the SDK's own Limits type (httpx's on 1.x, httpx2's on 3.x), named through its
@@ -315,26 +350,18 @@ async def open_transport(client: str, base_url: str, api_key: Secret | None, tim
                 max_retries=0, default_headers=dict(headers) or None, default_query=query or None,
                 http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout))
 
-        made = await SHARED.acquire(key, create, _close_sdk)
-        return _SdkTransport(key, made, base_url, timeout, redactor, name, query, account)
+        made = await SHARED.acquire(key, create, _close)
+        return _SdkEndpoint(key, made, base_url, timeout, redactor, name, query, account)
 
-    import aiohttp
-
-    async def create_session() -> Any:
+    async def create_transport() -> Transport:
         sent = dict(headers)
         if api_key:
             sent["Authorization"] = f"Bearer {api_key.reveal()}"
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections),
-                                     timeout=aiohttp.ClientTimeout(total=timeout), headers=sent,
-                                     raise_for_status=False)
+        return await new_transport(library, headers=sent, max_connections=max_connections, timeout=timeout)
 
-    made = await SHARED.acquire(key, create_session, _close_session)
-    return _AiohttpTransport(key, made, base_url, timeout, redactor, name, query, account)
+    made = await SHARED.acquire(key, create_transport, _close)
+    return _HttpEndpoint(key, made, base_url, timeout, redactor, name, query, account)
 
 
-async def _close_session(session: Any) -> None:
-    await session.close()
-
-
-async def _close_sdk(client: Any) -> None:
+async def _close(client: Any) -> None:
     await client.close()

@@ -1,7 +1,8 @@
-"""How HTTP requests travel: one small interface, one class per client library.
+"""Which client library carries HTTP requests: the choice behind ``transport=``.
 
-``HttpLookup`` and :class:`~aiospark.connectors.http.HttpClient` send through a
-:class:`Transport`; which one is picked by ``transport=``:
+``HttpLookup``, :class:`~aiospark.connectors.http.HttpClient` and the OpenAI functions
+(:mod:`aiospark.connectors.openai`, ``client=``) send through a :class:`Transport`; this module
+makes one, picked by ``transport=``:
 
 * ``"auto"`` (default): ``"pyreqwest"`` when it is installed (a Rust client, reqwest/hyper on a
   Tokio thread: about 2x aiohttp's requests/s on asyncio's loop, 3x on uvloop -- docs/benchmarks.md),
@@ -20,7 +21,10 @@ certificates against the system's roots, take proxies from the environment (``HT
 awaiting task is cancelled. pyreqwest also speaks HTTP/2 with servers that offer it (TLS ALPN).
 
 The seam itself (``Transport``, ``Answer``, ``TransportFailure``) is in
-:mod:`aiospark.connectors.http.transport`; this module only decides which implementation to make.
+:mod:`aiospark.connectors.http.transport`; this module decides which implementation to make, and
+owns the one fallback between them: a URL that pyreqwest would send to another path (a path segment
+of only encoded dots, :func:`~aiospark.connectors.http._pyreqwest.rewrites_path`) goes by an aiohttp
+transport of the same settings, made on first need.
 
 Example::
 
@@ -34,11 +38,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ._aiohttp import AiohttpTransport
-from .transport import Transport
+from .transport import Answer, Transport
 
 __all__ = ["TRANSPORTS", "check_transport", "new_transport", "resolve_transport"]
 
@@ -86,12 +90,41 @@ def resolve_transport(transport: str) -> str:
     return "pyreqwest"
 
 
+class _LiteralPaths(Transport):
+    """pyreqwest, with the URLs it would rewrite sent by aiohttp (same settings, made on first need)."""
+
+    name = "pyreqwest"
+
+    def __init__(self, fast: Transport, rewrites_path: Callable[[str], bool], settings: dict[str, Any]) -> None:
+        self._fast, self._rewrites, self._settings = fast, rewrites_path, settings
+        self._literal: Transport | None = None
+
+    # not ``async def``: the coroutine of the transport that sends is handed back as it is, so a
+    # request costs no extra frame here
+    def send(self, method: str, url: str, body: bytes | None = None,
+             headers: Mapping[str, str] | None = None) -> Coroutine[Any, Any, Answer]:
+        if ("%2E" in url or "%2e" in url) and self._rewrites(url):
+            if self._literal is None:
+                self._literal = AiohttpTransport(**self._settings)
+            return self._literal.send(method, url, body, headers)
+        return self._fast.send(method, url, body, headers)
+
+    async def close(self) -> None:
+        literal, self._literal = self._literal, None
+        try:
+            if literal is not None:
+                await literal.close()
+        finally:
+            await self._fast.close()
+
+
 async def new_transport(transport: str, *, headers: Mapping[str, str], max_connections: int,
                         timeout: float | None) -> Transport:
     """A new :class:`Transport` of the library ``transport`` resolves to (call on the loop that
     will use it)."""
     name = resolve_transport(transport)
+    settings: dict[str, Any] = dict(headers=headers, max_connections=max_connections, timeout=timeout)
     if name == "pyreqwest":
-        from ._pyreqwest import PyreqwestTransport
-        return PyreqwestTransport(headers=headers, max_connections=max_connections, timeout=timeout)
-    return AiohttpTransport(headers=headers, max_connections=max_connections, timeout=timeout)
+        from ._pyreqwest import PyreqwestTransport, rewrites_path
+        return _LiteralPaths(PyreqwestTransport(**settings), rewrites_path, settings)
+    return AiohttpTransport(**settings)
