@@ -70,3 +70,9 @@ def test_auto_is_the_default_and_a_wrong_client_names_every_choice():
     assert OpenAIChat("m", base_url="http://127.0.0.1:1/v1").client == "auto"
     with pytest.raises(ValueError, match="'auto'.*'pyreqwest'.*'aiohttp'.*'openai'"):
         OpenAIEmbeddings("m", base_url="http://127.0.0.1:1/v1", client="httpx")
+
+
+@pytest.mark.parametrize("bad", [{"temperature": float("nan")}, {"logit_bias": {"1": float("inf")}}, {"stop": {"a"}}])
+def test_an_extra_body_json_cannot_carry_is_refused_at_definition(bad):
+    with pytest.raises(ValueError, match="extra_body must hold JSON values only"):
+        OpenAIChat("m", base_url="http://127.0.0.1:9/v1", api_key="k", extra_body=bad)

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import numbers
@@ -231,6 +232,10 @@ class OpenAIFunction(AsyncFunction):
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise TypeError(f"extra_body must be a dict of request fields, got {type(extra_body).__name__}")
         self.extra_body = dict(extra_body or {})
+        try:  # sent as written or not at all: JSON has no NaN/Infinity (an encoder would send null)
+            json.dumps(self.extra_body, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"extra_body must hold JSON values only (no NaN, Infinity, sets or objects): {exc}") from None
         if api_key_env is not None and (not isinstance(api_key_env, str) or not api_key_env):
             raise ValueError(f"api_key_env must be an environment variable name or None, got {api_key_env!r}")
         self._key_env = api_key_env
