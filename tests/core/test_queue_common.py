@@ -228,3 +228,34 @@ def test_pending_lists_uncompleted_records_oldest_first_and_add_takes_prebuilt_e
         out += q.pop_completed()
     assert out[:2] == [Record("A"), Watermark(1)] and sorted(r.value for r in out[2:]) == ["B", "C"]
     assert list(q.pending()) == [] and q.is_empty()
+
+
+@parametrize_queue
+def test_both_queues_implement_the_one_interface(queue_cls):
+    # the operator drives either queue through ElementQueue (Flink's StreamElementQueue)
+    from aiospark.core import ElementQueue
+
+    q: ElementQueue = queue_cls(2, on_complete=lambda entry: None)
+    assert isinstance(q, ElementQueue)
+    entry = q.try_put(Record("a", 1))
+    assert entry is not None and list(q.pending()) == [entry]
+    entry.complete(["A"])
+    out: list = []
+    assert q.emit_completed(out.append) == 1 and out == [Record("A", 1)] and q.is_empty()
+
+
+def test_an_element_queue_missing_part_of_the_interface_cannot_be_made():
+    from aiospark.core import ElementQueue
+
+    class Half(ElementQueue):
+        def try_put(self, element):
+            return None
+
+    with pytest.raises(TypeError, match="abstract"):
+        Half()
+
+
+@parametrize_queue
+def test_a_watermark_or_record_only(queue_cls):
+    with pytest.raises(TypeError, match="Record or Watermark"):
+        queue_cls(2).try_put(("a", 1))

@@ -75,3 +75,11 @@ def test_complete_accepts_tuple_and_other_iterables(queue):
     f2.complete(v for v in ["z"])
     out = queue.pop_completed() + queue.pop_completed()
     assert sorted(out, key=lambda r: r.value) == [Record("x", 1), Record("y", 1), Record("z", 2)]
+
+
+def test_emitting_an_entry_not_completed_says_so():
+    entry = ResultFuture(Record("a", 1))
+    with pytest.raises(RuntimeError, match="has not completed"):
+        entry.emitted()
+    with pytest.raises(RuntimeError, match="has not completed"):
+        entry.emit_values_to(print)

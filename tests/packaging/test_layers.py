@@ -20,8 +20,8 @@ Talking to a system's client library is ``connectors/``' job: only its modules i
 ``redis`` (:func:`test_one_package_speaks_redis`), and one module of ``spark/`` serves the
 driver's HTTP endpoint.
 
-Applications are ``aiospark.app.*`` and, until they move there, the top-level ``cli``, ``cli_errors``,
-``demo*``, ``enrich*``, ``progress*``, ``journal_cli`` and ``spark_submit`` modules. A rule broken (or a
+Applications are ``aiospark.app.*`` (the top level holds only the facade and the layers' packages,
+``tests/packaging/test_no_aliases.py``). A rule broken (or a
 cycle) in a part that is still being moved is listed in ``KNOWN`` (``KNOWN_CYCLES``) with why: it is
 reported (a warning in the test summary), not failed on; anything else fails. The top-level ``aiospark/__init__.py`` is the
 public facade: it may import any layer (lazily).
@@ -47,8 +47,8 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {}
 #: packages that only an extra (or a platform marker) brings: a module may fail to import without them
 OPTIONAL_PACKAGES = {"openai", "tiktoken", "IPython", "pyreqwest", "uvloop", "httpx", "httpx2"}
 
-APP_MODULES = ("cli", "cli_errors", "journal_cli", "spark_submit")
-APP_PREFIXES = ("demo", "enrich", "progress")
+APP_MODULES: tuple[str, ...] = ()  # every application lives in aiospark.app
+APP_PREFIXES: tuple[str, ...] = ()
 
 
 def _modules() -> dict[str, Path]:
@@ -144,12 +144,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "journal": {"core", "runtime", "lookup", "connectors", "journal", "budget"},
     "budget": {"core", "runtime", "lookup", "connectors", "journal", "budget"},
     "app": None, "facade": None,
-    "_moved": set(),  # the warning aliases' helper: imports nothing of aiospark
 }
-# the old import paths' aliases (aiospark._moved) may be used by every layer
-for _allowed in ALLOWED.values():
-    if _allowed is not None:
-        _allowed.add("_moved")
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -248,7 +243,7 @@ def test_layers_point_inward():
 
 
 def test_the_layer_rules_catch_an_outward_import():
-    assert _layer("aiospark.app.cli") == _layer("aiospark.cli") == _layer("aiospark.demo_service") == "app"
+    assert _layer("aiospark.app.cli") == _layer("aiospark.app.demo_service") == "app"
     assert "spark" not in ALLOWED["connectors"] and "connectors" not in ALLOWED["core"]
 
 
@@ -279,7 +274,7 @@ def test_stores_are_chosen_by_scheme_without_a_module_level_import_of_connectors
 
 
 def test_every_module_imports():
-    # in a fresh interpreter, as a user would: each module on its own, old (deprecated) paths included
+    # in a fresh interpreter, as a user would: each module on its own
     code = ("import importlib, sys, warnings\n"
             "warnings.simplefilter('ignore', DeprecationWarning)\n"
             "failed = []\n"

@@ -24,13 +24,13 @@ from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, AsyncTimeoutError, BadInput, BlockedLoopWarning, CancellationIgnoredWarning
 from .function import AsyncFunction
 from .operator import AsyncWaitOperator
-from .queues import OrderedQueue, UnorderedQueue
+from .queues import ElementQueue, OrderedQueue, UnorderedQueue
 from .result_future import ResultFuture
 from .retry import RetryStrategy, retry_if_empty, retry_on
 
 __all__ = [
     "AsyncFunction", "AsyncFunctionError", "AsyncTimeoutError", "AsyncWaitOperator", "BadInput", "BlockedLoopWarning",
-    "CancellationIgnoredWarning", "OrderedQueue",
+    "CancellationIgnoredWarning", "ElementQueue", "OrderedQueue",
     "Record", "ResultFuture", "RetryStrategy", "StreamElement", "UnorderedQueue", "Watermark",
     "retry_if_empty", "retry_on", "time_left",
 ]

@@ -224,7 +224,7 @@ class Batch(Call):
     def emit_to(self, output: Callable[[StreamElement], object]) -> None:
         """Every element's outputs, in element order, each with its element's timestamp."""
         if self.single:
-            pairs: Iterable[tuple[Any, Any]] = zip(self.outputs, self.stamps)  # type: ignore[arg-type]
+            pairs: Iterable[tuple[Any, Any]] = zip(self.outputs or (), self.stamps)
         else:  # (output, its element's timestamp) for every output of every element
             pairs = chain.from_iterable(map(zip, self.outputs or (), map(repeat, self.stamps)))
         # the loop over the batch runs in C (map, drained by a zero-length deque): per element it
@@ -233,7 +233,8 @@ class Batch(Call):
 
     def emit_values_to(self, output: Callable[[list[Any]], object]) -> None:
         """Every element's outputs as plain values, in element order, in one list."""
-        output(self.outputs if self.single else list(chain.from_iterable(self.outputs or ())))  # type: ignore[arg-type]
+        outputs = self.outputs or []
+        output(outputs if self.single else list(chain.from_iterable(outputs)))
 
     def running_tasks(self) -> list[asyncio.Task[Any]]:
         tasks = list(self.tasks)
@@ -296,7 +297,7 @@ class BatchCaller(Caller):
         """A new batch to fill, entering the queue at ``now``; it starts at the latest
         ``batch_delay`` seconds from now."""
         batch = self.filling = Batch(now)
-        self._timer = self._loop.call_later(self.batch_delay, self.flush)  # type: ignore[union-attr]
+        self._timer = self._loop.call_later(self.batch_delay, self.flush)
         return batch
 
     def flush(self) -> None:
@@ -322,7 +323,8 @@ class BatchCaller(Caller):
         """The batch's deadline passed: cancel its calls (every element still waiting times out
         once they have unwound); a batch still being filled is closed and its elements time out
         without a call."""
-        batch: Batch = call  # type: ignore[assignment]  # the operator's entries are batches
+        batch = call
+        assert isinstance(batch, Batch)  # a batching operator's entries are batches
         if batch.timed_out:
             return
         batch.timed_out = True
@@ -354,7 +356,7 @@ class BatchCaller(Caller):
         deadline = batch.started + self.timeout if self.timeout else None
         # no identity: a batch call has no idempotency key of one element
         try:
-            task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None), batch))  # type: ignore[arg-type]
+            task = self._create_task(self._attempts(values, (deadline, self._loop, None, None, None), batch))
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report_each(batch, indices, exc, CALL)
             raise
@@ -366,9 +368,10 @@ class BatchCaller(Caller):
 
     def _delays(self, entry: Call) -> Iterator[float]:
         """One back-off sequence per batch: a half continues its batch's retries."""
-        batch: Batch = entry  # type: ignore[assignment]  # a batch call's entry is its batch
+        batch = entry
+        assert isinstance(batch, Batch)  # a batch call's entry is its batch
         if batch.delays is None:
-            batch.delays = self.retry.delays()  # type: ignore[union-attr]  # asked only with a retry strategy
+            batch.delays = Caller._delays(self, batch)
         return batch.delays
 
     def cost_of(self, values: list[Any]) -> float:
@@ -399,8 +402,8 @@ class BatchCaller(Caller):
         answered = False
         if task.cancelled():  # by other code, before its first step
             self._report_each(batch, indices, asyncio.CancelledError("the batch call was cancelled"), CALL)
-        elif task.exception() is not None:  # KeyboardInterrupt, SystemExit: never split and retried
-            self._report_each(batch, indices, task.exception(), CALL)  # type: ignore[arg-type]
+        elif (failure := task.exception()) is not None:  # KeyboardInterrupt, SystemExit: never split and retried
+            self._report_each(batch, indices, failure, CALL)
         else:
             results, exc, what, retried_out = task.result()
             if exc is None:
@@ -419,13 +422,15 @@ class BatchCaller(Caller):
                 batch.splits = SplitTree(isolating=isinstance(error, BadInput))
                 self._split(batch, indices)
         else:
-            self._part_over(batch, indices, answered, error)  # type: ignore[arg-type]  # a part's indices are a list
+            assert indices is not None  # a part's indices are a list
+            self._part_over(batch, indices, answered, error)
 
     def _part_over(self, batch: Batch, indices: list[int], answered: bool, error: BaseException | None) -> None:
         """A part of the batch's failed call is over: it ``answered``, failed with ``error`` (one a
         split may fix), or its rows got their outcome already. The probe rule
         (:meth:`SplitTree.part_over`) says which parts to split and which rows get their error."""
-        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        tree = batch.splits
+        assert tree is not None  # set when the batch was split
         to_split, to_report = tree.part_over(indices, answered, error)
         for rows, failure in to_report:
             self._report_each(batch, rows, failure, CALL)
@@ -439,7 +444,8 @@ class BatchCaller(Caller):
         """Run the two halves of the elements at ``indices`` as calls of their own, at once."""
         every = list(_each(batch, indices))
         half = len(every) // 2
-        tree: SplitTree = batch.splits  # type: ignore[assignment]  # set when the batch was split
+        tree = batch.splits
+        assert tree is not None  # set when the batch was split
         if not tree.isolating:
             tree.pending = 2
         self._run(batch, every[:half], True)

@@ -176,11 +176,12 @@ class Caller:
         #: ``pause(seconds)``: a Retry-After stops every call of the limit for that long
         self._pause: Callable[[float], None] | None = getattr(limiter, "pause", None)
         self._paused_for: Callable[[], float] | None = getattr(limiter, "paused_for", None)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: Callable[[], int] = lambda: 0
-        self._create_task: Callable[[Any], asyncio.Task[Any]] = None  # type: ignore[assignment]  # set by bind()
-        #: the operator's context (bind()'s), in which calls report: never a call's own
-        self._outside: contextvars.Context = None  # type: ignore[assignment]  # set by bind()
+        # set by bind(), before the first call: the loop calls run on, how their Tasks are made, and
+        # the operator's context (bind()'s), in which calls report: never a call's own
+        self._loop: asyncio.AbstractEventLoop
+        self._create_task: Callable[[Any], asyncio.Task[Any]]
+        self._outside: contextvars.Context
         #: set when the operator failed or closes: outcomes no longer matter
         self.stopped = False
         #: the cancels of timed-out calls, each waited for at most a grace period (set by bind())
@@ -206,7 +207,7 @@ class Caller:
         # what time_left() and idempotency_key() tell the call's code (see aiospark.core.context)
         context = (call.started + timeout if timeout else None, self._loop, call.identity, self.identify, value)
         try:
-            task = self._create_task(self._attempts(value, context, call))  # type: ignore[arg-type]  # bound: _loop is set
+            task = self._create_task(self._attempts(value, context, call))
         except (KeyboardInterrupt, SystemExit) as exc:  # raised in an eager first step: asyncio re-raises them
             self._report(call, None, exc, CALL)
             raise
@@ -338,7 +339,10 @@ class Caller:
 
     async def _spend(self, value: Any) -> None:
         """Charge this attempt to the budget, or raise :class:`BudgetExhausted` (never retried)."""
-        granted = self.budget.take(value)  # type: ignore[union-attr]
+        budget = self.budget
+        if budget is None:  # no budget: nothing to charge
+            return
+        granted = budget.take(value)
         if not isinstance(granted, bool):
             granted = await granted
         if not granted:
@@ -348,8 +352,10 @@ class Caller:
     def cost_of(self, value: Any) -> float:
         """What one attempt for ``value`` is charged against the rate limit (its ``cost``)."""
         cost_fn = self._cost
+        if cost_fn is None:  # a limit without a cost function charges 1 per call
+            return 1.0
         try:
-            cost = cost_fn(value)  # type: ignore[misc]
+            cost = cost_fn(value)
         except Exception as exc:
             raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised {error_line(exc)}") from exc
         if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
@@ -361,13 +367,15 @@ class Caller:
         """A failed attempt that says when to come back (``retry_after`` seconds, e.g. a 429's
         Retry-After) pauses the whole limit: the service is telling every caller, not this one."""
         retry_after = getattr(exc, "retry_after", None)
-        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) and retry_after > 0:
-            self._pause(float(retry_after))  # type: ignore[misc]
+        pause = self._pause
+        if pause is not None and isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) \
+                and retry_after > 0:
+            pause(float(retry_after))
 
     def _delays(self, entry: Call) -> Iterator[float]:
         """The back-off delays of ``entry``'s call, asked for at its first retry (each element
         starts from the strategy's first delay)."""
-        return self.retry.delays()  # type: ignore[union-attr]  # asked only with a retry strategy
+        return self.retry.delays() if self.retry is not None else iter(())
 
     @staticmethod
     def _retry_delay(retry: RetryStrategy, exc: Exception, delays: Iterator[float]) -> float | None:

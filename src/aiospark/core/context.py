@@ -33,7 +33,7 @@ from typing import Any
 __all__ = ["CallContext", "current_call", "idempotency_key", "time_left"]
 
 #: ``(deadline, loop, identity, identify, value)``: see the module docstring
-CallContext = tuple[float | None, asyncio.AbstractEventLoop, str | None, Callable[[Any], str] | None, Any]
+CallContext = tuple[float | None, asyncio.AbstractEventLoop, str | None, Callable[[Any], str | None] | None, Any]
 
 #: the context of the call running in this task (set in the call's own Task, never reset: the
 #: Task's context is its own copy)

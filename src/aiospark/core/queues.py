@@ -1,6 +1,6 @@
 """Bounded element queues: the ordering policy of the operator (Flink's ``StreamElementQueue``).
 
-:class:`OrderedQueue` emits strictly in insertion order. :class:`UnorderedQueue` emits records in
+:class:`ElementQueue` is the interface the operator drives; :class:`OrderedQueue` emits strictly in insertion order. :class:`UnorderedQueue` emits records in
 completion order, with watermarks as barriers: a watermark splits the queue into segments, it is
 emitted only after every record before it, and no record after it is emitted before it.
 
@@ -19,6 +19,7 @@ Example::
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,12 +39,66 @@ def _check_capacity(capacity: int) -> int:
     return capacity
 
 
-def _check_element(element: object) -> None:
-    if type(element) is not Record and type(element) is not Watermark:
+def _watermark(element: object) -> Watermark:
+    """``element`` if it is a watermark (a queue's other elements are Records, taken before)."""
+    if type(element) is not Watermark:
         raise TypeError(f"queues hold Record or Watermark elements, got {type(element).__name__}")
+    return element
 
 
-class OrderedQueue:
+class ElementQueue(ABC):
+    """What the operator needs of a queue (Flink's ``StreamElementQueue``): bounded room for record
+    and watermark entries, and an emit path that applies the queue's ordering policy.
+
+    Both queues take ``capacity`` (entries held, watermarks count) and ``on_complete(entry)``, called
+    when a record's entry completes (normally or exceptionally), so the operator emits without polling.
+    """
+
+    capacity: int
+    on_complete: Listener
+
+    @abstractmethod
+    def try_put(self, element: StreamElement) -> ResultFuture | None:
+        """Add ``element`` (a Record or a Watermark); its handle, or ``None`` when the queue is full."""
+
+    @abstractmethod
+    def add(self, entry: ResultFuture) -> None:
+        """Hold a record's ``entry`` made by the caller (a :class:`ResultFuture`, or a subclass
+        carrying more state, as the operator's calls do). The caller has checked for room."""
+
+    @abstractmethod
+    def has_completed(self) -> bool:
+        """True when :meth:`pop_completed` would emit something."""
+
+    @abstractmethod
+    def pop_completed(self) -> list[StreamElement]:
+        """Remove one emittable entry and return what it emits; ``[]`` when none is emittable."""
+
+    @abstractmethod
+    def emit_completed(self, output: Callable[[Any], object], values: bool = False) -> int:
+        """Pop every emittable entry, passing what each emits to ``output``; returns how many
+        input elements they held (an entry may hold a batch: ``entry.size``). With ``values``
+        (no watermarks held), ``output`` gets each entry's results as one list of plain values."""
+
+    @abstractmethod
+    def values(self) -> list[StreamElement]:
+        """Input elements of every held entry, in the order a restore must re-add them (snapshots)."""
+
+    @abstractmethod
+    def pending(self) -> Iterator[ResultFuture]:
+        """Held record entries not completed yet, in insertion order (do not change the queue
+        while iterating)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Entries held (watermarks count)."""
+
+    @abstractmethod
+    def is_empty(self) -> bool:
+        """True when nothing is held."""
+
+
+class OrderedQueue(ElementQueue):
     """Emits results strictly in insertion order: the head must be done before anything is emitted."""
 
     def __init__(self, capacity: int, *, on_complete: Listener = None):
@@ -59,8 +114,7 @@ class OrderedQueue:
             entry = ResultFuture(element)
             self.add(entry)
             return entry
-        _check_element(element)
-        entry = watermark_entry(element)  # type: ignore[arg-type]
+        entry = watermark_entry(_watermark(element))
         self._entries.append(entry)
         return entry
 
@@ -133,7 +187,7 @@ class _Segment:
         return self.watermark is None and not self.incomplete and not self.completed
 
 
-class UnorderedQueue:
+class UnorderedQueue(ElementQueue):
     """Emits records in completion order within watermark-delimited segments."""
 
     def __init__(self, capacity: int, *, on_complete: Listener = None):
@@ -152,11 +206,11 @@ class UnorderedQueue:
             entry = ResultFuture(element)
             self.add(entry)
             return entry
-        _check_element(element)
+        watermark = _watermark(element)
         segments = self._segments
         if segments and segments[-1].is_empty():
             segments.pop()
-        entry = watermark_entry(element)  # type: ignore[arg-type]
+        entry = watermark_entry(watermark)
         segments.append(_Segment(entry))
         self._tail = None
         self._size += 1

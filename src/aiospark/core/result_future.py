@@ -72,7 +72,9 @@ class ResultFuture:
         element = self.element
         if type(element) is Watermark:
             return [element]
-        results: list[Any] = self._results  # type: ignore[assignment]  # a list once done without an exception
+        results = self._results
+        if results is None:
+            raise RuntimeError(f"{self!r} has not completed: nothing to emit yet")
         if len(results) == 1:
             # element[1]: a Record's timestamp (not a Watermark: returned above), faster than .timestamp
             return [_new(Record, (results[0], element[1]))]
@@ -98,7 +100,10 @@ class ResultFuture:
         emit path for an operator made with ``values=True``: no Record per result)."""
         if self._exception is not None:
             raise self._exception
-        output(self._results)  # type: ignore[arg-type]  # a list once done without an exception
+        results = self._results
+        if results is None:
+            raise RuntimeError(f"{self!r} has not completed: nothing to emit yet")
+        output(results)
 
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"

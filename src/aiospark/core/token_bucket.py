@@ -178,8 +178,7 @@ class TokenBucket:
                 "clock": None if clock is time.monotonic else clock}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["rate"], state["burst"], clock=state["clock"],  # type: ignore[misc]
-                      cost=state.get("cost"))
+        TokenBucket.__init__(self, state["rate"], state["burst"], clock=state["clock"], cost=state.get("cost"))
 
     def __repr__(self) -> str:
         return f"TokenBucket(rate={self.rate!r}, burst={self.burst})"

@@ -1,5 +1,0 @@
-"""Deprecated: moved to :mod:`aiospark.connectors.redis.ratelimit_local`."""
-
-from .._moved import alias
-
-__getattr__, __dir__ = alias(__name__, "aiospark.connectors.redis.ratelimit_local")
