@@ -22,12 +22,10 @@ from pyspark.sql.types import DataType
 from ..core import AsyncFunction
 from ..core.errors import describe_input
 from ..core.function import describe_function
-from ..runtime import run_partition, worker_loop
-from .budget import close_gate, task_gate
-from .journaled import Durable, run_journaled
-from .metrics import task_reporter
+from .journaled import Durable
 from .options import CallOptions
 from .schema import OutputSchemaError, arrow_type, to_python, values_to_array
+from .task import TaskPlan, run_task
 
 __all__ = ["UdfRunner", "ValueConverter", "batch_call"]
 
@@ -77,9 +75,7 @@ class UdfRunner:
     def results(self, chunks: Iterator[list]) -> Iterator[list]:
         """Run chunks of argument values (a tuple per row when the function spreads several) through
         this task's operator; yields lists of results in input order."""
-        wl = worker_loop()
         options = self.options
-        on_error = _null_on_error if self.on_error == "null" else None
         spread = self.arity != 1
 
         def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -94,23 +90,9 @@ class UdfRunner:
             call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
             return call
 
-        gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
-        durable = self.durable
-        identify = view = keys = None
-        if durable is not None:
-            identify, view, keys = durable.of, durable.open_task(), durable.idempotency
-            chunks = durable.feed(chunks, view)
-
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view, idempotency=keys)
-
-        try:
-            yield from run_journaled(durable, view, run_partition(
-                chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                report=task_reporter(options.metrics)))
-        finally:
-            close_gate(wl, gate)  # unused units go back to the budget
+        plan = TaskPlan(options, durable=self.durable, on_error=_null_on_error if self.on_error == "null" else None,
+                        invoke=invoke, out_rows=1)
+        return run_task(plan, chunks)
 
 
 class ValueConverter:

@@ -6,7 +6,7 @@ on the worker's event loop, inside ``mapInArrow``: rows reach the function as di
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -16,20 +16,19 @@ from ..core import RetryStrategy
 from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
-from ..journal import TaskView
-from ..runtime import run_partition, worker_loop
-from .arrow_lane import PYARROW, ROWS, run_lane
-from .budget import Budget, close_gate, task_gate
+from .arrow_lane import PYARROW, ROWS, Settle, run_lane
+from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
-from .journaled import Durable, counting_replayed, replayed, run_journaled
-from .metrics import Metrics, task_reporter
+from .journaled import Durable
+from .metrics import Metrics
 from .options import CallOptions
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
+from .task import TaskPlan, run_task
 
 ON_ERROR = ("fail", "row")
 
@@ -73,52 +72,30 @@ class _PartitionRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.options.batch_format == PYARROW:
-            return run_lane(self, batches, self._error_dict if self.on_error == "row" else None, error_text)
+            settle = Settle(self.schema, self.check_schema or self.schema, self.what,
+                            self._error_dict if self.on_error == "row" else None, error_text)
+            return run_lane(self.options, batches, settle, self.output_batch_rows)
         return self._rows_lane(batches)
 
     def _rows_lane(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        wl = worker_loop()
         converter = RowConverter(self.schema, self.what)
         options = self.options
         error_mode = self.on_error == "row"
-        on_error = _error_row if error_mode else None
         # error-row mode: an output that does not fit becomes its input's error row (outputs carry
         # their input; checked in bulk per output chunk, row by row only when a chunk does not fit)
         checks = OutputChecks(RowConverter(self.check_schema, self.what), ErrorRow) \
             if error_mode and self.check_schema is not None else None
-        batch = options.batch_size is not None
-        invoke = (lambda function: checks.invoke(function, batch)) if checks is not None else None
+        invoke = None
         if checks is not None:
+            batch = options.batch_size is not None
+            invoke = lambda function: checks.invoke(function, batch)  # noqa: E731
             options = checks.options(options)  # retry predicates see the rows, not their tags
-
-        gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
-        durable = self.durable
-        view: TaskView | None = None
-        identify = durable.of if durable is not None else None
-        keys = durable.idempotency if durable is not None else None
-        if durable is not None and durable.bound is not None:
-            view = durable.open_task(*_journal_forms(options.function, checks is not None))
-
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view, idempotency=keys)
-
-        chunks = (to_python(batch) for batch in batches)
-        report = counting_replayed(view, task_reporter(options.metrics))
-
-        def run(chunks: Any) -> Iterator[list[Any]]:
-            return run_partition(chunks, make_operator, capacity=options.max_capacity,
-                                 out_rows=self.output_batch_rows, loop=wl, report=report)
-
-        # a journal's recorded leading rows are emitted in bulk, then the operator takes over
-        outputs = replayed(durable, view, chunks, self.output_batch_rows, run) if durable is not None else run(chunks)
-        try:
-            for values in run_journaled(durable, view, outputs):
-                rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-                if rows:
-                    yield converter.to_batch(rows)
-        finally:
-            close_gate(wl, gate)  # unused units go back to the budget
+        plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
+                        on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows)
+        for values in run_task(plan, (to_python(batch) for batch in batches)):
+            rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
+            if rows:
+                yield converter.to_batch(rows)
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
