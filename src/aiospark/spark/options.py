@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..core.durable import BudgetGate, TaskJournal
     from ..core.operator import OnError
     from ..journal import Journal
+    from .progress import ProgressOptions
 
 #: the entry points' ``function``: ``async def f(...)`` or an :class:`aiospark.AsyncFunction`
 AsyncCallable: TypeAlias = "Callable[..., Awaitable[Any]] | AsyncFunction"
@@ -31,6 +32,8 @@ Capacity: TypeAlias = "int | str | AdaptiveConcurrency"
 #: ``rate_limit=``: calls per second per task (a number), a RateLimit, or a shared limiter
 #: (``RedisRateLimit``: anything with ``acquire()`` or ``reserve()``)
 RateLimitLike: TypeAlias = "float | RateLimit | AnyLimiter | None"
+#: ``progress=``: True (or a ProgressOptions) shows each action's progress while it runs
+ProgressLike: TypeAlias = "bool | ProgressOptions | None"
 
 
 def check_rate_limit(rate_limit: Any) -> RateLimit | AnyLimiter | None:

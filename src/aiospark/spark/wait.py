@@ -6,8 +6,9 @@ on the worker's event loop, inside ``mapInArrow``: rows reach the function as di
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
@@ -22,13 +23,16 @@ from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
 from .journaled import Durable
 from .metrics import Metrics
-from .options import CallOptions
+from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
 from .task import TaskPlan, run_task
+
+if TYPE_CHECKING:
+    from ..journal import Journal
 
 ON_ERROR = ("fail", "row")
 
@@ -135,30 +139,56 @@ def _journal_forms(function: Any, tagged: bool) -> tuple[Any, Any]:
     return encode, rebuild
 
 
-def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: bool, timeout: Any, capacity: Any,
-          retry: RetryStrategy | None, on_error: str, error_column: str, input_column: str,
-          output_batch_rows: int, rate_limit: Any = None, metrics: Metrics | None = None,
-          name: str | None = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Budget | None = None, journal: Any = None, progress: Any = False,
-          batch_format: str = ROWS) -> Any:
-    name = name or ("ordered_wait" if ordered else "unordered_wait")
-    progress_options = check_progress(progress, name.split(" ")[0])
+@dataclass(frozen=True)
+class WaitCall:
+    """The arguments of one wait entry point (``ordered_wait``, ``unordered_wait``,
+    ``lookup_join``), as the user gave them: :func:`_wait` validates them (each error says what to
+    change) into the :class:`CallOptions` every task gets. ``name``: how errors and metrics name
+    the call (default: the entry point's name)."""
+
+    function: AsyncCallable
+    schema: str | StructType
+    ordered: bool
+    timeout: float | None = 60.0
+    capacity: Capacity = 100
+    retry: RetryStrategy | None = None
+    on_error: str = "fail"
+    error_column: str = "_error"
+    input_column: str = "_input"
+    output_batch_rows: int = OUTPUT_BATCH_ROWS
+    rate_limit: RateLimitLike = None
+    metrics: Metrics | None = None
+    name: str | None = None
+    batch_size: int | None = None
+    batch_delay: float = 0.01
+    key: str | Sequence[str] | None = None
+    budget: Budget | None = None
+    journal: Journal | None = None
+    progress: ProgressLike = False
+    batch_format: str = ROWS
+
+
+def _wait(df: DataFrameLike, call: WaitCall) -> Any:
+    function, ordered, on_error, budget, journal = call.function, call.ordered, call.on_error, call.budget, call.journal
+    error_column, input_column, output_batch_rows = call.error_column, call.input_column, call.output_batch_rows
+    name = call.name or ("ordered_wait" if ordered else "unordered_wait")
+    progress_options = check_progress(call.progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
     # before anything asks the server: a Connect server elsewhere cannot reach this process's ledger
     check_reach(df.sparkSession, budget=budget, progress=progress_options is not None, what=name.split(" ")[0])
-    order_key = row_key(df, key, name) if key is not None else None
-    options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
-                                 rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
-                                 batch_delay=batch_delay, order_key=order_key, budget=budget,
-                                 batch_format=batch_format, journal=journal)
+    order_key = row_key(df, call.key, name) if call.key is not None else None
+    options = CallOptions.create(function, ordered=ordered, timeout=call.timeout, capacity=call.capacity,
+                                 retry=call.retry, rate_limit=call.rate_limit, metrics=call.metrics, name=name,
+                                 batch_size=call.batch_size, batch_delay=call.batch_delay, order_key=order_key,
+                                 budget=budget, batch_format=call.batch_format, journal=journal)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
     if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
         raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
     check_unique_names(df.schema, f"{name}(): the DataFrame")  # clearer than mapInArrow's AMBIGUOUS_REFERENCE
-    out_schema = parse_schema(df.sparkSession, schema, f"{name}(): the schema")
+    out_schema = parse_schema(df.sparkSession, call.schema, f"{name}(): the schema")
     declared = out_schema
     if on_error == "row":
         taken = set(out_schema.fieldNames())
@@ -190,13 +220,13 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     return out
 
 
-def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
-                 capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
+def ordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructType, *,
+                 timeout: float | None = 60.0, capacity: Capacity = 100, retry: RetryStrategy | None = None,
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                 rate_limit: Any = None, metrics: Metrics | None = None,
+                 rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
-                 batch_delay: float = 0.01, budget: Budget | None = None, journal: Any = None,
-                 progress: Any = False, batch_format: str = ROWS) -> DataFrameT:
+                 batch_delay: float = 0.01, budget: Budget | None = None, journal: Journal | None = None,
+                 progress: ProgressLike = False, batch_format: str = ROWS) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -242,18 +272,18 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
 
         out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
     """
-    return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)
+    return _wait(df, WaitCall(function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
+                              output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
+                              budget=budget, journal=journal, progress=progress, batch_format=batch_format))
 
 
-def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
-                   capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
+def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructType, *,
+                   timeout: float | None = 60.0, capacity: Capacity = 100, retry: RetryStrategy | None = None,
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                   rate_limit: Any = None, metrics: Metrics | None = None,
+                   rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
-                   batch_delay: float = 0.01, key: str | list[str] | None = None,
-                   budget: Budget | None = None, journal: Any = None, progress: Any = False,
+                   batch_delay: float = 0.01, key: str | Sequence[str] | None = None,
+                   budget: Budget | None = None, journal: Journal | None = None, progress: ProgressLike = False,
                    batch_format: str = ROWS) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
@@ -268,6 +298,6 @@ def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, t
         df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
         aiospark.unordered_wait(changes, apply_change, "account LONG, balance LONG", key="account")
     """
-    return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
-                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)
+    return _wait(df, WaitCall(function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
+                              output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
+                              key=key, budget=budget, journal=journal, progress=progress, batch_format=batch_format))
