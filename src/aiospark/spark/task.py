@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .journaled import Durable
     from .options import CallOptions
 
-__all__ = ["FedIdentities", "TaskPlan", "run_task"]
+__all__ = ["FedIdentities", "OperatorJournal", "TaskPlan", "run_task"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,23 @@ class FedIdentities:
         return self.of(value)
 
 
+class OperatorJournal:
+    """A task's journal as its operator sees it (:class:`aiospark.core.durable.TaskJournal`): the
+    view's own bound methods, no call layer added; its bulk read of recorded rows
+    (``TaskView.recorded_prefix``) where a row's outputs are stored whole, its ``adopt`` where
+    they are rebuilt from the row (a lookup join's, error-row mode's)."""
+
+    def __init__(self, view: TaskView):
+        self.recorded = view.recorded
+        self.record = view.record
+        self.recorded_run: Callable[[list[str | None]], tuple[list[Any], int]] | None = None
+        self.adopt: Callable[[Any, list[Any], bool], list[Any]] | None = None
+        if view.rebuild is None:
+            self.recorded_run = view.recorded_prefix
+        else:
+            self.adopt = view.adopt
+
+
 def run_task(plan: TaskPlan, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]:
     """The task's emitted values, a list at a time, in the order the operator emits them (see
     the module docstring). Nothing starts before the first ``next()``."""
@@ -116,18 +133,20 @@ def run_task(plan: TaskPlan, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]
     try:
         durable = plan.durable
         view: TaskView | None = None
+        journal: OperatorJournal | None = None
         identify: Callable[[Any], str | None] | None = None
         keys: Callable[[Any], str] | None = None
         if durable is not None:
             identify, keys = durable.of, durable.idempotency
             view = durable.open_task(*plan.journal_forms)
+            journal = OperatorJournal(view) if view is not None else None
             if view is not None and durable.asked_row_by_row(view):
                 fed = FedIdentities(durable.of, view)
                 identify, chunks = fed, fed.fed(chunks)
 
         async def make_operator(output: Callable[[Any], None]) -> Any:
             return await options.make_operator(wl, output, on_error=plan.on_error, invoke=plan.invoke, budget=gate,
-                                               identify=identify, journal=view, idempotency=keys)
+                                               identify=identify, journal=journal, idempotency=keys)
 
         yield from run_journaled(view, run_partition(
             chunks, make_operator, capacity=options.max_capacity, out_rows=plan.out_rows, loop=wl,
