@@ -180,16 +180,24 @@ def run_lane(options: CallOptions, batches: Iterator[pa.RecordBatch], settle: Se
     each one call (:func:`aiospark.spark.task.run_task`), settled into the output schema."""
     size = options.batch_size
     assert size is not None  # check_batch_format: the pyarrow lane needs batch_size
-    on_error = None
-    if settle.error_row is not None:
-        error_text = settle.error_text
-        on_error = lambda batch, exc: [ErrorRows(batch, error_text(exc))]  # noqa: E731
+    on_error = ErrorRowsOf(settle.error_text) if settle.error_row is not None else None
     plan = TaskPlan(untagged_retry(options, untag), on_error=on_error, invoke=tagged, units=_num_rows,
                     out_rows=max(1, output_batch_rows // size), post_rows=max(1, 1024 // size), count=_slice_rows)
     for values in run_task(plan, (slices(batch, size) for batch in batches)):
         table = settle(values)
         if table.num_rows:
             yield from table.combine_chunks().to_batches()
+
+
+class ErrorRowsOf:
+    """``on_error`` of the lane under ``on_error="row"`` (picklable): a failed slice's rows all
+    become error rows carrying the error's text."""
+
+    def __init__(self, error_text: Callable[[BaseException], str]):
+        self.error_text = error_text
+
+    def __call__(self, batch: pa.RecordBatch, exc: BaseException) -> list[Any]:
+        return [ErrorRows(batch, self.error_text(exc))]
 
 
 def _num_rows(batch: pa.RecordBatch) -> int:
@@ -200,5 +208,5 @@ def _slice_rows(values: list[Any]) -> int:
     return sum(v.input.num_rows for v in values)
 
 
-__all__ = ["BATCH_FORMATS", "PYARROW", "ROWS", "ErrorRows", "Piece", "Settle", "check_batch_format", "run_lane",
+__all__ = ["BATCH_FORMATS", "PYARROW", "ROWS", "ErrorRows", "ErrorRowsOf", "Piece", "Settle", "check_batch_format", "run_lane",
            "slices", "tagged", "untag"]

@@ -6,6 +6,7 @@ on the worker's event loop, inside ``mapInArrow``: rows reach the function as di
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -91,8 +92,7 @@ class _PartitionRunner:
             if error_mode and self.check_schema is not None else None
         invoke = None
         if checks is not None:
-            batch = options.batch_size is not None
-            invoke = lambda function: checks.invoke(function, batch)  # noqa: E731
+            invoke = functools.partial(checks.invoke, batch=options.batch_size is not None)
             options = checks.options(options)  # retry predicates see the rows, not their tags
         plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
                         on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows)
@@ -116,27 +116,36 @@ def _error_row(value: Any, exc: BaseException) -> list[Any]:
 
 
 def _journal_forms(function: Any, tagged: bool) -> tuple[Any, Any]:
-    """``(encode, rebuild)`` of a task's journal (see :class:`aiospark.journal.TaskView`): what is
-    stored of a call's outputs, and a row's outputs rebuilt from it and the row itself. A lookup
-    join stores the looked-up columns only (``function.journal_rows``): every output row is
-    rebuilt from the current input row, whatever the journal's key. In error-row mode outputs are
-    tagged with their input: stored untagged, tagged again with the row's own input."""
+    """``(encode, rebuild)`` of a task's journal (see :class:`aiospark.journal.TaskView`), or
+    ``(None, None)`` when outputs are stored as they are (:class:`JournalForms`)."""
     rows = getattr(function, "journal_rows", None)
     if rows is None and not tagged:
         return None, None
+    forms = JournalForms(rows, tagged)
+    return forms.encode, forms.rebuild
 
-    def encode(results: Any) -> Any:
-        if tagged:
+
+class JournalForms:
+    """What is stored of a call's outputs, and a row's outputs rebuilt from it and the row itself
+    (picklable). A lookup join stores the looked-up columns only (``rows``: its
+    ``function.journal_rows``): every output row is rebuilt from the current input row, whatever
+    the journal's key. In error-row mode (``tagged``) outputs are tagged with their input: stored
+    untagged, tagged again with the row's own input."""
+
+    def __init__(self, rows: Any, tagged: bool):
+        self.rows = rows
+        self.tagged = tagged
+
+    def encode(self, results: Any) -> Any:
+        if self.tagged:
             results = [r.row if type(r) is Output else r for r in results]
-        return rows.encode(results) if rows is not None else results
+        return self.rows.encode(results) if self.rows is not None else results
 
-    def rebuild(value: Any, stored: Any) -> Any:
-        outputs = rows.rebuild(value, stored) if rows is not None else list(stored)
-        if not tagged or outputs == [None]:  # [None]: a plain function's "no row"
+    def rebuild(self, value: Any, stored: Any) -> Any:
+        outputs = self.rows.rebuild(value, stored) if self.rows is not None else list(stored)
+        if not self.tagged or outputs == [None]:  # [None]: a plain function's "no row"
             return outputs
         return tag_outputs(value, outputs)
-
-    return encode, rebuild
 
 
 @dataclass(frozen=True)
