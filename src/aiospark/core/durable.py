@@ -3,7 +3,8 @@
 Flink's async operator checkpoints its in-flight elements and, after a failure, calls again only
 those. Spark re-runs whole tasks, so aiospark keeps a *journal* of outcomes instead: the operator
 asks it before a call (:meth:`TaskJournal.recorded`: a row already done is emitted from the record,
-through the one emit path, without a call) and tells it after one (:meth:`TaskJournal.record`).
+through the one emit path, without a call; a run of them is one queue entry completed as it
+enters, :class:`aiospark.core.identities.RecordedRun`) and tells it after one (:meth:`TaskJournal.record`).
 The stores (a directory of Arrow segments, Redis) live in :mod:`aiospark.journal`; this module
 holds only what the pure-asyncio engine needs, so ``core`` imports neither pyarrow nor pyspark.
 
@@ -100,6 +101,10 @@ class TaskJournal(Protocol):
     # optional: ``adopt(value, results, recorded) -> outputs``: the outputs of element ``value``
     # from its identity's outcome (recorded, or shared from an equal element's call); a journal
     # without it hands the results over as they are
+    # optional, for a journal without ``adopt``: ``recorded_run(identities) -> (outputs, n)``: the
+    # outputs of the leading ``identities`` whose results are recorded, concatenated in order, and
+    # how many they are (it stops at the first one without recorded results, or None): the bulk
+    # read of a rerun's recorded elements (:meth:`aiospark.core.identities.Identities.recorded_run`)
 
 
 class BudgetGate(Protocol):

@@ -31,11 +31,13 @@ Example (what the operator does)::
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .calls import CALL, Call, Report
-from .durable import Identify, TaskJournal, is_answer, recorded_outcome
+from .durable import Identify, Recorded, TaskJournal, is_answer, recorded_outcome
+from .elements import Record, StreamElement
+from .result_future import ResultFuture
 
 #: ``what`` of an outcome that came from the journal, or from the call of an equal element
 RECORDED = "recorded outcome"
@@ -56,17 +58,89 @@ class Identities:
         self._fail = fail
         #: ``adopt(value, results, recorded) -> outputs`` (see the module docstring), or None
         self._adopt = getattr(journal, "adopt", None)
+        #: ``recorded_run(identities) -> (outputs, n)``: a journal's bulk read (see TaskJournal)
+        self._bulk = getattr(journal, "recorded_run", None)
+        #: ``id(value) -> (value, identity, read, recorded)`` of elements :meth:`recorded_run`
+        #: identified (and read, when ``read``) but did not take: :meth:`admit` takes them from here
+        #: instead of asking again (one identity per element; the value is held, so its id stays its own)
+        self._known: dict[int, tuple[Any, str | None, bool, Recorded | None]] = {}
+
+    def recorded_run(self, values: Sequence[Any], start: int, end: int) -> tuple[int, list[Any]]:
+        """How many of the leading ``values[start:end]`` have recorded results, and their outputs
+        in order (one list): a rerun's recorded rows enter the queue as one completed entry
+        (:class:`RecordedRun`). It stops at the first element that must go through
+        :meth:`admit` (not recorded, no identity, a recorded error, or an error of its own)."""
+        if self._bulk is not None:
+            return self._bulk_run(values, start, end)
+        identify, recorded, adopt, known = self.identify, self.journal.recorded, self._adopt, self._known
+        outputs: list[Any] = []
+        at = start
+        while at < end:
+            value = values[at]
+            try:
+                identity = identify(value)
+                hit = recorded(identity) if identity is not None else None
+                if hit is None or hit.results is None:
+                    known[id(value)] = (value, identity, True, hit)
+                    break
+                results = hit.results if adopt is None else adopt(value, hit.results, True)
+            except Exception:  # admit() asks again and makes the error this element's
+                break
+            outputs += results
+            at += 1
+        return at - start, outputs
+
+    def _bulk_run(self, values: Sequence[Any], start: int, end: int) -> tuple[int, list[Any]]:
+        """:meth:`recorded_run` through the journal's bulk read, over windows that double while
+        every element of one is recorded (1, 2, 4, ...): a fresh run identifies no element ahead
+        of its admission, a rerun reads its recorded rows a few windows at a time."""
+        identify, bulk, known = self.identify, self._bulk, self._known
+        assert bulk is not None
+        outputs: list[Any] = []
+        at, window = start, 1
+        while at < end:
+            ids: list[str | None] = []
+            failed = False
+            for value in values[at:min(end, at + window)]:
+                hit = known.pop(id(value), None) if known else None
+                if hit is not None and hit[0] is value:
+                    ids.append(hit[1])
+                    continue
+                try:
+                    ids.append(identify(value))
+                except Exception:  # admit() asks again and makes the error this element's
+                    failed = True
+                    break
+            got, n = bulk(ids)
+            outputs += got
+            for j in range(n, len(ids)):  # identified, not taken: admit() takes them from here
+                value = values[at + j]
+                known[id(value)] = (value, ids[j], False, None)
+            at += n
+            if failed or n < len(ids):
+                break
+            window *= 2
+        return at - start, outputs
 
     def admit(self, call: Call) -> bool:
         """Give ``call`` its identity; True when it needs no call of its own: it completed from
         the journal, or it waits for the call of an equal element in flight."""
         value = call.element[0]
+        known = self._known.pop(id(value), None) if self._known else None
         try:
-            identity = self.identify(value)
-            if identity is None:  # no identity (a NULL in its key): called, never recorded
-                return False
-            call.identity = identity
-            recorded = self.journal.recorded(identity)
+            if known is not None and known[0] is value:  # recorded_run identified it already
+                _, identity, read, recorded = known
+                if identity is None:
+                    return False
+                call.identity = identity
+                if not read:
+                    recorded = self.journal.recorded(identity)
+            else:
+                identity = self.identify(value)
+                if identity is None:  # no identity (a NULL in its key): called, never recorded
+                    return False
+                call.identity = identity
+                recorded = self.journal.recorded(identity)
             if recorded is not None:
                 results, error = recorded_outcome(recorded)
                 if results is not None and self._adopt is not None:
@@ -113,3 +187,25 @@ class Identities:
                 except Exception as exc:  # that element's error
                     outputs, failure = None, exc
             self._report(other, outputs, failure, SHARED)
+
+
+class RecordedRun(ResultFuture):
+    """Consecutive elements whose outcomes are recorded: one queue entry, completed as it enters
+    the queue (no call, no task, no deadline), emitted through the operator's one emit path in
+    its place. It counts its elements against capacity, as a batch does."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Sequence[Any]):
+        self.element = (values[0], None)
+        self._results = self._exception = self._listener = self._segment = None
+        self._done = False
+        self.values = values
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        """Elements held: what the run counts against capacity."""
+        return len(self.values)
+
+    def inputs(self) -> list[StreamElement]:
+        return [Record(v) for v in self.values]

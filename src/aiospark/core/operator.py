@@ -49,7 +49,7 @@ from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
-from .identities import Identities
+from .identities import Identities, RecordedRun
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics
 from .queues import OrderedQueue, UnorderedQueue
@@ -269,6 +269,8 @@ class AsyncWaitOperator:
         """
         end = len(values)
         batches = self._batches
+        if batches is None and self._identities is not None and self._turns is None:
+            return self._take_journaled(values, start, self._identities)
         if batches is None or self._journal is not None or self.adaptive is not None:
             taken, try_process = start, self.try_process
             while taken < end and try_process(values[taken]):
@@ -293,6 +295,34 @@ class AsyncWaitOperator:
                 metrics.inflight_peak = self.inflight
             if len(batch.values) >= size:  # type: ignore[operator]
                 batches.flush()
+        return start - first
+
+    def _take_journaled(self, values: Sequence[Any], start: int, identities: Identities) -> int:
+        """:meth:`try_process_many` with a journal: each run of consecutive elements whose
+        outcomes are recorded enters the queue as one entry completed on the spot
+        (:class:`~aiospark.core.identities.RecordedRun`: no call, no task, no deadline), emitted
+        through the one emit path in its place; every other element goes through
+        :meth:`try_process`. A rerun of a finished journal costs little more than reading it."""
+        end, first, queue = len(values), start, self._queue
+        while start < end:
+            if self._failure is not None or self._closed or self._loop is None:
+                self._check()
+            room = self.capacity - self._held
+            if room <= 0:
+                break
+            n, outputs = identities.recorded_run(values, start, min(end, start + room))
+            if n:
+                run = RecordedRun(values[start:start + n])
+                queue.add(run)
+                self._held += n
+                start += n
+                run.complete(outputs)  # -> the queue -> _emit_completed
+                if n == room:
+                    continue
+            if start < end:
+                if not self.try_process(values[start]):
+                    break
+                start += 1
         return start - first
 
     async def process_watermark(self, timestamp: Any) -> None:

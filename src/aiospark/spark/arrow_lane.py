@@ -34,19 +34,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..core import AsyncFunction
 from ..core.batches import BatchError
 from ..core.errors import describe_input
-from ..runtime import run_partition, worker_loop
 from .arrow_conform import Conform
-from .budget import close_gate, task_gate
 from .checked import TaggedFunction, untagged_retry
-from .metrics import task_reporter
 from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
+from .task import TaskPlan, run_task
+
+if TYPE_CHECKING:
+    from .options import CallOptions
 
 ROWS = "rows"
 PYARROW = "pyarrow"
@@ -173,34 +174,39 @@ class Settle:
         return pa.Table.from_batches([self.errors.to_batch(rows)])
 
 
-def run_lane(runner: Any, batches: Iterator[pa.RecordBatch], error_row: Callable[[Any, str], dict] | None,
-             error_text: Callable[[BaseException], str]) -> Iterator[pa.RecordBatch]:
-    """The task's output batches: ``runner`` is the task's ``_PartitionRunner`` (its options,
-    schemas and output batch size)."""
-    wl = worker_loop()
-    options = runner.options
-    size: int = options.batch_size
-    calls = options.max_capacity
-    settle = Settle(runner.schema, runner.check_schema or runner.schema, runner.what, error_row, error_text)
-    on_error = (lambda batch, exc: [ErrorRows(batch, error_text(exc))]) if error_row is not None else None
-    gate = task_gate(options.budget, True, count=lambda batch: batch.num_rows)
-    options = untagged_retry(options, untag)
-
-    async def make_operator(output: Callable[[Any], None]) -> Any:
-        return await options.make_operator(wl, output, on_error=on_error, invoke=tagged, budget=gate)
-
-    chunks = (slices(batch, size) for batch in batches)
-    outputs = run_partition(chunks, make_operator, capacity=calls, loop=wl, report=task_reporter(options.metrics),
-                            out_rows=max(1, runner.output_batch_rows // size), post_rows=max(1, 1024 // size),
-                            count=lambda values: sum(v.input.num_rows for v in values))
-    try:
-        for values in outputs:
-            table = settle(values)
-            if table.num_rows:
-                yield from table.combine_chunks().to_batches()
-    finally:
-        close_gate(wl, gate)
+def run_lane(options: CallOptions, batches: Iterator[pa.RecordBatch], settle: Settle,
+             output_batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The task's output batches: ``batches`` cut into slices of ``options.batch_size`` rows,
+    each one call (:func:`aiospark.spark.task.run_task`), settled into the output schema."""
+    size = options.batch_size
+    assert size is not None  # check_batch_format: the pyarrow lane needs batch_size
+    on_error = ErrorRowsOf(settle.error_text) if settle.error_row is not None else None
+    plan = TaskPlan(untagged_retry(options, untag), on_error=on_error, invoke=tagged, units=_num_rows,
+                    out_rows=max(1, output_batch_rows // size), post_rows=max(1, 1024 // size), count=_slice_rows)
+    for values in run_task(plan, (slices(batch, size) for batch in batches)):
+        table = settle(values)
+        if table.num_rows:
+            yield from table.combine_chunks().to_batches()
 
 
-__all__ = ["BATCH_FORMATS", "PYARROW", "ROWS", "ErrorRows", "Piece", "Settle", "check_batch_format", "run_lane",
+class ErrorRowsOf:
+    """``on_error`` of the lane under ``on_error="row"`` (picklable): a failed slice's rows all
+    become error rows carrying the error's text."""
+
+    def __init__(self, error_text: Callable[[BaseException], str]):
+        self.error_text = error_text
+
+    def __call__(self, batch: pa.RecordBatch, exc: BaseException) -> list[Any]:
+        return [ErrorRows(batch, self.error_text(exc))]
+
+
+def _num_rows(batch: pa.RecordBatch) -> int:
+    return batch.num_rows
+
+
+def _slice_rows(values: list[Any]) -> int:
+    return sum(v.input.num_rows for v in values)
+
+
+__all__ = ["BATCH_FORMATS", "PYARROW", "ROWS", "ErrorRows", "ErrorRowsOf", "Piece", "Settle", "check_batch_format", "run_lane",
            "slices", "tagged", "untag"]

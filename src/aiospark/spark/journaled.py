@@ -8,7 +8,11 @@ is computed for every row, since it is the journal's key.
 A task finds its outcomes by its Spark partition id (and, in Structured Streaming, the micro-batch
 id, Spark's ``streaming.sql.batchId`` local property): see :mod:`aiospark.journal.directory`.
 
-Example (what ``_wait`` does)::
+A journal reaches the operator by one route (:func:`aiospark.spark.task.run_task`): the task's
+view is the operator's ``journal=``; a recorded row completes inside the operator and leaves
+through its one emit path, like a called one.
+
+Example (what ``_wait`` and ``run_task`` do)::
 
     durable = Durable.prepare(journal, df, "ordered_wait", function, out_schema)
     view = durable.open_task()                # in the task, before any row
@@ -16,9 +20,8 @@ Example (what ``_wait`` does)::
 """
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
@@ -87,65 +90,12 @@ class Durable:
         return self.bound.open_task(ctx.partitionId(), batch, f"{ctx.stageId()}.{ctx.taskAttemptId()}",
                                     encode, rebuild)
 
-    def feed(self, chunks: Iterator[list[Any]], view: TaskView | None) -> Iterator[list[Any]]:
-        """``chunks`` as they are, each one's outcomes asked for first when the store is asked
-        row by row (Redis: one pipelined MGET per chunk)."""
-        if view is None or not view.fetches_by_row:
-            return chunks
-        of = self.of
-
-        def fed() -> Iterator[list[Any]]:
-            for chunk in chunks:
-                view.prefetch([i for i in map(of, chunk) if i is not None])
-                yield chunk
-
-        return fed()
-
-
-def replayed(durable: Durable, view: TaskView | None, chunks: Iterable[list[Any]], out_rows: int,
-             run: Callable[[Iterator[list[Any]]], Iterator[list[Any]]]) -> Iterator[list[Any]]:
-    """A task's output values: first those of the partition's leading rows whose results are all
-    recorded, straight from the journal (no operator: no queue entry, call record or emit per
-    row; reading a finished journal needs about half the CPU), then ``run(rest)`` (the operator,
-    from the first row that must be called on; a
-    recorded row after it still completes through the operator). The order is the one the
-    operator gives: each row's outputs in input order, the recorded prefix before everything
-    after it. ``view.replayed`` counts the output values replayed so."""
-    source = iter(chunks)
-    if view is None or view.rebuild is not None:
-        return run(durable.feed(source, view))
-
-    def outputs() -> Iterator[list[Any]]:
-        of, buffered = durable.of, []
-        for chunk in source:
-            try:
-                ids = [of(v) for v in chunk]
-            except Exception:  # a value without an identity: the operator makes it that row's error
-                ids = []
-            if ids:
-                view.prefetch([i for i in ids if i is not None])
-            values, n = view.recorded_prefix(ids)
-            buffered += values
-            if n < len(chunk):
-                if buffered:
-                    yield buffered
-                yield from run(durable.feed(itertools.chain([chunk[n:]], source), view))
-                return
-            if len(buffered) >= out_rows:
-                yield buffered
-                buffered = []
-        if buffered:
-            yield buffered
-        yield from run(iter(()))  # the operator's end-of-task work (metrics' final report) still runs
-
-    return outputs()
-
-
-def counting_replayed(view: TaskView | None, report: Any) -> Any:
-    """``report`` of ``run_partition`` counting the rows :func:`replayed` emitted too."""
-    if report is None or view is None:
-        return report
-    return lambda operator, rows, final: report(operator, rows + view.replayed, final)
+    @staticmethod
+    def asked_row_by_row(view: TaskView) -> bool:
+        """Whether ``view``'s store is asked for outcomes row by row (Redis), not loaded up front
+        (a directory): then a chunk's outcomes are fetched at once before the chunk is fed
+        (:class:`aiospark.spark.task.FedIdentities`)."""
+        return view.fetches_by_row
 
 
 def close_view(view: TaskView | None, failed: bool) -> None:
@@ -163,7 +113,7 @@ def close_view(view: TaskView | None, failed: bool) -> None:
             "be called again on a rerun): %r", exc)
 
 
-def run_journaled(durable: Durable | None, view: TaskView | None, results: Iterator[Any]) -> Iterator[Any]:
+def run_journaled(view: TaskView | None, results: Iterator[Any]) -> Iterator[Any]:
     """``results`` (a task's output generator), closing ``view`` when it ends, however it ends."""
     failed = True
     try:
@@ -173,5 +123,4 @@ def run_journaled(durable: Durable | None, view: TaskView | None, results: Itera
         close_view(view, failed)
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view",
-           "counting_replayed", "replayed", "run_journaled"]
+__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view", "run_journaled"]

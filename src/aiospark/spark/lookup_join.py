@@ -16,7 +16,7 @@ looked-up rows, ``[]`` for a miss), before the join pads a miss for ``how="left"
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
@@ -25,7 +25,13 @@ from ..lookup import LookupCache, Lookuper, LookupSource
 from ..lookup.keys import UNSUPPORTED_KEY_TYPES
 from .compat import DataFrameLike, DataFrameT
 from .schema import parse_schema
-from .wait import OUTPUT_BATCH_ROWS, _wait
+from .wait import WaitCall, _wait
+
+if TYPE_CHECKING:
+    from ..journal import Journal
+    from .budget import Budget
+    from .metrics import Metrics
+    from .options import ProgressLike, RateLimitLike
 
 HOW = ("left", "inner")
 
@@ -185,8 +191,9 @@ def _source_schema(session: Any, source: Any) -> StructType:
 def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *, how: str = "left",
                 cache: LookupCache | None = None, capacity: int = 100, timeout: float | None = 60.0,
                 retry: RetryStrategy | None = None, ordered: bool = False, batch: bool = True,
-                on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None,
-                journal: Any = None, progress: Any = False) -> DataFrameT:
+                on_error: str = "fail", rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
+                budget: Budget | None = None, journal: Journal | None = None,
+                progress: ProgressLike = False) -> DataFrameT:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -232,14 +239,15 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *
     function = _LookupJoin(source, keys, [f.name for f in added], how, cache, batch, names=out_schema.fieldNames(),
                            pad_as_tuple=source_retry is not retry,
                            journal_schema=StructType(added).simpleString())
-    return _wait(df, function, out_schema, ordered, timeout, capacity, source_retry, on_error, "_error", "_input",
-                 OUTPUT_BATCH_ROWS, rate_limit, metrics, name=f"lookup_join {type(source).__name__}",
-                 budget=budget, journal=journal, progress=progress)
+    return _wait(df, WaitCall(function, out_schema, ordered, timeout, capacity, source_retry, on_error,
+                              rate_limit=rate_limit, metrics=metrics, name=f"lookup_join {type(source).__name__}",
+                              budget=budget, journal=journal, progress=progress))
 
 
 def lookup_udf(source: LookupSource, *, cache: LookupCache | None = None, capacity: int = 100,
                timeout: float | None = 60.0, retry: RetryStrategy | None = None, batch: bool = True,
-               on_error: str = "fail", rate_limit: Any = None, metrics: Any = None, budget: Any = None) -> Any:
+               on_error: str = "fail", rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
+               budget: Budget | None = None) -> Any:
     """A column function ``f(*key_columns) -> array<struct<looked-up columns>>`` for SQL lookups.
 
     ``timeout``: seconds per row, retries included (``None`` or ``<= 0``: no timeout). ``retry``'s

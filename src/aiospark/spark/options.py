@@ -2,23 +2,41 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
+from ..core.adaptive import AdaptiveConcurrency
 from ..core.batches import check_batching
 from ..core.function import check_async_function
-from ..core.ratelimit import RateLimit
+from ..core.ratelimit import AnyLimiter, RateLimit
 from ..core.settings import check_capacity, check_retry, check_timeout
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
 from .arrow_lane import PYARROW, ROWS, check_batch_format
-from .budget import check_budget
+from .budget import Budget, check_budget
 from .metrics import Metrics
 
+if TYPE_CHECKING:
+    from ..budget.ticket import BudgetTicket
+    from ..core.durable import BudgetGate, TaskJournal
+    from ..core.operator import OnError
+    from ..journal import Journal
+    from .progress import ProgressOptions
 
-def check_rate_limit(rate_limit: Any) -> Any:
+#: the entry points' ``function``: ``async def f(...)`` or an :class:`aiospark.AsyncFunction`
+AsyncCallable: TypeAlias = "Callable[..., Awaitable[Any]] | AsyncFunction"
+#: ``capacity=``: calls in flight per task (a number), ``"auto"``, or an AdaptiveConcurrency
+Capacity: TypeAlias = "int | str | AdaptiveConcurrency"
+#: ``rate_limit=``: calls per second per task (a number), a RateLimit, or a shared limiter
+#: (``RedisRateLimit``: anything with ``acquire()`` or ``reserve()``)
+RateLimitLike: TypeAlias = "float | RateLimit | AnyLimiter | None"
+#: ``progress=``: True (or a ProgressOptions) shows each action's progress while it runs
+ProgressLike: TypeAlias = "bool | ProgressOptions | None"
+
+
+def check_rate_limit(rate_limit: Any) -> RateLimit | AnyLimiter | None:
     """``None``, calls per second (a number), a RateLimit, or a shared limiter (``async acquire()``)."""
     if rate_limit is None or callable(getattr(rate_limit, "acquire", None)) or \
             callable(getattr(rate_limit, "reserve", None)):
@@ -38,12 +56,12 @@ def check_metrics(metrics: Any, name: str) -> Metrics:
 class CallOptions:
     """How calls are made in every task: validated once on the driver, pickled to the workers."""
 
-    function: Any
+    function: AsyncCallable
     ordered: bool
     timeout: float | None
-    capacity: Any  # int, or an AdaptiveConcurrency
+    capacity: int | AdaptiveConcurrency
     retry: RetryStrategy | None
-    rate_limit: Any = None
+    rate_limit: RateLimit | AnyLimiter | None = None
     metrics: Metrics | None = None
     #: inputs per call (None: one), and how long a batch waits to fill
     batch_size: int | None = None
@@ -53,16 +71,22 @@ class CallOptions:
     #: identifies the function's definition, so every task of a worker shares one opened instance
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: an aiospark.Budget (a BudgetTicket once pickled to a worker): see aiospark.spark.budget
-    budget: Any = None
+    budget: Budget | BudgetTicket | None = None
     #: what a batch call gets: "rows" (a list of dicts) or "pyarrow" (see aiospark.spark.arrow_lane)
     batch_format: str = ROWS
 
     @classmethod
-    def create(cls, function: Any, *, ordered: bool, timeout: Any, capacity: Any, retry: Any,
-               rate_limit: Any = None, metrics: Any = None, what: str = "function",
-               name: str = "aiospark", batch_size: Any = None, batch_delay: Any = 0.01,
-               order_key: Callable[[Any], Any] | None = None, budget: Any = None,
-               batch_format: Any = ROWS, journal: Any = None) -> CallOptions:
+    def create(cls, function: AsyncCallable, *, ordered: bool, timeout: float | None, capacity: Capacity,
+               retry: RetryStrategy | None, rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
+               what: str = "function", name: str = "aiospark", batch_size: int | None = None,
+               batch_delay: float = 0.01, order_key: Callable[[Any], Any] | None = None,
+               budget: Budget | None = None, batch_format: str = ROWS, journal: Journal | None = None) -> CallOptions:
+        """Validate every option (each error says what to change) and freeze them.
+
+        Example::
+
+            options = CallOptions.create(fetch, ordered=True, timeout=5.0, capacity=100, retry=None)
+        """
         check_async_function(function, what)
         threshold_from_env()  # a bad AIOSPARK_GC_THRESHOLD or AIOSPARK_LOOP fails here, not in every task
         loop_choice()
@@ -88,15 +112,16 @@ class CallOptions:
     @property
     def max_capacity(self) -> int:
         """The most queue entries in flight per task: rows, or slices in the pyarrow lane."""
-        if self.batch_format == PYARROW:
+        if self.batch_format == PYARROW:  # check_batch_format: a number of rows, and batch_size
+            assert isinstance(self.capacity, int) and self.batch_size is not None
             return max(1, self.capacity // self.batch_size)
         return check_capacity(self.capacity)[0]
 
     async def make_operator(self, wl: WorkerLoop, output: Callable[[list[Any]], None],
-                            on_error: Callable[[Any, BaseException], list] | None = None,
-                            invoke: Callable[..., Any] | None = None, budget: Any = None,
-                            identify: Any = None, journal: Any = None,
-                            idempotency: Any = None) -> AsyncWaitOperator:
+                            on_error: OnError | None = None,
+                            invoke: Callable[..., Any] | None = None, budget: BudgetGate | None = None,
+                            identify: Callable[[Any], str | None] | None = None, journal: TaskJournal | None = None,
+                            idempotency: Callable[[Any], str] | None = None) -> AsyncWaitOperator:
         """Build this task's operator on the worker loop, around the worker's opened function
         (``identify``/``journal``: see :mod:`aiospark.spark.journaled`). It emits plain values,
         a list at a time, to ``output`` (the bridge's pump: rows carry no event time)."""

@@ -17,12 +17,12 @@ from pyspark.sql.types import DataType, StructType
 
 from ..core import AsyncFunction, RetryStrategy
 from ..core.function import describe_function
-from ..journal import IdempotencyKey, Manifest, ValuesIdentity
+from ..journal import IdempotencyKey, Journal, Manifest, ValuesIdentity
 from .budget import Budget
 from .journal_location import check_location
 from .journaled import Durable, check_journal
 from .metrics import Metrics
-from .options import CallOptions
+from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
@@ -248,11 +248,11 @@ def _is_connect(cols: tuple) -> bool:
     return is_remote()
 
 
-def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capacity: Any = 100,
+def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capacity: Capacity = 100,
               retry: RetryStrategy | None = None, on_error: str = "fail", deterministic: bool = True,
-              rate_limit: Any = None, metrics: Metrics | None = None, batch_size: int | None = None,
+              rate_limit: RateLimitLike = None, metrics: Metrics | None = None, batch_size: int | None = None,
               batch_delay: float = 0.01, budget: Budget | None = None,
-              journal: Any = None, progress: Any = False) -> Callable[[Callable[..., Any]], AsyncUDF]:
+              journal: Journal | None = None, progress: ProgressLike = False) -> Callable[[AsyncCallable], AsyncUDF]:
     """Decorate ``async def f(*column_values) -> value`` into a Spark column function.
 
     Output order is input order; ``capacity`` calls are in flight per task, across Arrow batches.
@@ -302,7 +302,7 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
         raise ValueError("async_udf(journal=...) identifies a row by the values of the function's arguments: "
                          "pass aiospark.Journal(location) without key=, or pass only the key columns as arguments")
 
-    def decorate(function: Callable[..., Any]) -> AsyncUDF:
+    def decorate(function: AsyncCallable) -> AsyncUDF:
         name = getattr(function, "__name__", None) or describe_function(function)
         if isinstance(function, AsyncFunction):
             if batch_size is not None:

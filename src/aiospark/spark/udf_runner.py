@@ -22,14 +22,12 @@ from pyspark.sql.types import DataType
 from ..core import AsyncFunction
 from ..core.errors import describe_input
 from ..core.function import describe_function
-from ..runtime import run_partition, worker_loop
-from .budget import close_gate, task_gate
-from .journaled import Durable, run_journaled
-from .metrics import task_reporter
+from .journaled import Durable
 from .options import CallOptions
 from .schema import OutputSchemaError, arrow_type, to_python, values_to_array
+from .task import TaskPlan, run_task
 
-__all__ = ["UdfRunner", "ValueConverter", "batch_call"]
+__all__ = ["UdfInvoke", "UdfRunner", "ValueConverter", "batch_call"]
 
 
 def _null_on_error(value: Any, exc: BaseException) -> list:
@@ -77,40 +75,35 @@ class UdfRunner:
     def results(self, chunks: Iterator[list]) -> Iterator[list]:
         """Run chunks of argument values (a tuple per row when the function spreads several) through
         this task's operator; yields lists of results in input order."""
-        wl = worker_loop()
+        return run_task(self.plan(), chunks)
+
+    def plan(self) -> TaskPlan:
+        """What :func:`~aiospark.spark.task.run_task` does in each task (picklable)."""
         options = self.options
-        on_error = _null_on_error if self.on_error == "null" else None
-        spread = self.arity != 1
+        return TaskPlan(options, durable=self.durable, on_error=_null_on_error if self.on_error == "null" else None,
+                        invoke=UdfInvoke(options.batch_size is not None, self.arity != 1), out_rows=1)
 
-        def invoke(function: Callable[..., Any]) -> Callable[..., Any]:
-            if options.batch_size is not None and not isinstance(function, AsyncFunction):
-                return batch_call(function, spread)
-            if not spread or isinstance(function, AsyncFunction):
-                return function  # an AsyncFunction (internal: lookups) takes the tuple of values
 
-            async def call(args: tuple) -> Any:
-                return await function(*args)
+class UdfInvoke:
+    """The function as an ``async_udf``'s operator calls it (picklable): a batch of rows in, one
+    list per argument column out (``batch_call``); a tuple of values spread into arguments
+    (``spread``, several argument columns); an AsyncFunction (internal: lookups) as it is."""
 
-            call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
-            return call
+    def __init__(self, batched: bool, spread: bool):
+        self.batched = batched
+        self.spread = spread
 
-        gate = task_gate(options.budget, options.batch_size is not None)  # this task's lease of the budget
-        durable = self.durable
-        identify = view = keys = None
-        if durable is not None:
-            identify, view, keys = durable.of, durable.open_task(), durable.idempotency
-            chunks = durable.feed(chunks, view)
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        if self.batched and not isinstance(function, AsyncFunction):
+            return batch_call(function, self.spread)
+        if not self.spread or isinstance(function, AsyncFunction):
+            return function  # an AsyncFunction (internal: lookups) takes the tuple of values
 
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view, idempotency=keys)
+        async def call(args: tuple) -> Any:
+            return await function(*args)
 
-        try:
-            yield from run_journaled(durable, view, run_partition(
-                chunks, make_operator, capacity=options.max_capacity, out_rows=1, loop=wl,
-                report=task_reporter(options.metrics)))
-        finally:
-            close_gate(wl, gate)  # unused units go back to the budget
+        call.__qualname__ = describe_function(function)  # warnings and errors name the user's function
+        return call
 
 
 class ValueConverter:

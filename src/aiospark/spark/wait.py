@@ -6,8 +6,10 @@ on the worker's event loop, inside ``mapInArrow``: rows reach the function as di
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
@@ -16,20 +18,22 @@ from ..core import RetryStrategy
 from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
-from ..journal import TaskView
-from ..runtime import run_partition, worker_loop
-from .arrow_lane import PYARROW, ROWS, run_lane
-from .budget import Budget, close_gate, task_gate
+from .arrow_lane import PYARROW, ROWS, Settle, run_lane
+from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
-from .journaled import Durable, counting_replayed, replayed, run_journaled
-from .metrics import Metrics, task_reporter
-from .options import CallOptions
+from .journaled import Durable
+from .metrics import Metrics
+from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
+from .task import TaskPlan, run_task
+
+if TYPE_CHECKING:
+    from ..journal import Journal
 
 ON_ERROR = ("fail", "row")
 
@@ -73,52 +77,29 @@ class _PartitionRunner:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.options.batch_format == PYARROW:
-            return run_lane(self, batches, self._error_dict if self.on_error == "row" else None, error_text)
+            settle = Settle(self.schema, self.check_schema or self.schema, self.what,
+                            self._error_dict if self.on_error == "row" else None, error_text)
+            return run_lane(self.options, batches, settle, self.output_batch_rows)
         return self._rows_lane(batches)
 
     def _rows_lane(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        wl = worker_loop()
         converter = RowConverter(self.schema, self.what)
         options = self.options
         error_mode = self.on_error == "row"
-        on_error = _error_row if error_mode else None
         # error-row mode: an output that does not fit becomes its input's error row (outputs carry
         # their input; checked in bulk per output chunk, row by row only when a chunk does not fit)
         checks = OutputChecks(RowConverter(self.check_schema, self.what), ErrorRow) \
             if error_mode and self.check_schema is not None else None
-        batch = options.batch_size is not None
-        invoke = (lambda function: checks.invoke(function, batch)) if checks is not None else None
+        invoke = None
         if checks is not None:
+            invoke = functools.partial(checks.invoke, batch=options.batch_size is not None)
             options = checks.options(options)  # retry predicates see the rows, not their tags
-
-        gate = task_gate(options.budget, batch)  # this task's lease of the job's budget
-        durable = self.durable
-        view: TaskView | None = None
-        identify = durable.of if durable is not None else None
-        keys = durable.idempotency if durable is not None else None
-        if durable is not None and durable.bound is not None:
-            view = durable.open_task(*_journal_forms(options.function, checks is not None))
-
-        async def make_operator(output: Callable[[Any], None]):
-            return await options.make_operator(wl, output, on_error=on_error, invoke=invoke, budget=gate,
-                                               identify=identify, journal=view, idempotency=keys)
-
-        chunks = (to_python(batch) for batch in batches)
-        report = counting_replayed(view, task_reporter(options.metrics))
-
-        def run(chunks: Any) -> Iterator[list[Any]]:
-            return run_partition(chunks, make_operator, capacity=options.max_capacity,
-                                 out_rows=self.output_batch_rows, loop=wl, report=report)
-
-        # a journal's recorded leading rows are emitted in bulk, then the operator takes over
-        outputs = replayed(durable, view, chunks, self.output_batch_rows, run) if durable is not None else run(chunks)
-        try:
-            for values in run_journaled(durable, view, outputs):
-                rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-                if rows:
-                    yield converter.to_batch(rows)
-        finally:
-            close_gate(wl, gate)  # unused units go back to the budget
+        plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
+                        on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows)
+        for values in run_task(plan, (to_python(batch) for batch in batches)):
+            rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
+            if rows:
+                yield converter.to_batch(rows)
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
@@ -135,53 +116,88 @@ def _error_row(value: Any, exc: BaseException) -> list[Any]:
 
 
 def _journal_forms(function: Any, tagged: bool) -> tuple[Any, Any]:
-    """``(encode, rebuild)`` of a task's journal (see :class:`aiospark.journal.TaskView`): what is
-    stored of a call's outputs, and a row's outputs rebuilt from it and the row itself. A lookup
-    join stores the looked-up columns only (``function.journal_rows``): every output row is
-    rebuilt from the current input row, whatever the journal's key. In error-row mode outputs are
-    tagged with their input: stored untagged, tagged again with the row's own input."""
+    """``(encode, rebuild)`` of a task's journal (see :class:`aiospark.journal.TaskView`), or
+    ``(None, None)`` when outputs are stored as they are (:class:`JournalForms`)."""
     rows = getattr(function, "journal_rows", None)
     if rows is None and not tagged:
         return None, None
+    forms = JournalForms(rows, tagged)
+    return forms.encode, forms.rebuild
 
-    def encode(results: Any) -> Any:
-        if tagged:
+
+class JournalForms:
+    """What is stored of a call's outputs, and a row's outputs rebuilt from it and the row itself
+    (picklable). A lookup join stores the looked-up columns only (``rows``: its
+    ``function.journal_rows``): every output row is rebuilt from the current input row, whatever
+    the journal's key. In error-row mode (``tagged``) outputs are tagged with their input: stored
+    untagged, tagged again with the row's own input."""
+
+    def __init__(self, rows: Any, tagged: bool):
+        self.rows = rows
+        self.tagged = tagged
+
+    def encode(self, results: Any) -> Any:
+        if self.tagged:
             results = [r.row if type(r) is Output else r for r in results]
-        return rows.encode(results) if rows is not None else results
+        return self.rows.encode(results) if self.rows is not None else results
 
-    def rebuild(value: Any, stored: Any) -> Any:
-        outputs = rows.rebuild(value, stored) if rows is not None else list(stored)
-        if not tagged or outputs == [None]:  # [None]: a plain function's "no row"
+    def rebuild(self, value: Any, stored: Any) -> Any:
+        outputs = self.rows.rebuild(value, stored) if self.rows is not None else list(stored)
+        if not self.tagged or outputs == [None]:  # [None]: a plain function's "no row"
             return outputs
         return tag_outputs(value, outputs)
 
-    return encode, rebuild
+
+@dataclass(frozen=True)
+class WaitCall:
+    """The arguments of one wait entry point (``ordered_wait``, ``unordered_wait``,
+    ``lookup_join``), as the user gave them: :func:`_wait` validates them (each error says what to
+    change) into the :class:`CallOptions` every task gets. ``name``: how errors and metrics name
+    the call (default: the entry point's name)."""
+
+    function: AsyncCallable
+    schema: str | StructType
+    ordered: bool
+    timeout: float | None = 60.0
+    capacity: Capacity = 100
+    retry: RetryStrategy | None = None
+    on_error: str = "fail"
+    error_column: str = "_error"
+    input_column: str = "_input"
+    output_batch_rows: int = OUTPUT_BATCH_ROWS
+    rate_limit: RateLimitLike = None
+    metrics: Metrics | None = None
+    name: str | None = None
+    batch_size: int | None = None
+    batch_delay: float = 0.01
+    key: str | Sequence[str] | None = None
+    budget: Budget | None = None
+    journal: Journal | None = None
+    progress: ProgressLike = False
+    batch_format: str = ROWS
 
 
-def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: bool, timeout: Any, capacity: Any,
-          retry: RetryStrategy | None, on_error: str, error_column: str, input_column: str,
-          output_batch_rows: int, rate_limit: Any = None, metrics: Metrics | None = None,
-          name: str | None = None, batch_size: Any = None, batch_delay: Any = 0.01, key: Any = None,
-          budget: Budget | None = None, journal: Any = None, progress: Any = False,
-          batch_format: str = ROWS) -> Any:
-    name = name or ("ordered_wait" if ordered else "unordered_wait")
-    progress_options = check_progress(progress, name.split(" ")[0])
+def _wait(df: DataFrameLike, call: WaitCall) -> Any:
+    function, ordered, on_error, budget, journal = call.function, call.ordered, call.on_error, call.budget, call.journal
+    error_column, input_column, output_batch_rows = call.error_column, call.input_column, call.output_batch_rows
+    name = call.name or ("ordered_wait" if ordered else "unordered_wait")
+    progress_options = check_progress(call.progress, name.split(" ")[0])
     if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
     # before anything asks the server: a Connect server elsewhere cannot reach this process's ledger
     check_reach(df.sparkSession, budget=budget, progress=progress_options is not None, what=name.split(" ")[0])
-    order_key = row_key(df, key, name) if key is not None else None
-    options = CallOptions.create(function, ordered=ordered, timeout=timeout, capacity=capacity, retry=retry,
-                                 rate_limit=rate_limit, metrics=metrics, name=name, batch_size=batch_size,
-                                 batch_delay=batch_delay, order_key=order_key, budget=budget,
-                                 batch_format=batch_format, journal=journal)
+    order_key = row_key(df, call.key, name) if call.key is not None else None
+    options = CallOptions.create(function, ordered=ordered, timeout=call.timeout, capacity=call.capacity,
+                                 retry=call.retry, rate_limit=call.rate_limit, metrics=call.metrics, name=name,
+                                 batch_size=call.batch_size, batch_delay=call.batch_delay, order_key=order_key,
+                                 budget=budget, batch_format=call.batch_format, journal=journal)
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}: 'fail' fails the task, 'row' yields an error "
                          f"row per failed input; got {on_error!r}")
     if isinstance(output_batch_rows, bool) or not isinstance(output_batch_rows, int) or output_batch_rows < 1:
         raise ValueError(f"output_batch_rows must be an int >= 1, got {output_batch_rows!r}")
     check_unique_names(df.schema, f"{name}(): the DataFrame")  # clearer than mapInArrow's AMBIGUOUS_REFERENCE
-    out_schema = parse_schema(df.sparkSession, schema, f"{name}(): the schema")
+    out_schema = parse_schema(df.sparkSession, call.schema, f"{name}(): the schema")
     declared = out_schema
     if on_error == "row":
         taken = set(out_schema.fieldNames())
@@ -213,13 +229,13 @@ def _wait(df: DataFrameLike, function: Any, schema: str | StructType, ordered: b
     return out
 
 
-def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
-                 capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
+def ordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructType, *,
+                 timeout: float | None = 60.0, capacity: Capacity = 100, retry: RetryStrategy | None = None,
                  on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                 rate_limit: Any = None, metrics: Metrics | None = None,
+                 rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
-                 batch_delay: float = 0.01, budget: Budget | None = None, journal: Any = None,
-                 progress: Any = False, batch_format: str = ROWS) -> DataFrameT:
+                 batch_delay: float = 0.01, budget: Budget | None = None, journal: Journal | None = None,
+                 progress: ProgressLike = False, batch_format: str = ROWS) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -265,18 +281,18 @@ def ordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, tim
 
         out = aiospark.ordered_wait(df, enrich, "id LONG, name STRING", capacity=200, timeout=5)
     """
-    return _wait(df, function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)
+    return _wait(df, WaitCall(function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
+                              output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
+                              budget=budget, journal=journal, progress=progress, batch_format=batch_format))
 
 
-def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, timeout: float | None = 60.0,
-                   capacity: int | str | Any = 100, retry: RetryStrategy | None = None,
+def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructType, *,
+                   timeout: float | None = 60.0, capacity: Capacity = 100, retry: RetryStrategy | None = None,
                    on_error: str = "fail", error_column: str = "_error", input_column: str = "_input",
-                   rate_limit: Any = None, metrics: Metrics | None = None,
+                   rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
-                   batch_delay: float = 0.01, key: str | list[str] | None = None,
-                   budget: Budget | None = None, journal: Any = None, progress: Any = False,
+                   batch_delay: float = 0.01, key: str | Sequence[str] | None = None,
+                   budget: Budget | None = None, journal: Journal | None = None, progress: ProgressLike = False,
                    batch_format: str = ROWS) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
@@ -291,6 +307,6 @@ def unordered_wait(df: DataFrameT, function: Any, schema: str | StructType, *, t
         df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
         aiospark.unordered_wait(changes, apply_change, "account LONG, balance LONG", key="account")
     """
-    return _wait(df, function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
-                 output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay, key=key,
-                 budget=budget, journal=journal, progress=progress, batch_format=batch_format)
+    return _wait(df, WaitCall(function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
+                              output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
+                              key=key, budget=budget, journal=journal, progress=progress, batch_format=batch_format))
