@@ -52,7 +52,7 @@ from .function import AsyncFunction, check_async_function
 from .identities import Identities, RecordedRun
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics
-from .queues import OrderedQueue, UnorderedQueue
+from .queues import ElementQueue, OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
 from .settings import check_capacity, check_retry, check_timeout
 from .usage import bind_usage
@@ -128,7 +128,7 @@ class AsyncWaitOperator:
         self._on_error = on_error
         self._manage_lifecycle = manage_lifecycle
         queue_type = OrderedQueue if self.ordered else UnorderedQueue
-        self._queue = queue_type(self.capacity, on_complete=self._entry_completed)
+        self._queue: ElementQueue = queue_type(self.capacity, on_complete=self._entry_completed)
         if idempotency is not None and not callable(idempotency):
             raise TypeError(f"idempotency must be a callable value -> str, got {type(idempotency).__name__}")
         # what idempotency_key() returns, computed only when a call asks: idempotency(value), else

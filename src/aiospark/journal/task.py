@@ -66,7 +66,7 @@ class TaskView:
         #: counters for tests and metrics
         self.hits = 0
         self.written = 0
-        #: output values recorded_prefix gave (the bulk route), not through the operator
+        #: output values recorded_prefix gave (a recorded run, emitted by the operator as one entry)
         self.replayed = 0
 
     # ------------------------------------------------------------------ reads (task thread)
@@ -117,8 +117,8 @@ class TaskView:
     def recorded_prefix(self, identities: list[str | None]) -> tuple[list[Any], int]:
         """The outputs of the leading ``identities`` whose results are recorded, concatenated in
         their order, and how many of them that is (it stops at the first one that must be called,
-        or whose recorded outcome is an error). The bulk route of a rerun: no operator, no queue
-        entry per row. Only for a view without ``rebuild`` (outputs that need their input again)."""
+        or whose recorded outcome is an error). The operator takes such a run as one queue entry,
+        completed on entry (no call, no entry per row; ``aiospark.core.identities``). Only for a view without ``rebuild`` (outputs that need their input again)."""
         known, n = self.known, 0
         out: list[Any] = []
         for identity in identities:
