@@ -343,3 +343,23 @@ def test_spark_job_paced_by_the_endpoints_headers(spark):
         served_rate = (n - 1) / span
         assert served_rate >= 0.25 * rate, served_rate
         assert served_rate <= rate * 1.1 + rate / span  # the bucket enforces this anyway
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": float("nan"), "completion_tokens": 10**29, "total_tokens": float("inf")},
+    {"prompt_tokens": 3, "completion_tokens": 2.5, "total_tokens": "5"},
+])
+def test_usage_that_is_not_token_counts_is_neither_recorded_nor_charged(client, usage, caplog):
+    from tests.connectors._openai_support import ScriptedServer, chat_reply, run
+
+    with ScriptedServer() as srv:
+        srv.reply = lambda path, body, n: chat_reply("ok", usage=usage)
+        chat = OpenAIChat("m", base_url=srv.base_url, api_key="sk-test", client=client, tokens_per_minute=100_000)
+        with caplog.at_level("WARNING", logger="aiospark"):
+            out, op = run(through_operator(chat, [f"row {i}" for i in range(6)], capacity=1), limit=60)
+    assert len(out) == 6 and srv.count() == 6  # no debt of 1e29 tokens holds the next requests back
+    assert all(v < 10**9 for v in op.metrics.usage.values()), op.metrics.usage
+    assert "completion_tokens" not in op.metrics.usage and "total_tokens" not in op.metrics.usage
+    assert sum("not token counts" in r.getMessage() for r in caplog.records) == 1
+

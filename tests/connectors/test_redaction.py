@@ -135,3 +135,27 @@ def test_redactor_scrubs_before_cutting_and_keeps_connector_error_attributes():
     assert r.exception(plain, "x") is plain  # a caller's mistake keeps its type
     assert_clean(repr(r))
     assert pickle.loads(pickle.dumps(r)).scrub(PW) == "***"
+
+
+def test_a_short_secret_is_masked_as_a_whole_token_and_never_spelled_out_by_its_masks():
+    r = Redactor(Secret("e"), Secret("Redis"))
+    text = r.scrub("the journal's store at redis://:e@127.0.0.1:1/0 failed: Connection refused")
+    assert text == "the journal's store at redis://:***@127.0.0.1:1/0 failed: Connection refused"
+    assert r.scrub("redis refused the password Redis") == "redis refused the password ***"
+
+
+def test_a_secret_echoed_with_json_unicode_escapes_is_scrubbed():
+    r = Redactor(Secret("sk-SECRET-123"))
+    body = '{"error": {"message": "bad key sk\\u002dSECRET\\u002d123 (sk\\u002DSECRET\\u002D123)"}}'
+    assert "SECRET" not in r.scrub(body)
+    assert r._leaks(ConnectorError(body))
+
+
+def test_the_journal_command_masks_a_one_letter_password_without_spelling_it(capsys):
+    from aiospark.app.cli import main
+
+    code = main(["journal", "redis://:e@127.0.0.1:1/0"])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2 and "***" in text, text
+    assert "th*** " not in text and "r***dis" not in text and ":e@" not in text, text

@@ -19,6 +19,7 @@ import asyncio
 import base64
 import functools
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
@@ -36,11 +37,28 @@ SCRUB_LIMIT = 65_536
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
+#: A secret shorter than this is masked only where it stands as a whole token (between characters
+#: that are not letters or digits): masking a short one inside words ("th*** journal" for the
+#: password "e") would spell it out by where the masks land.
+WHOLE_TOKEN_BELOW = 6
+
+
 def _forms(raw: str) -> set[str]:
-    """Every spelling of ``raw`` a message may carry."""
-    out = {raw, quote(raw, safe=""), quote(raw), quote_plus(raw),
+    """Every spelling of ``raw`` a message may carry (JSON may escape any character as ``\\uXXXX``:
+    a server that escapes all punctuation echoes ``sk-1`` as ``sk\\u002d1``)."""
+    escaped = ["".join(c if c.isalnum() or ord(c) > 0xFFFF else f"\\u{ord(c):04{x}}" for c in raw) for x in "xX"]
+    out = {raw, quote(raw, safe=""), quote(raw), quote_plus(raw), *escaped,
            json.dumps(raw)[1:-1], json.dumps(raw, ensure_ascii=False)[1:-1], repr(raw)[1:-1]}
     return {f for f in out if f}
+
+
+def _pattern(forms: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex for every form, longest first; a short form only as a whole token."""
+    if not forms:
+        return None
+    parts = [re.escape(f) if len(f) >= WHOLE_TOKEN_BELOW else rf"(?<![0-9A-Za-z]){re.escape(f)}(?![0-9A-Za-z])"
+             for f in forms]
+    return re.compile("|".join(parts))
 
 
 class Redactor:
@@ -54,7 +72,7 @@ class Redactor:
     Pickles as its secrets only (the derived spellings are rebuilt on first use).
     """
 
-    __slots__ = ("_secrets", "_forms")
+    __slots__ = ("_secrets", "_forms", "_re")
 
     def __init__(self, *secrets: Secret | None, basic: tuple[Secret | None, Secret | None] | None = None) -> None:
         found = [s.reveal() for s in secrets if s]
@@ -65,12 +83,13 @@ class Redactor:
                 found.append(basic[1].reveal())
         self._secrets = tuple(Secret(s) for s in dict.fromkeys(found))
         self._forms: tuple[str, ...] | None = None
+        self._re: re.Pattern[str] | None = None
 
     def __getstate__(self) -> tuple:
         return self._secrets
 
     def __setstate__(self, state: tuple) -> None:
-        self._secrets, self._forms = state, None
+        self._secrets, self._forms, self._re = state, None, None
 
     def __repr__(self) -> str:
         return f"Redactor({len(self._secrets)} secret(s))"
@@ -85,14 +104,15 @@ class Redactor:
                 forms |= _forms(s.reveal())
             # longest first: a secret that contains another is masked whole
             self._forms = tuple(sorted(forms, key=len, reverse=True))
+            self._re = _pattern(self._forms)
         return self._forms
 
     def scrub(self, text: str, limit: int | None = None) -> str:
         """``text`` with every secret masked; then cut to ``limit`` characters when given."""
         text = str(text)[:SCRUB_LIMIT]
-        for form in self._all_forms():
-            if form in text:
-                text = text.replace(form, MASK)
+        self._all_forms()
+        if self._re is not None:
+            text = self._re.sub(MASK, text)
         if limit is not None and len(text) > limit:
             text = text[: limit - 3] + "..."
         return text
@@ -121,8 +141,8 @@ class Redactor:
         return ConnectorError(text, source=source)
 
     def _leaks(self, exc: BaseException) -> bool:
-        text = str(exc)[:SCRUB_LIMIT]
-        return any(form in text for form in self._all_forms())
+        self._all_forms()
+        return self._re is not None and self._re.search(str(exc)[:SCRUB_LIMIT]) is not None
 
     def outcomes(self, results: Any, source: str) -> Any:
         """A batch's ``{key: rows | exception}`` with every exception scrubbed (in place)."""
@@ -153,13 +173,9 @@ def scrubbed(method: F) -> F:
 
 def redact(text: str, *secrets: Secret | None) -> str:
     """Replace every secret value (and its URL-encoded form) in ``text`` by ``***``."""
-    for s in secrets:
-        if s:
-            raw = s.reveal()
-            for form in {raw, quote(raw, safe=""), quote(raw)}:
-                if form:
-                    text = text.replace(form, "***")
-    return text
+    forms = {f for s in secrets if s for f in (s.reveal(), quote(s.reveal(), safe=""), quote(s.reveal())) if f}
+    pattern = _pattern(tuple(sorted(forms, key=len, reverse=True)))
+    return pattern.sub(MASK, text) if pattern is not None else text
 
 
 def short(exc: BaseException, *secrets: Secret | None, limit: int = 300) -> str:

@@ -151,9 +151,16 @@ def _check_limit(name: str, value: Any) -> float | None:
     return float(value)
 
 
+#: More tokens than any one request can be billed (the largest context windows hold ~10M): a
+#: usage count above it is a broken answer, not a bill.
+MAX_REQUEST_TOKENS = 10**9
+
+
 def _amount(value: Any) -> Any:
-    """A usage number as it came, if it is a finite number >= 0; else None."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= float(value) < math.inf:
+    """A usage count as it came, if it is a whole number in ``[0, MAX_REQUEST_TOKENS]``; else None
+    (NaN, Infinity, 1e29, 2.5 or a string are not token counts: not recorded, not charged)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= float(value) <= MAX_REQUEST_TOKENS \
+            and float(value).is_integer():
         return value
     return None
 
@@ -183,6 +190,8 @@ class OpenAIFunction(AsyncFunction):
     #: the attributes that decide its answers (a journal's fingerprint): never the key, limits, client
     #: or transport; the extra headers count by name and value, except credential-like ones
     _answer_settings: tuple[str, ...] = ("model", "base_url", "input", "output", "extra_body")
+    #: whether this worker's copy has logged answers whose usage is not token counts
+    _warned_usage = False
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the answers, for a journal's manifest (no secret, nothing per run): the
@@ -326,6 +335,14 @@ class OpenAIFunction(AsyncFunction):
         # the endpoint's numbers as they came (an int stays an int in the totals)
         amounts: dict[str, Any] = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                                    if (v := _amount(usage.get(k))) is not None}
+        broken = [k for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                  if usage.get(k) is not None and k not in amounts]
+        if broken and not self._warned_usage:
+            self._warned_usage = True  # once per function and worker: the service sends what it sends
+            logging.getLogger("aiospark").warning(
+                "aiospark: %s answered usage %s that are not token counts (whole numbers up to %d): "
+                "not recorded, not charged", self._name, ", ".join(f"{k}={usage.get(k)!r:.40}" for k in broken),
+                MAX_REQUEST_TOKENS)
         # what is billed apart, where the provider says (OpenAI's details): cached prompt tokens
         # (billed at a discount) and reasoning tokens (billed as completion, never shown)
         for detail, key, name in (("prompt_tokens_details", "cached_tokens", "cached_prompt_tokens"),
