@@ -76,3 +76,34 @@ def test_auto_is_the_default_and_a_wrong_client_names_every_choice():
 def test_an_extra_body_json_cannot_carry_is_refused_at_definition(bad):
     with pytest.raises(ValueError, match="extra_body must hold JSON values only"):
         OpenAIChat("m", base_url="http://127.0.0.1:9/v1", api_key="k", extra_body=bad)
+
+
+@pytest.mark.parametrize("client", ["pyreqwest", "aiohttp", "openai"])
+def test_an_answer_cut_mid_body_is_a_failed_post_on_every_client_not_a_refused_connection(client):
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:  # headers promise 200 bytes, 10 arrive, then the connection closes
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+                             b'{"id": "x"')
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        fn = OpenAIChat("chat", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", client=client, timeout=10)
+        (result,) = run(invoke_all(fn, ["hi"]))
+    finally:
+        listener.close()
+    text = str(result)
+    assert isinstance(result, Exception) and "cannot connect" not in text and "/chat/completions" in text, text

@@ -301,7 +301,12 @@ class _SdkEndpoint(Endpoint):
             raise ConnectorTimeout(f"no answer within {self._timeout}s to POST {path}", source=self._name) from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise self._cannot_connect(self._redactor.scrub(short(cause), limit=300)) from None
+            detail = self._redactor.scrub(short(cause), limit=300)
+            # by name: the SDK's HTTP library is httpx or its fork, whichever the SDK release uses
+            if type(cause).__name__ in ("ConnectError", "ConnectTimeout") or cause is exc:
+                raise self._cannot_connect(detail) from None
+            # connected, then the answer broke (closed mid-body, a bad encoding): as the other clients say
+            raise ConnectorError(f"POST {path} failed: {detail}", source=self._name, retryable=True) from None
         if on_headers is not None:
             on_headers(raw.headers)
         try:
