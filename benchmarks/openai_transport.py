@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,57 +42,9 @@ EMBEDDINGS = json.dumps({"object": "list", "model": "bench",
                          "data": [{"object": "embedding", "index": 0, "embedding": [0.5] * 8}],
                          "usage": {"prompt_tokens": 3, "total_tokens": 3}}, separators=(",", ":"))
 
-_CONF = """
-daemon off;
-master_process on;
-worker_processes 1;
-{user}
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 4096; multi_accept on; }}
-http {{
-    access_log off;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    keepalive_requests 10000000;
-    keepalive_timeout 75s;
-    default_type application/json;
-    server {{
-        listen 127.0.0.1:{port};
-        location = /v1/chat/completions {{ return 200 '{chat}'; }}
-        location = /v1/embeddings {{ return 200 '{embeddings}'; }}
-    }}
-}}
-"""
-
-
-def start_nginx(tmp: str) -> tuple[subprocess.Popen, int]:
-    sys.path.insert(0, ROOT)
-    from tests.support.nginx import nginx_binary
-    from tests.support.servers import free_port
-
-    binary = nginx_binary()
-    if not binary:
-        sys.exit("nginx is not installed (apt-get install nginx-light, or set $NGINX)")
-    port = free_port()
-    conf = os.path.join(tmp, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(_CONF.format(tmp=tmp, port=port, chat=CHAT, embeddings=EMBEDDINGS,
-                             user="user root;" if os.geteuid() == 0 else ""))
-    proc = subprocess.Popen([binary, "-p", tmp, "-c", conf, "-e", os.path.join(tmp, "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("nginx did not start listening within 10 s")
+#: the OpenAI API's two paths on the test nginx (``tests/support/nginx.py``), answering fixed bodies
+LOCATIONS = (f"location = /v1/chat/completions {{ return 200 '{CHAT}'; }}\n"
+             f"location = /v1/embeddings {{ return 200 '{EMBEDDINGS}'; }}")
 
 
 async def measure(workload: str, client: str, base_url: str, rows: int, concurrency: int) -> tuple[float, float]:
@@ -172,27 +122,27 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    import tempfile
 
     variants = [("base", args.base, c) for c in args.base_clients.split(",")] if args.base else []
     variants += [("this", os.path.join(ROOT, "src"), c) for c in args.clients.split(",")]
-    with tempfile.TemporaryDirectory(prefix="aiospark-openai-bench-") as tmp:
-        proc, port = start_nginx(tmp)
-        base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            results: dict[tuple, list[list[float]]] = {}
-            for workload in args.workloads.split(","):
-                for r in range(args.rounds):
-                    shift = r % len(variants)
-                    for tree_name, tree, client in variants[shift:] + variants[:shift]:
-                        got = run_child(tree, workload, client, base_url, args)
-                        if got is not None:
-                            results.setdefault((workload, tree_name, client), []).append(got)
-                            print(f"  {workload:<10} {tree_name:<4} {client:<9} round {r + 1}: {got[0]:8.0f} rows/s "
-                                  f"{got[1]:6.0f} CPU µs/row", flush=True)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(10)
+    sys.path.insert(0, ROOT)
+    from tests.support.nginx import NginxServer, nginx_binary
+
+    if not nginx_binary():
+        sys.exit("nginx is not installed (apt-get install nginx-light, or set $NGINX)")
+    with NginxServer(locations=LOCATIONS) as nginx:
+        base_url = nginx.url("/v1")
+        results: dict[tuple, list[list[float]]] = {}
+        for workload in args.workloads.split(","):
+            for r in range(args.rounds):
+                shift = r % len(variants)
+                for tree_name, tree, client in variants[shift:] + variants[:shift]:
+                    got = run_child(tree, workload, client, base_url, args)
+                    if got is not None:
+                        results.setdefault((workload, tree_name, client), []).append(got)
+                        print(f"  {workload:<10} {tree_name:<4} {client:<9} round {r + 1}: {got[0]:8.0f} rows/s "
+                              f"{got[1]:6.0f} CPU µs/row", flush=True)
+
     print(f"\n{args.rows} rows, {args.concurrency} in flight, one process, asyncio's loop; medians of "
           f"{args.rounds} rounds: rows/s (wall) and the process's CPU µs per row (all threads: steadier than "
           "the wall time on a loaded machine), each with its ratio to the first row of its workload")

@@ -62,7 +62,7 @@ http {{
         location /item/ {{ return 200 '{body}'; }}
         location /missing/ {{ return 404; }}
         location /busy/ {{ add_header Retry-After 1 always; return 429 '{{"error":"busy"}}'; }}
-        location = /batch {{ return 200 '{{"results":[{body},{body}]}}'; }}
+        location = /batch {{ return 200 '{{"results":[{body},{body}]}}'; }}{locations}
     }}
 }}
 """
@@ -123,8 +123,10 @@ class NginxServer(_Server):
     ca_file: str | None = None
 
     def __init__(self, *, workers: int = 1, http2: bool = False, tls: bool = False,
-                 binary: str | None = None) -> None:
+                 binary: str | None = None, locations: str = "") -> None:
         self.workers, self.http2, self.tls = workers, http2, tls
+        #: more ``location`` blocks of the server, as nginx config text (e.g. an OpenAI-shaped API)
+        self.locations = locations
         self._binary = binary or nginx_binary()
 
     def __repr__(self) -> str:
@@ -174,6 +176,7 @@ class NginxServer(_Server):
             # as root, workers would switch to 'nobody', who cannot write our temp dir
             f.write(_CONF.format(workers=self.workers, tmp=self._tmp, host=HOST, port=self.port,
                                  body=ITEM_BODY, http2=http2, access_log=access_log, tls_conf=tls_conf,
+                                 locations="".join(f"\n        {line}" for line in self.locations.splitlines()),
                                  user="user root;" if os.geteuid() == 0 else ""))
         log = os.path.join(self._tmp, "error.log")
         self._proc = subprocess.Popen(
