@@ -77,7 +77,7 @@ class OpenAIChat(OpenAIFunction):
         judge = aiospark.async_udf(rate.response_type)(rate)  # df.select(judge("review").label)
     """
 
-    _answer_settings = OpenAIFunction._answer_settings + ("system", "max_tokens", "temperature", "_response_format")
+    _answer_settings = OpenAIFunction._answer_settings + ("system", "max_tokens", "temperature")
 
     __module__ = "aiospark.connectors.openai"  # its public home (pickles, reprs)
     _path = "/chat/completions"
@@ -107,6 +107,14 @@ class OpenAIChat(OpenAIFunction):
         self._response_format: dict | None = None
         if response_format is not None:
             self._structured(response_format)
+
+    def __aiospark_fingerprint__(self) -> dict[str, Any]:
+        """The settings, the ``response_format`` sent, and the code of its pydantic model (its
+        validators and constraints decide the column's values, not only the JSON Schema sent)."""
+        from .validated import model_classes
+
+        return {**super().__aiospark_fingerprint__(), "response_format": self._response_format,
+                "response_model": model_classes(self._response_model)}
 
     def _structured(self, response_format: Any) -> None:
         """Check ``response_format`` now (definition time) and build the request's field once."""

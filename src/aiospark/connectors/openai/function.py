@@ -197,6 +197,10 @@ class OpenAIFunction(AsyncFunction):
         """What decides the answers, for a journal's manifest (no secret, nothing per run): the
         settings above and the non-credential headers (``X-Route: b`` may pick another deployment)."""
         out = {name: getattr(self, name, None) for name in self._answer_settings}
+        # the query picks the API (Azure's api-version, a gateway's route): its names count, and the
+        # values the repr shows; any other value may be a key (Gemini's '?key=')
+        out["base_url"] = self.base_url + "".join(f"{'&' if i else '?'}{k}={v if k in _PUBLIC_QUERY else '***'}"
+                                                  for i, (k, v) in enumerate(sorted(self._query.items())))
         out["headers"] = {k: v for k, v in sorted(self._headers.items()) if not is_credential_header(k)}
         return out
 

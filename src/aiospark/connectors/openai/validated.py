@@ -10,12 +10,14 @@ again against the field's Spark type and allowed values; a value that does not f
 Example::
 
     value = validated(Review, struct, read_answer(struct, '{"label": " POSITIVE "}'))
+    model_classes(Review)   # [Review, its nested models, its own base models]: what a journal pins
 """
 from __future__ import annotations
 
 import datetime as _dt
 import enum
 import math
+import typing
 from typing import Any
 
 from pyspark.sql.types import (
@@ -34,7 +36,7 @@ from pyspark.sql.types import (
 from .choices import CHARS, ENUM, RANGES
 from .schema import AnswerError, _decimal, _kind
 
-__all__ = ["validated"]
+__all__ = ["model_classes", "validated"]
 
 _FLOAT_MAX = 3.4028234663852886e38
 
@@ -129,3 +131,27 @@ def _check(data_type: DataType, nullable: bool, value: Any, path: str, allowed: 
     if allowed is not None and not isinstance(data_type, (StructType, ArrayType, MapType)) and value not in allowed:
         raise AnswerError(f"{where} is {_kind(value)} after the model's validators, not one of the allowed "
                           f"values {allowed[:20]}")
+
+
+def model_classes(model: Any) -> list[type]:
+    """The classes whose code decides what :func:`validated` makes of an answer: ``model``, the
+    models of its fields (nested, in lists, optional, ...) and their base models, each once, in a
+    stable order, pydantic's own classes left out. A journal's fingerprint pins their source: a
+    validator or a ``Field(le=...)`` edited changes no JSON Schema sent, but the column's values."""
+    out: list[type] = []
+
+    def visit(annotation: Any) -> None:
+        for arg in typing.get_args(annotation):
+            visit(arg)
+        if not isinstance(annotation, type) or not hasattr(annotation, "model_fields"):
+            return
+        for cls in annotation.__mro__:
+            if cls in out or not hasattr(cls, "model_fields") or cls.__module__.split(".")[0] == "pydantic":
+                continue
+            out.append(cls)
+            for info in cls.model_fields.values():
+                visit(info.annotation)
+
+    if model is not None:
+        visit(model)
+    return out
