@@ -14,7 +14,7 @@ the live answer to the same body, usage included. A request the live route would
 to the error file with that response and its ``error``; so does every ``batch_fail_every``-th line
 (a 500 ``server_error``). ``batch_expire`` stops a batch halfway as ``expired``: the requests not
 answered are in the error file with code ``batch_expired``. A cancelled batch keeps the answers made
-before the cancel; the other requests are in neither file (as OpenAI does).
+before the cancel; the other requests are in neither file.
 
 Validation fails the whole batch (``status: failed``, ``errors.data`` of ``{code, message, param,
 line}``): a line that is not a JSON object (``invalid_json_line``), no or an empty ``custom_id``
