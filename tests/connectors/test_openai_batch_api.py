@@ -187,6 +187,14 @@ def test_unknown_or_repeated_custom_ids_in_the_results_are_errors_not_drops(endp
             garbage = BatchInfo.from_json({**info.raw, "output_file_id": await batches.upload(b"[1, 2]\n")})
             with pytest.raises(BatchProtocolError, match="line 1 is not a batch result line"):
                 await batches.results(garbage)
+            no_input = BatchInfo.from_json({**info.raw, "input_file_id": await batches.upload(b"{}\n")})
+            with pytest.raises(BatchProtocolError, match="is not a file of request lines"):
+                await batches.results(no_input)
+            empty = BatchInfo.from_json({**info.raw, "output_file_id": await batches.upload(b'{"custom_id": "row-0"}\n'),
+                                         "error_file_id": None})
+            answers = await batches.results(empty)
+            assert answers["row-0"] == BatchFailure("no_answer", "the result line has neither a response nor an error")
+            assert answers["row-1"].code == "batch_completed"  # in no file of a completed batch: reported missing
             running = BatchInfo.from_json({**info.raw, "status": "in_progress"})
             with pytest.raises(ValueError, match="results come once"):
                 await batches.results(running)
@@ -237,6 +245,14 @@ def test_the_api_key_is_in_no_error_text_nor_repr(endpoint):
             failure = (await batches.results(info))["row-1"]
             assert isinstance(failure, BatchFailure) and failure.status == 400 and "***" in failure.message
             texts += [failure.message, repr(failure), repr(info)]
+        async with BatchClient(f"{endpoint.base_url}?api-version=2024-06-01&key={KEY}", None,
+                               api_key_env=None) as keyed:  # Gemini-style: the key in the query
+            texts.append(repr(keyed))
+            info = await submit_and_wait(keyed, plan_files([chat(2)], CHAT)[0])
+            assert isinstance((await keyed.results(info))["row-2"], dict)
+            with pytest.raises(HttpStatusError) as missing:
+                await keyed.retrieve("batch_nope")
+            texts.append(str(missing.value))
         async with BatchClient(f"http://127.0.0.1:1/v1/{KEY}", KEY, timeout=10) as nowhere:
             texts.append(repr(nowhere))
             with pytest.raises(ConnectorError) as refused:
@@ -246,7 +262,7 @@ def test_the_api_key_is_in_no_error_text_nor_repr(endpoint):
         return texts
 
     texts = run(go())
-    assert len(texts) == 8 and not [t for t in texts if KEY in t or KEY[3:] in t]
+    assert len(texts) == 10 and not [t for t in texts if KEY in t or KEY[3:] in t]
 
 
 def test_arguments_are_checked_and_a_closed_client_says_so(endpoint):

@@ -222,9 +222,10 @@ def test_cancel_keeps_the_answers_made_before_it():
     ({"custom_id": "", "method": "POST", "url": "/v1/chat/completions", "body": chat_body(0)}, "missing_custom_id", 2),
     ({"custom_id": "x", "method": "GET", "url": "/v1/chat/completions", "body": chat_body(0)}, "invalid_method", 2),
     ({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": "hi"}, "invalid_body", 2),
+    (None, "empty_file", None),
 ])
 def test_an_invalid_input_file_fails_the_batch_through_plain_http(endpoint, bad, code, line):
-    lines = [chat_lines(1)[0], bad, *chat_lines(3, "ok")]
+    lines = [chat_lines(1)[0], bad, *chat_lines(3, "ok")] if bad is not None else [b"  "]
     status, file = upload_http(endpoint.base_url, jsonl(lines))
     assert status == 200 and file["object"] == "file" and file["purpose"] == "batch"
     assert file["bytes"] == len(jsonl(lines))

@@ -18,7 +18,7 @@ before the cancel; the other requests are in neither file.
 
 Validation fails the whole batch (``status: failed``, ``errors.data`` of ``{code, message, param,
 line}``): a line that is not a JSON object (``invalid_json_line``), no or an empty ``custom_id``
-(``missing_custom_id``), a ``custom_id`` seen before in the file (``duplicate_custom_id``), a
+(``missing_custom_id``), no request at all (``empty_file``), a ``custom_id`` seen before in the file (``duplicate_custom_id``), a
 method other than POST (``invalid_method``), a ``url`` other than the batch's endpoint
 (``mismatched_url``), a ``body`` that is not an object (``invalid_body``), more than
 ``batch_max_requests`` lines (``too_many_requests``) or ``batch_max_bytes`` bytes
@@ -108,6 +108,8 @@ class BatchStore:
             return [], [_line_error("file_too_large", f"the input file has {len(data)} bytes, more than the "
                                     f"limit of {self.max_bytes} per batch", None)]
         lines = [line for line in data.split(b"\n") if line.strip()]
+        if not lines:
+            return [], [_line_error("empty_file", "the input file holds no request", None)]
         if len(lines) > self.max_requests:
             return [], [_line_error("too_many_requests", f"the input file has {len(lines)} requests, more than "
                                     f"the limit of {self.max_requests} per batch", None)]
@@ -353,6 +355,11 @@ def add_batch_routes(app: Any, store: BatchStore, error: Callable[..., Exception
         return reply({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
                       "last_id": page[-1]["id"] if page else None, "has_more": len(ordered) > limit})
 
+    async def stop_batches(app: Any) -> None:
+        for task in list(store.tasks):  # a batch in progress ends with the server, without a warning
+            task.cancel()
+
+    app.on_cleanup.append(stop_batches)
     app.router.add_post("/v1/files", upload)
     app.router.add_get("/v1/files/{file_id}", get_file)
     app.router.add_get("/v1/files/{file_id}/content", content)

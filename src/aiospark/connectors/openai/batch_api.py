@@ -3,14 +3,16 @@
 No Spark and no journal here: the batch lane (docs/design.md, "Batch API lane") records what this
 module submits and maps its answers back to rows.
 
-* :func:`plan_files` -- request bodies -> JSONL files within the provider's per-file limits.
+* :func:`plan_files` -- request bodies -> JSONL files within the provider's per-file limits (the
+  file formats live in :mod:`.batch_files`, re-exported here).
 * :class:`BatchClient` -- ``upload`` a file, ``create`` / ``retrieve`` / ``cancel`` / ``wait`` a
   batch, read its ``results`` as ``{custom_id: body dict | BatchFailure}``: every request of the
   batch is in the result, answered, failed, or missing with the batch's status; a result line with a
   custom_id the batch does not hold, or one seen twice, is a :class:`BatchProtocolError` (never a
   silent drop).
 
-Requests go through aiospark's HTTP seam (:mod:`aiospark.connectors.http`, pyreqwest or aiohttp),
+``base_url`` is checked as the live functions check it (a query such as Azure's ``?api-version=`` goes
+on every request; its values but ``api-version`` are secrets). Requests go through aiospark's HTTP seam (:mod:`aiospark.connectors.http`, pyreqwest or aiohttp),
 one shared pool per configuration, with the API key as a bearer token that no repr, error or log
 shows. The upload's multipart body is built here, so it goes through the same seam (the seam sends
 bytes with any Content-Type). No retries here: errors say ``retryable`` and ``retry_after`` as the
@@ -28,12 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from ..clients import SHARED, config_key
 from ..errors import ConnectorError, ConnectorTimeout
@@ -41,42 +43,25 @@ from ..http.choose import new_transport, resolve_transport
 from ..http.response import status_error
 from ..http.transport import Answer, Transport, TransportFailure
 from ..redaction import Redactor
-from ..secrets import Secret, is_credential_header, resolve_secret
+from ..secrets import Secret, resolve_secret
+from .batch_files import (
+    BATCH_ENDPOINTS,
+    MAX_BYTES,
+    MAX_REQUESTS,
+    BatchFailure,
+    BatchRequest,
+    answer_of,
+    multipart,
+    plan_files,
+)
 from .endpoint import retry_after_of
+from .function import _PUBLIC_QUERY, _check_base_url
 
-__all__ = ["BATCH_ENDPOINTS", "TERMINAL", "BatchRequest", "BatchFailure", "BatchInfo", "BatchClient",
-           "BatchProtocolError", "plan_files"]
+__all__ = ["BATCH_ENDPOINTS", "MAX_BYTES", "MAX_REQUESTS", "TERMINAL", "BatchRequest", "BatchFailure", "BatchInfo",
+           "BatchClient", "BatchProtocolError", "plan_files"]
 
-#: the endpoints a batch of this module may target
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
 #: statuses after which a batch changes no more
 TERMINAL = ("completed", "failed", "expired", "cancelled")
-MAX_REQUESTS = 50_000
-MAX_BYTES = 200 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """One request of a batch: ``custom_id`` (unique in the batch, e.g. a row's journal identity)
-    and the JSON ``body`` the live endpoint would be sent.
-
-    Example: ``BatchRequest("row-7", {"model": "m", "input": "text"})``"""
-
-    custom_id: str
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class BatchFailure:
-    """A request without an answer: ``code`` and ``message`` (the provider's, or ``batch_<status>``
-    for a request in neither file after the batch ended), ``status`` (the HTTP status of its
-    response, None when it had none).
-
-    Example: ``BatchFailure("batch_expired", "...", None)``"""
-
-    code: str
-    message: str
-    status: int | None = None
 
 
 class BatchProtocolError(ConnectorError):
@@ -126,66 +111,6 @@ class BatchInfo:
                    metadata=data.get("metadata"), usage=data.get("usage"), raw=dict(data))
 
 
-def _line(request: BatchRequest, endpoint: str) -> bytes:
-    return json.dumps({"custom_id": request.custom_id, "method": "POST", "url": endpoint, "body": request.body},
-                      separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-
-
-def plan_files(requests: Iterable[BatchRequest], endpoint: str, max_requests: int = MAX_REQUESTS,
-               max_bytes: int = MAX_BYTES) -> list[bytes]:
-    """``requests`` as JSONL files (bytes), in order, each within ``max_requests`` lines and
-    ``max_bytes`` bytes.
-
-    Raises ValueError for an endpoint not in :data:`BATCH_ENDPOINTS`, a limit below 1, an empty or
-    repeated ``custom_id``, or one request longer than ``max_bytes`` (naming its custom_id).
-
-    Example: ``len(plan_files(reqs_of_250, "/v1/embeddings", max_requests=100)) == 3``
-    """
-    if endpoint not in BATCH_ENDPOINTS:
-        raise ValueError(f"endpoint must be one of {BATCH_ENDPOINTS}, got {endpoint!r}")
-    for name, value in (("max_requests", max_requests), ("max_bytes", max_bytes)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    files: list[bytes] = []
-    current: list[bytes] = []
-    size = 0
-    seen: set[str] = set()
-    for request in requests:
-        if not isinstance(request, BatchRequest):
-            raise TypeError(f"plan_files takes BatchRequest objects, got {type(request).__name__}")
-        cid = request.custom_id
-        if not isinstance(cid, str) or not cid:
-            raise ValueError(f"a custom_id must be a non-empty string, got {cid!r}")
-        if cid in seen:
-            raise ValueError(f"custom_id {cid[:200]!r} is given twice: each request of a batch needs its own")
-        seen.add(cid)
-        if not isinstance(request.body, dict):
-            raise ValueError(f"the body of custom_id {cid[:200]!r} must be a dict (the JSON request body)")
-        line = _line(request, endpoint)
-        if len(line) > max_bytes:
-            raise ValueError(f"the request of custom_id {cid[:200]!r} is {len(line)} bytes as a JSONL line, more "
-                             f"than max_bytes={max_bytes}: shorten its input or send it through the live lane")
-        if current and (len(current) >= max_requests or size + len(line) > max_bytes):
-            files.append(b"".join(current))
-            current, size = [], 0
-        current.append(line)
-        size += len(line)
-    if current:
-        files.append(b"".join(current))
-    return files
-
-
-def _multipart(fields: Mapping[str, str], filename: str, data: bytes) -> tuple[bytes, str]:
-    """A multipart/form-data body of ``fields`` and one file part ``file``; and its Content-Type."""
-    boundary = "aiospark-" + secrets.token_hex(16)
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
-             for name, value in fields.items()]
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-                 f"Content-Type: application/jsonl\r\n\r\n".encode() + data + b"\r\n")
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
-
-
 class BatchClient:
     """An OpenAI-compatible Batch API client; ``async with`` it (or ``await open()`` / ``close()``).
 
@@ -205,8 +130,7 @@ class BatchClient:
     def __init__(self, base_url: str, api_key: str | Secret | None = None, *, client: str = "auto",
                  timeout: float = 600.0, headers: Mapping[str, str] | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", max_connections: int = 8) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL ending in /v1, got {str(base_url)[:200]!r}")
+        bare, hostport, query = _check_base_url(base_url)
         if client == "openai":
             raise ValueError("client='openai' is not supported by BatchClient: the Batch API goes through "
                              "aiospark's HTTP seam; use client='auto', 'pyreqwest' or 'aiohttp'")
@@ -218,10 +142,15 @@ class BatchClient:
             raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
         self._key = resolve_secret(api_key, api_key_env)
         self._headers = dict(headers or {})
-        self._redactor = Redactor(self._key, *(Secret(v) for k, v in self._headers.items() if is_credential_header(k)))
-        self._base = quote(base_url.rstrip("/"), safe=":/?#[]@!$&'()*+,;=%~")
+        # as the live functions do: every header value and every query value but api-version may be a
+        # credential (Azure's 'api-key' header, Gemini's '?key=')
+        secret_query = [v for k, v in query.items() if k not in _PUBLIC_QUERY]
+        self._redactor = Redactor(self._key, *(Secret(v) for v in (*self._headers.values(), *secret_query)
+                                               if len(v) >= 4))
+        self._base = quote(bare, safe=":/?#[]@!$&'()*+,;=%~")
+        self._query = ("?" + urlencode(query)) if query else ""
         self._client, self._timeout, self._max_connections = client, float(timeout), max_connections
-        self._name = f"BatchClient({self._redactor.scrub(base_url, limit=200)})"
+        self._name = f"BatchClient({hostport})"
         self._transport: Transport | None = None
         self._shared_key = ""
 
@@ -233,7 +162,8 @@ class BatchClient:
         if self._transport is not None:
             return
         library = resolve_transport(self._client)
-        self._shared_key = config_key("openai-batch", library, self._base, self._key.reveal() if self._key else None,
+        self._shared_key = config_key("openai-batch", library, self._base + self._query,
+                                      self._key.reveal() if self._key else None,
                                       self._timeout, self._max_connections, sorted(self._headers.items()))
         sent = dict(self._headers)
         if self._key:
@@ -267,7 +197,7 @@ class BatchClient:
             raise RuntimeError(f"{self._name} is not open: use 'async with' or 'await client.open()' first")
         what = self._redactor.scrub(f"{method} {path}", limit=300)  # a path may quote an id that is a secret
         try:
-            answer = await self._transport.send(method, self._base + path, body,
+            answer = await self._transport.send(method, self._base + path + self._query, body,
                                                 {"Content-Type": content_type} if body is not None else None)
         except TransportFailure as exc:
             if exc.kind == "timeout":
@@ -298,12 +228,19 @@ class BatchClient:
         """Upload one JSONL request file (``purpose=batch``); its file id."""
         if not isinstance(jsonl, bytes) or not jsonl:
             raise ValueError("upload takes the non-empty bytes of a JSONL file (from plan_files)")
-        body, content_type = _multipart({"purpose": "batch"}, filename, jsonl)
+        body, content_type = multipart({"purpose": "batch"}, filename, jsonl)
         answer = await self._send("POST", "/files", body, content_type)
         try:
             return str(json.loads(answer.body)["id"])
         except (ValueError, KeyError, TypeError):
             raise ConnectorError("POST /files answered without a file id", source=self._name) from None
+
+    def _info(self, what: str, data: Mapping[str, Any]) -> BatchInfo:
+        try:
+            return BatchInfo.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ConnectorError(f"{what} answered something that is not a batch object (no id or status)",
+                                 source=self._name) from None
 
     async def create(self, file_id: str, endpoint: str, metadata: Mapping[str, str] | None = None) -> BatchInfo:
         """Create a batch of the uploaded file ``file_id`` for ``endpoint`` (24 h window)."""
@@ -312,19 +249,25 @@ class BatchClient:
         body: dict[str, Any] = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h"}
         if metadata:
             body["metadata"] = dict(metadata)
-        return BatchInfo.from_json(await self._json("POST", "/batches", body))
+        return self._info("POST /batches", await self._json("POST", "/batches", body))
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
         """The batch as the provider describes it now."""
-        return BatchInfo.from_json(await self._json("GET", f"/batches/{quote(batch_id, safe='')}"))
+        return self._info("GET /batches/{id}", await self._json("GET", f"/batches/{quote(batch_id, safe='')}"))
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         """Ask the provider to cancel the batch (it goes ``cancelling``, then ``cancelled``)."""
-        return BatchInfo.from_json(await self._json("POST", f"/batches/{quote(batch_id, safe='')}/cancel"))
+        return self._info("POST /batches/{id}/cancel",
+                          await self._json("POST", f"/batches/{quote(batch_id, safe='')}/cancel"))
 
     async def wait(self, batch_id: str, interval: float = 1.0, timeout: float | None = None) -> BatchInfo:
         """Poll every ``interval`` seconds until the batch is terminal (``timeout``: give up with
         :class:`~aiospark.connectors.ConnectorTimeout`)."""
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval < math.inf:
+            raise ValueError(f"interval must be a number of seconds > 0, got {interval!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout >= 0):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = await self.retrieve(batch_id)
@@ -346,8 +289,7 @@ class BatchClient:
         if not info.terminal:
             raise ValueError(f"batch {info.id} is {info.status}: results come once it is one of {TERMINAL}")
         if custom_ids is None:
-            custom_ids = [json.loads(line)["custom_id"]
-                          for line in (await self.content(info.input_file_id)).splitlines() if line.strip()]
+            custom_ids = self._input_ids(info, await self.content(info.input_file_id))
         wanted = set(custom_ids)
         out: dict[str, Any] = {}
         for file_id in (info.output_file_id, info.error_file_id):
@@ -358,6 +300,14 @@ class BatchClient:
             out[cid] = BatchFailure(f"batch_{info.status}", f"batch {info.id} ended {info.status} without an answer "
                                     f"to this request{': ' + reason if reason else ''}"[:1000], None)
         return out
+
+    def _input_ids(self, info: BatchInfo, data: bytes) -> list[str]:
+        """The custom_ids of a batch's input file."""
+        try:
+            return [str(json.loads(line)["custom_id"]) for line in data.splitlines() if line.strip()]
+        except (ValueError, KeyError, TypeError):
+            raise BatchProtocolError(f"the input file {info.input_file_id} of batch {info.id} is not a file of "
+                                     "request lines", source=self._name) from None
 
     def _parse(self, info: BatchInfo, file_id: str, data: bytes, wanted: set[str], out: dict[str, Any]) -> None:
         for number, raw in enumerate(data.splitlines(), 1):
@@ -373,19 +323,4 @@ class BatchClient:
                 what = "is not a request of this batch" if cid not in wanted else "is answered twice"
                 raise BatchProtocolError(self._redactor.scrub(f"{where}: custom_id {str(cid)[:200]!r} {what}"),
                                          source=self._name)
-            out[cid] = _answer(line, self._redactor)
-
-
-def _answer(line: Mapping[str, Any], redactor: Redactor) -> Any:
-    """A result line -> the response body (status 200, no error) or a :class:`BatchFailure`."""
-    response = line.get("response") if isinstance(line.get("response"), dict) else None
-    error = line.get("error") if isinstance(line.get("error"), dict) else None
-    status = response.get("status_code") if response else None
-    body = response.get("body") if response else None
-    if status == 200 and error is None and isinstance(body, dict):
-        return body
-    if error is None and isinstance(body, dict) and isinstance(body.get("error"), dict):
-        error = body["error"]
-    code = str((error or {}).get("code") or (error or {}).get("type") or f"http_{status}")
-    message = redactor.scrub(str((error or {}).get("message") or "the request failed without a message"), limit=1000)
-    return BatchFailure(code, message, status if isinstance(status, int) else None)
+            out[cid] = answer_of(line, self._redactor)
