@@ -211,6 +211,11 @@ class BatchStore:
             return _result_line(self, custom_id, {"status_code": status, "body": body},
                                 error.get("code") or error.get("type") or "invalid_request_error",
                                 error.get("message") or str(exc)), False
+        except Exception as exc:  # a bug answering one line must not leave its batch in_progress forever
+            body = {"error": {"message": f"the demo endpoint failed on this request: {type(exc).__name__}",
+                              "type": "server_error", "param": None, "code": "server_error"}}
+            return _result_line(self, custom_id, {"status_code": 500, "body": body}, "server_error",
+                                body["error"]["message"]), False
         used = answer.get("usage") or {}
         usage["input_tokens"] += int(used.get("prompt_tokens", 0))
         usage["output_tokens"] += int(used.get("completion_tokens", 0))
