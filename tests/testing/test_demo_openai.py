@@ -153,7 +153,8 @@ def test_the_request_limit_is_advertised_and_enforced_with_429():
         assert int(headers["Retry-After"]) >= 1 and 0 < int(headers["retry-after-ms"]) <= 20_000
         assert headers["x-ratelimit-remaining-requests"] == "0"
         assert refused.value.body["code"] == "rate_limit_exceeded"
-        assert limited.stats() == {"answered": 3, "rate_limited": 1, "errors": 0}
+        assert limited.stats() == {"answered": 3, "rate_limited": 1, "errors": 0, "batch_submitted": {},
+                                   "batch_submitted_twice": 0}
         sdk.close()
 
 

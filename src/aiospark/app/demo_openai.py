@@ -10,6 +10,9 @@ the same answer, on any machine, in microseconds (plus ``--latency-ms``).
   a JSON instance of that schema (:func:`schema_instance`: objects, arrays, strings, integers,
   numbers, booleans, enums, nullable types, ``$ref``/``$defs``, ``anyOf``/``oneOf``/``allOf``).
 * ``GET /v1/models``; ``GET /stats`` (requests answered and refused, not OpenAI's).
+* The Files and Batches API (``/v1/files``, ``/v1/batches``) of :mod:`aiospark.app.demo_openai_batch`:
+  batches answered by the same functions as the live routes, after ``--batch-delay`` seconds, with
+  failures (``--batch-fail-every N``) and expiry (``--batch-expire``) on request.
 
 ``usage`` counts tokens as ``ceil(len(text) / 4)`` (:func:`count_tokens`, OpenAI's rule of thumb,
 the connectors' own estimate). A rate limit (``--rpm`` or ``--rps``, and ``--tpm``) is a token
@@ -35,6 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .demo_openai_batch import BatchStore, add_batch_routes, check_options
 from .demo_openai_schema import SchemaError, digest, schema_instance
 
 __all__ = ["DemoOpenAI", "count_tokens", "embedding", "chat_answer", "schema_instance", "format_reset",
@@ -225,8 +229,14 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def make_app(endpoint: Endpoint) -> Any:
-    """The aiohttp application serving ``endpoint``."""
+def batch_store(endpoint: Endpoint, **options: Any) -> BatchStore:
+    """The Files and Batches state of ``endpoint``: batch lines answered by its live routes' functions."""
+    return BatchStore(lambda name, body: getattr(endpoint, name)(body), _Error, **options)
+
+
+def make_app(endpoint: Endpoint, store: BatchStore | None = None) -> Any:
+    """The aiohttp application serving ``endpoint`` (and ``store``'s Files and Batches routes)."""
+    store = store if store is not None else batch_store(endpoint)
     import json
 
     from aiohttp import web
@@ -267,21 +277,23 @@ def make_app(endpoint: Endpoint) -> Any:
         return reply(200, {"object": "list", "data": [{"id": "demo", "object": "model", "owned_by": "aiospark"}]})
 
     async def stats(request: Any) -> Any:
-        return reply(200, dict(endpoint.counts))
+        return reply(200, {**endpoint.counts, **store.stats()})
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[openai_errors])
     app.router.add_post("/v1/embeddings", route(endpoint.embeddings))
     app.router.add_post("/v1/chat/completions", route(endpoint.chat))
     app.router.add_get("/v1/models", models)
     app.router.add_get("/stats", stats)
+    add_batch_routes(app, store, _Error)
     return app
 
 
-async def serve_openai(endpoint: Endpoint, port: int = 0, host: str = HOST, ready: Any = print) -> None:
+async def serve_openai(endpoint: Endpoint, port: int = 0, host: str = HOST, ready: Any = print,
+                       store: BatchStore | None = None) -> None:
     """Serve on ``host:port`` until cancelled; ``ready(base_url)`` is called once listening."""
     from aiohttp import web
 
-    runner = web.AppRunner(make_app(endpoint), access_log=None)
+    runner = web.AppRunner(make_app(endpoint, store), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=4096)
@@ -305,10 +317,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rpm", type=float, help="requests per minute (a bucket of this many, refilled per minute)")
     parser.add_argument("--rps", type=float, help="requests per second (a bucket of this many, refilled per second)")
     parser.add_argument("--tpm", type=float, help="tokens per minute (prompt + completion)")
+    parser.add_argument("--batch-delay", type=float, default=0.5, help="seconds a batch takes to complete")
+    parser.add_argument("--batch-fail-every", type=int, help="every Nth request of a batch fails (error file)")
+    parser.add_argument("--batch-expire", action="store_true", help="batches expire halfway (batch_expired)")
+    parser.add_argument("--batch-max-requests", type=int, default=50_000, help="requests per batch file")
+    parser.add_argument("--batch-max-bytes", type=int, default=200 * 1024 * 1024, help="bytes per batch file")
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin closes")
     args = parser.parse_args(argv)
     try:
         endpoint = Endpoint(args.latency_ms, args.rpm, args.rps, args.tpm)
+        store = batch_store(endpoint, delay=args.batch_delay, fail_every=args.batch_fail_every,
+                            expire=args.batch_expire, max_requests=args.batch_max_requests,
+                            max_bytes=args.batch_max_bytes)
     except ValueError as exc:
         parser.error(str(exc))
 
@@ -317,19 +337,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aiospark demo OpenAI-compatible endpoint (deterministic answers, no model): base_url={url}",
               file=sys.stderr, flush=True)
 
-    return run_until_stopped(serve_openai(endpoint, args.port, args.host, ready), args.exit_on_stdin_eof)
+    return run_until_stopped(serve_openai(endpoint, args.port, args.host, ready, store), args.exit_on_stdin_eof)
 
 
 class DemoOpenAI:
-    """The endpoint in a child process; a context manager whose ``base_url`` ends in ``/v1``."""
+    """The endpoint in a child process; a context manager whose ``base_url`` ends in ``/v1``.
+
+    ``batch_*`` configure its Batch API (:mod:`aiospark.app.demo_openai_batch`)::
+
+        with DemoOpenAI(batch_delay=2.0, batch_fail_every=10) as endpoint:
+            ...  # every 10th request of each batch ends in the error file
+    """
 
     def __init__(self, *, latency_ms: float = 0.0, rpm: float | None = None, rps: float | None = None,
-                 tpm: float | None = None, port: int = 0) -> None:
+                 tpm: float | None = None, port: int = 0, batch_delay: float = 0.5,
+                 batch_fail_every: int | None = None, batch_expire: bool = False,
+                 batch_max_requests: int = 50_000, batch_max_bytes: int = 200 * 1024 * 1024) -> None:
         Endpoint(latency_ms, rpm, rps, tpm)  # the arguments' errors here, not in the child
-        self.args = ["--openai", "--port", str(port), "--latency-ms", repr(latency_ms)]
-        for flag, value in (("--rpm", rpm), ("--rps", rps), ("--tpm", tpm)):
+        check_options(batch_delay, batch_fail_every, batch_max_requests, batch_max_bytes)
+        self.args = ["--openai", "--port", str(port), "--latency-ms", repr(latency_ms),
+                     "--batch-delay", repr(float(batch_delay)), "--batch-max-requests", str(batch_max_requests),
+                     "--batch-max-bytes", str(batch_max_bytes)]
+        for flag, value in (("--rpm", rpm), ("--rps", rps), ("--tpm", tpm), ("--batch-fail-every", batch_fail_every)):
             if value is not None:
                 self.args += [flag, repr(value)]
+        if batch_expire:
+            self.args.append("--batch-expire")
         self.base_url = ""
         self._child: Any = None
 
@@ -345,8 +378,8 @@ class DemoOpenAI:
         if child is not None:
             child.__exit__()
 
-    def stats(self) -> dict[str, int]:
-        """``{"answered", "rate_limited", "errors"}`` so far."""
+    def stats(self) -> dict[str, Any]:
+        """``{"answered", "rate_limited", "errors", "batch_submitted", "batch_submitted_twice"}`` so far."""
         import json
         import urllib.request
 
