@@ -19,6 +19,12 @@ import sys
 import tempfile
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # run as a file: benchmarks._spark
+
+from benchmarks._spark import load_line, local_spark  # noqa: E402
+
 SCHEMA = "id LONG, v LONG"
 
 
@@ -68,7 +74,7 @@ def main() -> None:
 
     import aiospark
 
-    spark = aiospark.local_session("local[2]", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": 10000})
+    spark = local_spark(2)
     tmp = tempfile.mkdtemp(prefix="aiospark-journal-bench-")
     load_start = os.getloadavg()
     try:
@@ -97,8 +103,7 @@ def main() -> None:
     bound = 2 * 100 / 0.02
     best_plain, best_journal = max(plain), max(journaled)
     print(f"command: {' '.join([sys.executable] + sys.argv)}")
-    print(f"load average (1, 5, 15 min): start {', '.join(f'{x:.1f}' for x in load_start)}; "
-          f"end {', '.join(f'{x:.1f}' for x in load_end)} on {os.cpu_count()} cores")
+    print(load_line(load_start, load_end))
     print(f"{args.rows} rows, 2 tasks, capacity 100, 20 ms service (Little's-law bound {bound:,.0f} rows/s)")
     print(f"{'side':<28}{'rounds (rows/s)':<40}{'best':>10}")
     print(f"{'without journal':<28}{', '.join(f'{r:,.0f}' for r in plain):<40}{best_plain:>10,.0f}")
