@@ -65,12 +65,12 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
 
 
-def _hwm(pid: int) -> int:
-    """VmHWM (peak RSS) of ``pid`` in bytes, 0 once it has exited."""
+def _status(pid: int, field: str) -> int:
+    """``field`` of ``/proc/PID/status`` (VmHWM: peak RSS, VmRSS: RSS now) in bytes, 0 once it has exited."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -85,12 +85,14 @@ class WorkerPeakRss:
     lives; what a worker adds in its last ``interval`` before it exits is). Workers are Python
     processes whose parent is Python (PySpark's daemon forks them); the daemon itself is left out.
     A worker alive before the block has its peak reset to its current RSS on entry
-    (``/proc/PID/clear_refs``), so with reused workers the figure is still this block's.
+    (``/proc/PID/clear_refs``), so with reused workers the figure is this block's, from what the
+    worker still held at its start (``held``) up.
     """
 
     def __init__(self, interval: float = 0.05):
         self.interval = interval
         self.peaks: dict[int, int] = {}
+        self.held = 0  # bytes: the largest RSS of a worker alive at the start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="worker-peak-rss", daemon=True)
         self._kind: dict[int, bool] = {}
@@ -114,7 +116,7 @@ class WorkerPeakRss:
 
     def _poll(self) -> None:
         for pid in self._workers():
-            peak = _hwm(pid)
+            peak = _status(pid, "VmHWM")
             if peak > self.peaks.get(pid, 0):
                 self.peaks[pid] = peak
 
@@ -128,7 +130,8 @@ class WorkerPeakRss:
                 with open(f"/proc/{pid}/clear_refs", "w") as f:
                     f.write("5")
             except OSError:
-                pass  # the peak then includes what the worker held before: noted by the caller's docs
+                pass  # its peak then includes what it held before, as without worker reuse it could not
+            self.held = max(self.held, _status(pid, "VmRSS"))
         self._poll()
         self._thread.start()
         return self

@@ -18,11 +18,12 @@ round, then the median):
 
 Rows/s are per task (rows / wall / T). Peak RSS is the largest VmHWM of one Python worker, sampled
 from the driver (``_spark.WorkerPeakRss``): a fully recorded rerun never calls the function, so the
-function cannot measure it. Workers are not reused (``spark.python.worker.reuse=false``), so each
-task's worker starts fresh and its peak is that task's; its start (fork, imports) is in every wall
-time, and the caption gives it (a job of one row a task). ``--reuse-workers`` keeps Spark's default
-instead: no start in the rates, but a worker's peak is then reset at each job's start to what it
-still holds from earlier jobs. Calls are the operator's own counter
+function cannot measure it. Workers are reused between jobs (Spark's default, what a user's jobs
+see): each job's peak is reset to the worker's RSS at the job's start, shown as "held at start"
+(what earlier jobs left in it, the journal's included). ``--fresh-workers`` gives every task a
+worker of its own (``spark.python.worker.reuse=false``), so its peak is strictly that task's; the
+worker's start (fork, imports: seconds on a loaded machine) is then in every wall time, and the
+caption gives it (a job of one row a task takes that long too). Calls are the operator's own counter
 (``out.aiospark_metrics.total.calls``); the journal's size is what its directory holds, whatever its
 layout. Only the public API (``aiospark.unordered_wait``, ``aiospark.Journal``) is used, so the
 script runs unchanged whether the journal keeps its outcomes per partition or per key bucket.
@@ -60,6 +61,7 @@ class Run:
     rows: int
     wall: float
     peak: int      # bytes, largest worker
+    held: int      # bytes, the largest RSS a worker had at the job's start (reused workers)
     workers: int
     calls: int
 
@@ -85,7 +87,7 @@ def run(spark, rows: int, tasks: int, keys: int | None = None, journal_dir: str 
     emitted = metrics.progress()["rows"]
     if emitted != rows:
         raise SystemExit(f"{rows:,} rows in, {emitted:,} rows emitted: rows lost or duplicated")
-    return Run(rows, wall, rss.peak, rss.workers, metrics.total.calls)
+    return Run(rows, wall, rss.peak, rss.held, rss.workers, metrics.total.calls)
 
 
 def disk(path: str) -> tuple[int, int]:
@@ -131,9 +133,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=positive, default=3)
     parser.add_argument("--dup-rows", type=positive, default=1_000_000)
     parser.add_argument("--dup-keys", type=positive, default=100_000)
-    parser.add_argument("--reuse-workers", action="store_true",
-                        help="reuse Python workers between jobs (Spark's default): rates without a worker's start, "
-                             "peaks reset at each job's start to what the worker still holds from earlier jobs")
+    parser.add_argument("--fresh-workers", action="store_true",
+                        help="a new Python worker per task: peaks strictly the task's, but every rate then includes "
+                             "the worker's start")
     parser.add_argument("--only", type=parse_only, default=list(SIDES),
                         help=f"comma-separated sides to measure, of {','.join(SIDES)} (default: all)")
     args = parser.parse_args(argv)
@@ -142,7 +144,7 @@ def main(argv=None) -> None:
     only, tasks, rows = set(args.only), args.tasks, args.rows_per_task * args.tasks
     command = command_line(argv)
 
-    spark = local_spark(tasks, reuse_workers=args.reuse_workers)
+    spark = local_spark(tasks, reuse_workers=not args.fresh_workers)
     tmp = tempfile.mkdtemp(prefix="aiospark-journal-scale-")
     res: dict[str, list[Run]] = {s: [] for s in ("plain", "write", "rerun", "dedup", "distinct")}
     sizes: dict[str, list[tuple[int, int]]] = {s: [] for s in ("write", "rerun", "dedup", "distinct")}
@@ -176,7 +178,7 @@ def main(argv=None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     caption = (f"command: `{command}`  \n{load_line(load_start, load_end)}; local[{tasks}], {args.rounds} rounds "
-               f"(medians), capacity {CAPACITY}, no-op async def, noop sink, workers {'' if args.reuse_workers else 'not '}"
+               f"(medians), capacity {CAPACITY}, no-op async def, noop sink, workers {'not ' if args.fresh_workers else ''}"
                f"reused; a job of one row a task takes {fixed:.2f} s (in every wall time below)")
     rate = {s: [r.per_task(tasks) for r in runs] for s, runs in res.items()}
     peak = {s: [r.peak / MIB for r in runs] for s, runs in res.items()}
@@ -185,11 +187,13 @@ def main(argv=None) -> None:
         return [f(x, y) for x, y in zip(res[a], res[b])] if res[a] and res[b] else []
 
     tables = []
-    rss_cols = ["side", "rows/s per task (rounds)", "median", "peak RSS MiB/worker (rounds)", "median", "workers"]
+    rss_cols = ["side", "rows/s per task (rounds)", "median", "peak RSS MiB/worker (rounds)", "median",
+                "held at start MiB", "workers"]
 
     def side_row(s: str) -> list[str]:
         return [s, fmt_rounds(rate[s]), f"{median(rate[s]):,.0f}", fmt_rounds(peak[s], ".1f"),
-                f"{median(peak[s]):.1f}", str(max((r.workers for r in res[s]), default=0))]
+                f"{median(peak[s]):.1f}", fmt_rounds([r.held / MIB for r in res[s]], ".1f"),
+                str(max((r.workers for r in res[s]), default=0))]
 
     if res["plain"]:
         tables.append((f"1. No journal: {args.rows_per_task:,} rows per task", rss_cols, [side_row("plain")]))
