@@ -133,6 +133,16 @@ class JournalStore(abc.ABC):
         """On the driver, before any task: the store can be written, and holds no other
         question's outcomes (:class:`~aiospark.journal.manifest.JournalMismatch`)."""
 
+    def layout_buckets(self) -> int | None:
+        """The buckets the store's outcomes are laid out in (a directory's manifest), or None
+        (a new journal, or a store whose layout has none: Redis is asked by key)."""
+        return None
+
+    def bind_layout(self, manifest: Manifest) -> None:
+        """Record ``manifest.buckets`` as the store's layout (on the driver, at bind); a store
+        without a layout does nothing."""
+        return None  # deliberately empty: not abstract, Redis has no layout
+
     @abc.abstractmethod
     def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> StoreTask:
         """One task attempt's part (``batch``: the micro-batch id of Structured Streaming)."""

@@ -5,8 +5,9 @@ inside any call. Without a journal the operator computes it only if the call ask
 whole row's canonical JSON costs microseconds that most calls would pay for nothing); with one it
 is computed for every row, since it is the journal's key.
 
-A task finds its outcomes by its Spark partition id (and, in Structured Streaming, the micro-batch
-id, Spark's ``streaming.sql.batchId`` local property): see :mod:`aiospark.journal.directory`.
+A task finds a row's outcome by the row's identity alone, wherever Spark put the row (a
+directory journal loads the row's bucket on demand: :mod:`aiospark.journal.directory`); with
+``dedup=`` equal identities are brought into one task first (:mod:`aiospark.spark.dedup`).
 
 A journal reaches the operator by one route (:func:`aiospark.spark.task.run_task`): the task's
 view is the operator's ``journal=``; a recorded row completes inside the operator and leaves
@@ -21,7 +22,7 @@ Example (what ``_wait`` and ``run_task`` do)::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
@@ -48,12 +49,14 @@ class Durable:
     the current input row (:meth:`aiospark.spark.lookup_join._LookupJoin.journal_rows`)."""
 
     def __init__(self, of: Callable[[Any], str | None], bound: BoundJournal | None,
-                 idempotency: Callable[[Any], str] | None = None):
+                 idempotency: Callable[[Any], str] | None = None, columns: Sequence[str] = ()):
         #: a row's identity: the operator's ``identify=`` (without a journal it runs only when a
         #: call asks for its ``idempotency_key()``)
         self.of = of
         self.bound = bound
         self.idempotency = idempotency
+        #: the columns a row's journal identity is made of (empty without a journal)
+        self.columns = list(columns)
 
     @classmethod
     def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
@@ -75,7 +78,7 @@ class Durable:
         # the default key is the whole row: its values, NULLs among them, are the question asked
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
-        return cls(of, journal.bind(manifest), keys)
+        return cls(of, journal.bind(manifest), keys, key)
 
     def open_task(self, encode: Any = None, rebuild: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""
