@@ -175,7 +175,8 @@ def test_dedup_is_refused_where_order_forbids_it_and_dedup_false_makes_no_shuffl
         from aiospark.connectors import HttpLookup
 
         aiospark.lookup_join(df, HttpLookup(service.url + "/item/{key}", "name STRING"), on="key",
-                             journal=journal, ordered=True, dedup=True)
+                             journal=aiospark.Journal(str(tmp_path / "lookup"), key="key"), ordered=True, dedup=True)
+    assert not (tmp_path / "lookup").exists()  # refused before the journal was bound
     with pytest.raises(TypeError, match=r"dedup=\.\.\.\) takes True, False or None"):
         aiospark.unordered_wait(df, fn, KEY_SCHEMA, journal=journal, dedup="yes")
 

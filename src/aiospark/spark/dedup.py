@@ -67,7 +67,7 @@ def use_dedup(dedup: bool | None, has_journal: bool, ordered: bool, order_key: S
     if why is None:
         return True
     if dedup:
-        raise ValueError(f"{what}(dedup=True): {why}")
+        raise ValueError(f"{what.split(' ')[0]}(dedup=True): {why}")
     return False
 
 

@@ -69,9 +69,7 @@ class Durable:
         whole = RowIdentity(columns)
         if journal is None:
             return cls(whole, None, IdempotencyKey.of_function(entry, function, None, whole))
-        key = journal.key_columns(columns, what)
-        if journal.key is not None:  # a lookup join's ``on`` columns: its answer depends on them
-            key += [c for c in getattr(function, "journal_identity_columns", ()) if c not in key]
+        key = cls.identity_columns(journal, columns, what, function)
         check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
         manifest = Manifest.of(entry, function, output_schema, key, types)
@@ -79,6 +77,14 @@ class Durable:
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
         return cls(of, journal.bind(manifest), keys, key)
+
+    @staticmethod
+    def identity_columns(journal: Journal, columns: list[str], what: str, function: Any) -> list[str]:
+        """The columns a row's journal identity is made of (checked: a ValueError names a missing one)."""
+        key = journal.key_columns(columns, what)
+        if journal.key is not None:  # a lookup join's ``on`` columns: its answer depends on them
+            key += [c for c in getattr(function, "journal_identity_columns", ()) if c not in key]
+        return key
 
     def open_task(self, encode: Any = None, rebuild: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""

@@ -23,7 +23,7 @@ from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
 from .dedup import check_dedup, shuffled, use_dedup, without_part
-from .journaled import Durable
+from .journaled import Durable, check_journal
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .progress import check_progress
@@ -230,9 +230,13 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     # the question is the schema the user declared: not the columns on_error="row" adds (a lookup
     # join's: the looked-up columns it stores, not the input columns rebuilt from the current row)
     asked = getattr(function, "journal_schema", None) or declared.simpleString()
-    durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    # decided before the journal is bound: a refused dedup= leaves the journal untouched
     keys = None if call.key is None else ([call.key] if isinstance(call.key, str) else list(call.key))
-    if use_dedup(dedup, durable.bound is not None, ordered, keys, durable.columns, name):
+    journal = check_journal(journal, name.split(" ")[0])
+    identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
+    shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
+    durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    if shuffle:
         df = shuffled(df, durable)  # equal keys meet in one task: each called once per job
         runner.shuffled = True
     out = df.mapInArrow(runner, out_schema)
