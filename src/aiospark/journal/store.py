@@ -5,8 +5,8 @@ driver, shipped to every task): it checks a job's manifest, opens one task's par
 ``aiospark journal`` (:meth:`JournalStore.summarize`, :meth:`JournalStore.drop_errors`).
 :class:`StoreTask` is one task attempt's part: it loads what it holds up front, or is asked row
 by row (:attr:`StoreTask.fetches_by_row`: Redis answers an input chunk in one pipelined MGET, a
-directory reads its partition at :meth:`StoreTask.load` and is never asked again), and appends
-what the task's calls answered.
+directory loads the buckets an input chunk touches, each once), and appends what the task's
+calls answered.
 
 Both are abstract base classes, not protocols: an implementation says what it implements
 (``class RedisStore(JournalStore)``), so a store that forgets a method fails where it is made,
