@@ -279,7 +279,10 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
         enriched = lookup_join(df, _MarkedHttp(plan.source), on=[safe[k] for k in plan.source.key_columns], how=how,
                                capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
                                on_error=on_error, metrics=metrics, journal=journal, budget=budget,
-                               rate_limit=rate_limit)
+                               rate_limit=rate_limit,
+                               # --rate-limit paces each running task; the dedup shuffle would make
+                               # the job many short tasks, each starting with a fresh burst
+                               dedup=False if rate_limit is not None else None)
     except JournalMismatch as exc:  # checked on the driver, before any call
         raise EnrichError(_journal_refusal(str(exc))) from None
     prepared = _prepare(enriched, columns, plan, on_error, safe)
