@@ -8,6 +8,7 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -67,6 +68,17 @@ class Journal:
         self.keep_errors = keep_errors
         #: the buckets asked for (None: the journal's own, or :data:`DEFAULT_BUCKETS` for a new one)
         self.buckets = None if buckets is None else check_buckets(buckets)
+
+    def with_key(self, key: str | Sequence[str]) -> Journal:
+        """This journal (same location, settings and store) identifying rows by ``key``.
+
+        Example::
+
+            Journal("/data/j").with_key("id").key      # ['id']
+        """
+        keyed = copy.copy(self)
+        keyed.key = _check_key(key)
+        return keyed
 
     @property
     def location(self) -> str:

@@ -26,6 +26,7 @@ from .dedup import check_dedup, shuffled, use_dedup, without_part
 from .journaled import Durable, check_journal
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
+from .plan import count_run, planning
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
@@ -236,9 +237,13 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
     durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    given = df
     if shuffle:
         df = shuffled(df, durable)  # equal keys meet in one task: each called once per job
         runner.shuffled = True
+    if planning():  # aiospark.plan(): the counts of this run instead of the run
+        return count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
+                         lookup_on=getattr(function, "journal_identity_columns", ()))
     out = df.mapInArrow(runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]
