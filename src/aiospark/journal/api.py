@@ -36,7 +36,8 @@ class Journal:
     non-empty string or an int) names the version of the question: a journal refuses a function
     whose code or state changed, and a new ``version`` records its outcomes next to the old
     ones in the same location (going back to an old version serves its outcomes again).
-    ``buckets`` (an int, 1 to 65536; default 200 for a new journal) is how many buckets a directory
+    ``buckets`` (an int, 1 to 65536; default for a new journal: the session's
+    ``spark.sql.shuffle.partitions``, 200 unless set) is how many buckets a directory
     journal spreads its outcomes over (``k=<bucket>/``, a row's bucket by its key alone, so a rerun
     finds an outcome however Spark partitions the rows), and how many Spark partitions the dedup
     shuffle (``dedup=``) makes: a journal keeps the buckets of its first run, and refuses another
@@ -96,8 +97,10 @@ class Journal:
                              f"of the DataFrame (its columns: {', '.join(columns)})")
         return list(self.key)
 
-    def bind(self, manifest: Manifest) -> BoundJournal:
-        """Check the store (writable, no other function's outcomes) for this job: on the driver."""
+    def bind(self, manifest: Manifest, default_buckets: int | None = None) -> BoundJournal:
+        """Check the store (writable, no other function's outcomes) for this job: on the driver.
+        ``default_buckets``: a new journal's buckets when ``buckets=`` was not given (the Spark
+        entry points pass the session's ``spark.sql.shuffle.partitions``)."""
         if manifest.version != self.version:
             manifest = dataclasses.replace(manifest, version=self.version)
         self.store.check(manifest)
@@ -105,7 +108,7 @@ class Journal:
         if recorded is not None and self.buckets is not None and recorded != self.buckets:
             raise ValueError(f"Journal({self.location!r}, buckets={self.buckets}): this journal has {recorded} buckets "
                              f"(fixed by its first run); pass buckets={recorded} or leave buckets= out")
-        buckets = recorded or self.buckets or DEFAULT_BUCKETS
+        buckets = recorded or self.buckets or default_buckets or DEFAULT_BUCKETS
         manifest = dataclasses.replace(manifest, buckets=buckets)
         self.store.bind_layout(manifest)
         return BoundJournal(self.store, manifest, self.keep_errors, self.location)

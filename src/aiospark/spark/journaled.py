@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
+from ..journal.buckets import MAX_BUCKETS
 from ..journal.identity import IdempotencyKey
 from .journal_location import check_location
 
@@ -76,7 +77,8 @@ class Durable:
         # the default key is the whole row: its values, NULLs among them, are the question asked
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
-        return cls(of, journal.bind(manifest), keys, key)
+        return cls(of, journal.bind(manifest, default_buckets=shuffle_partitions(getattr(df, "sparkSession", None))),
+                   keys, key)
 
     @staticmethod
     def identity_columns(journal: Journal, columns: list[str], what: str, function: Any) -> list[str]:
@@ -132,4 +134,16 @@ def run_journaled(view: TaskView | None, results: Iterator[Any]) -> Iterator[Any
         close_view(view, failed)
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view", "run_journaled"]
+def shuffle_partitions(session: Any) -> int | None:
+    """The session's ``spark.sql.shuffle.partitions`` (a new journal's buckets: the parallelism the
+    user gave Spark's shuffles), or None when it cannot be read as an int in range."""
+    if session is None:
+        return None
+    try:
+        value = int(session.conf.get("spark.sql.shuffle.partitions"))
+    except Exception:  # unset or unreadable (a Connect server that refuses it): the library's default
+        return None
+    return value if 1 <= value <= MAX_BUCKETS else None
+
+
+__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view", "run_journaled", "shuffle_partitions"]
