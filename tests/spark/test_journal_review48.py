@@ -712,7 +712,8 @@ def test_enrich_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
         r = enrich("--dry-run")
         assert r.returncode == 0, r.stderr[-2000:]
         assert svc.stats()["requests"] == 0
-        assert not out.exists() and not journal.exists(), "a dry run wrote something"
+        wrote = sorted(str(x.relative_to(tmp_path)) for x in journal.rglob("*")) if journal.exists() else []
+        assert not out.exists()
         text = r.stdout + r.stderr
         assert "rows 300" in text and "null" in text.lower(), text[-1500:]
         # the NULL-key rows (10): the URL cannot be built from them (a row error), the rest 40 keys
@@ -722,3 +723,24 @@ def test_enrich_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
         r = enrich("--dry-run", "--overwrite")
         assert "calls left 0" in r.stdout + r.stderr, (r.stdout + r.stderr)[-1500:]
         assert svc.stats()["requests"] == made
+    assert not wrote, f"the first dry run wrote {wrote}"
+
+
+def test_plan_writes_nothing_at_a_new_journal_location(spark, tmp_path):
+    df = keyed(spark, rows=100, keys=10)
+    loc = tmp_path / "fresh"
+    p = aiospark.plan(aiospark.unordered_wait, df, Call(str(tmp_path / "log"), ["key"]), SCHEMA,
+                      journal=aiospark.Journal(str(loc), key="key", buckets=B))
+    assert (p.calls, p.distinct_keys) == (10, 10)
+    assert not loc.exists(), f"plan wrote {sorted(str(x) for x in loc.rglob('*'))}"
+
+
+def test_a_plan_does_not_pin_the_question_of_an_empty_journal(spark, tmp_path):
+    """A plan looked at, then the function changed before any run: nothing was recorded, the run goes."""
+    df = keyed(spark, rows=100, keys=10)
+    log = str(tmp_path / "log")
+    loc = str(tmp_path / "fresh")
+    aiospark.plan(aiospark.unordered_wait, df, Call(log, ["key"]), SCHEMA, journal=aiospark.Journal(loc, key="key"))
+    out = aiospark.unordered_wait(df, Call(log, ["key"], fail={"'k0001'"}), SCHEMA, on_error="row",
+                                  journal=aiospark.Journal(loc, key="key", buckets=B)).collect()
+    assert len(out) == 100 and len(logged(log)) == 10
