@@ -155,7 +155,7 @@ def test_the_shuffle_sends_each_bucket_to_its_partition_and_hashes_as_spark_does
     journal = aiospark.Journal(str(tmp_path / "j"), key="key", buckets=BUCKETS)
     df = items(spark, 2000, 3)
     durable = Durable.prepare(journal, df, "unordered_wait", KeyCall("http://127.0.0.1:9"), KEY_SCHEMA)
-    rows = shuffled(df, durable).select("key", PART_COLUMN, F.spark_partition_id().alias("p")).collect()
+    rows = shuffled(df, durable, "test").select("key", PART_COLUMN, F.spark_partition_id().alias("p")).collect()
     assert len(rows) == 2000
     assert all(r.p == bucket_of(identity([r.key]), BUCKETS) for r in rows)
     assert Counter(r.p for r in rows).keys() == set(range(BUCKETS))

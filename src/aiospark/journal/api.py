@@ -97,20 +97,25 @@ class Journal:
                              f"of the DataFrame (its columns: {', '.join(columns)})")
         return list(self.key)
 
-    def bind(self, manifest: Manifest, default_buckets: int | None = None) -> BoundJournal:
+    def bind(self, manifest: Manifest, default_buckets: int | None = None, write: bool = True) -> BoundJournal:
         """Check the store (writable, no other function's outcomes) for this job: on the driver.
         ``default_buckets``: a new journal's buckets when ``buckets=`` was not given (the Spark
-        entry points pass the session's ``spark.sql.shuffle.partitions``)."""
+        entry points pass the session's ``spark.sql.shuffle.partitions``). ``write=False`` (a dry
+        run): refuse another question's journal, write nothing (no manifest: a plan pins nothing)."""
         if manifest.version != self.version:
             manifest = dataclasses.replace(manifest, version=self.version)
-        self.store.check(manifest)
+        if not write:
+            self.store.check_question(manifest)
+        else:
+            self.store.check(manifest)
         recorded = self.store.layout_buckets()
         if recorded is not None and self.buckets is not None and recorded != self.buckets:
             raise ValueError(f"Journal({self.location!r}, buckets={self.buckets}): this journal has {recorded} buckets "
                              f"(fixed by its first run); pass buckets={recorded} or leave buckets= out")
         buckets = recorded or self.buckets or default_buckets or DEFAULT_BUCKETS
         manifest = dataclasses.replace(manifest, buckets=buckets)
-        self.store.bind_layout(manifest)
+        if write:
+            self.store.bind_layout(manifest)
         return BoundJournal(self.store, manifest, self.keep_errors, self.location)
 
     def __repr__(self) -> str:

@@ -164,6 +164,9 @@ class DirectoryStore(JournalStore):
                 raise error from None
             raise error from exc
 
+    def check_question(self, manifest: Manifest) -> None:
+        refuse(self.shown, self.read_manifest(), manifest)
+
     def layout_buckets(self) -> int | None:
         recorded = self.read_manifest()
         return None if recorded is None else recorded.buckets

@@ -133,6 +133,11 @@ class JournalStore(abc.ABC):
         """On the driver, before any task: the store can be written, and holds no other
         question's outcomes (:class:`~aiospark.journal.manifest.JournalMismatch`)."""
 
+    def check_question(self, manifest: Manifest) -> None:
+        """Like :meth:`check`, writing nothing (a dry run, :func:`aiospark.plan`): refuse a store
+        that holds another question's outcomes. A store whose ``check`` only reads keeps it."""
+        self.check(manifest)
+
     def layout_buckets(self) -> int | None:
         """The buckets the store's outcomes are laid out in (a directory's manifest), or None
         (a new journal, or a store whose layout has none: Redis is asked by key)."""

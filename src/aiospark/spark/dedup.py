@@ -17,7 +17,7 @@ identity column (then equal order keys still meet, in their order, in one task).
 Example (what ``_wait`` does)::
 
     if use_dedup(call.dedup, journal, ordered=False, order_key=None, durable=durable, what=name):
-        df = shuffled(df, durable)
+        df = shuffled(df, durable, name)
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from .schema import to_python
 if TYPE_CHECKING:
     from .journaled import Durable
 
-__all__ = ["PART_COLUMN", "check_dedup", "shuffled", "use_dedup"]
+__all__ = ["PART_COLUMN", "check_dedup", "check_free", "shuffled", "use_dedup"]
 
 #: the column the pre-pass adds (dropped by the operator's lane before rows are made)
 PART_COLUMN = "_aiospark_part"
@@ -44,6 +44,13 @@ def check_dedup(dedup: Any, what: str) -> bool | None:
         return dedup
     raise TypeError(f"{what}(dedup=...) takes True, False or None (on where a journal is given and no order "
                     f"is kept), got {dedup!r}")
+
+
+def check_free(columns: Sequence[str], what: str) -> None:
+    """A ValueError when the DataFrame already has a column named :data:`PART_COLUMN`."""
+    if PART_COLUMN in columns:
+        raise ValueError(f"{what}: the DataFrame has a column named {PART_COLUMN!r}, the name of the column the "
+                         "dedup shuffle adds: rename it (df.withColumnRenamed), or pass dedup=False")
 
 
 def use_dedup(dedup: bool | None, has_journal: bool, ordered: bool, order_key: Sequence[str] | None,
@@ -93,9 +100,10 @@ class _AddPart:
             yield batch.append_column(PART_COLUMN, pa.array(parts, pa.int32()))
 
 
-def shuffled(df: Any, durable: Durable) -> Any:
+def shuffled(df: Any, durable: Durable, what: str) -> Any:
     """``df`` with :data:`PART_COLUMN` added, repartitioned so equal identities share a task."""
     assert durable.bound is not None
+    check_free(df.columns, what)
     buckets = durable.bound.buckets
     schema = StructType(df.schema.fields + [StructField(PART_COLUMN, IntegerType(), False)])
     return df.mapInArrow(_AddPart(durable.of, buckets, durable.columns), schema).repartition(buckets, PART_COLUMN)

@@ -21,6 +21,7 @@ Example (what ``_wait`` and ``run_task`` do)::
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -29,6 +30,16 @@ from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
 from ..journal.buckets import MAX_BUCKETS
 from ..journal.identity import IdempotencyKey
 from .journal_location import check_location
+
+#: set while :func:`aiospark.plan` calls an entry point: the journal is checked, not written, and
+#: ``_wait`` counts instead of mapping
+PLANNING: contextvars.ContextVar[bool] = contextvars.ContextVar("aiospark_planning", default=False)
+
+
+def planning() -> bool:
+    """Whether the current entry-point call is a dry run (:func:`aiospark.plan`)."""
+    return PLANNING.get()
+
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -77,8 +88,9 @@ class Durable:
         # the default key is the whole row: its values, NULLs among them, are the question asked
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
-        return cls(of, journal.bind(manifest, default_buckets=shuffle_partitions(getattr(df, "sparkSession", None))),
-                   keys, key)
+        bound = journal.bind(manifest, default_buckets=shuffle_partitions(getattr(df, "sparkSession", None)),
+                             write=not planning())
+        return cls(of, bound, keys, key)
 
     @staticmethod
     def identity_columns(journal: Journal, columns: list[str], what: str, function: Any) -> list[str]:
@@ -146,4 +158,4 @@ def shuffle_partitions(session: Any) -> int | None:
     return value if 1 <= value <= MAX_BUCKETS else None
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view", "run_journaled", "shuffle_partitions"]
+__all__ = ["BATCH_ID_PROPERTY", "PLANNING", "Durable", "planning", "check_journal", "close_view", "run_journaled", "shuffle_partitions"]

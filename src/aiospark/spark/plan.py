@@ -14,8 +14,8 @@ Spark job that reads the input and the journal and counts, instead of building t
   once per task that holds it, counted over the input's own partitions as the run would see them
   (an upper bound: a task that starts after another task recorded a key it holds is served).
 
-The run's own journal binding happens here too (a new journal's manifest is written, as the run
-would write it, so the plan and the run agree on its buckets); no function is opened or called.
+Nothing is written: a journal is checked (another question's is refused, as the run would) but
+a new one gets no manifest (a plan pins no question), and no function is opened or called.
 
 Example::
 
@@ -26,7 +26,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,13 +33,13 @@ from typing import Any
 import pyarrow as pa
 
 from .dedup import without_part
-from .journaled import Durable
+from .journaled import PLANNING, Durable, planning
 from .schema import to_python
 
-__all__ = ["RunPlan", "plan", "planning"]
+__all__ = ["RunPlan", "count_run", "plan", "planning"]
 
-#: set while :func:`plan` calls an entry point: ``_wait`` then counts instead of mapping
-_PLANNING: contextvars.ContextVar[bool] = contextvars.ContextVar("aiospark_planning", default=False)
+_ENTRIES = {("aiospark.spark.wait", "ordered_wait"), ("aiospark.spark.wait", "unordered_wait"),
+            ("aiospark.spark.lookup_join", "lookup_join")}
 
 _COUNTS = pa.schema([("rows", pa.int64()), ("null_keys", pa.int64()), ("misses", pa.int64()),
                      ("invalid", pa.int64()), ("distinct_keys", pa.int64()), ("recorded", pa.int64())])
@@ -88,11 +87,6 @@ class RunPlan:
         return " | ".join(parts)
 
 
-def planning() -> bool:
-    """Whether the current entry-point call is a :func:`plan` (read by ``_wait``)."""
-    return _PLANNING.get()
-
-
 def plan(entry: Callable[..., Any], df: Any, *args: Any, **kwargs: Any) -> RunPlan:
     """What ``entry(df, *args, **kwargs)`` would call, computed by Spark without calling anything.
 
@@ -101,17 +95,15 @@ def plan(entry: Callable[..., Any], df: Any, *args: Any, **kwargs: Any) -> RunPl
 
         print(aiospark.plan(aiospark.lookup_join, orders, customers, on="cid", journal=journal))
     """
-    from .lookup_join import lookup_join
-    from .wait import ordered_wait, unordered_wait
-
-    if entry not in (ordered_wait, unordered_wait, lookup_join):
+    # by name: this module is imported by the entry points' own module
+    if (getattr(entry, "__module__", None), getattr(entry, "__name__", None)) not in _ENTRIES:
         raise TypeError("aiospark.plan(entry, df, ...) takes aiospark.ordered_wait, aiospark.unordered_wait or "
                         f"aiospark.lookup_join as entry, got {getattr(entry, '__name__', entry)!r}")
-    token = _PLANNING.set(True)
+    token = PLANNING.set(True)
     try:
         result = entry(df, *args, **kwargs)
     finally:
-        _PLANNING.reset(token)
+        PLANNING.reset(token)
     assert isinstance(result, RunPlan)
     return result
 
@@ -139,7 +131,7 @@ def _by_identity(df: Any, durable: Durable) -> Any:
     """``df`` with equal identities in one task (the dedup shuffle), for the job's distinct keys."""
     from .dedup import shuffled
 
-    return shuffled(df, durable)
+    return shuffled(df, durable, "aiospark.plan")
 
 
 def _sum(df: Any, durable: Durable, has_part: bool, lookup_on: Sequence[str]) -> dict[str, int]:

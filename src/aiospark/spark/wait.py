@@ -23,10 +23,10 @@ from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
 from .dedup import check_dedup, shuffled, use_dedup, without_part
-from .journaled import Durable, check_journal
+from .journaled import Durable, check_journal, planning
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
-from .plan import count_run, planning
+from .plan import count_run
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
@@ -239,7 +239,7 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
     given = df
     if shuffle:
-        df = shuffled(df, durable)  # equal keys meet in one task: each called once per job
+        df = shuffled(df, durable, name.split(" ")[0])  # equal keys meet in one task: each called once per job
         runner.shuffled = True
     if planning():  # aiospark.plan(): the counts of this run instead of the run
         return count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
