@@ -87,8 +87,17 @@ def test_an_empty_plain_answer_without_reasoning_is_an_answer(client):
         assert run(invoke_all(fn, ["q"])) == [[""]]
 
 
+@pytest.fixture
+def own_quota_stops(monkeypatch):
+    """A quota stop lasts its cool-down in the process, keyed by base_url (+ key): a later test
+    whose scripted server got the same port would find its requests refused unsent."""
+    from aiospark.connectors.openai import endpoint
+
+    monkeypatch.setattr(endpoint, "_QUOTA_SPENT", {})
+
+
 @pytest.mark.parametrize("client", CLIENTS)
-def test_insufficient_quota_stops_the_calls_instead_of_retrying_every_row(client):
+def test_insufficient_quota_stops_the_calls_instead_of_retrying_every_row(client, own_quota_stops):
     with ScriptedServer() as srv:
         srv.reply = lambda path, body, n: error_reply(
             429, "You exceeded your current quota, please check your plan and billing details.",
@@ -113,7 +122,8 @@ def test_insufficient_quota_stops_the_calls_instead_of_retrying_every_row(client
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_insufficient_quota_stops_only_its_account_and_only_until_one_request_asks_again(client, monkeypatch):
+def test_insufficient_quota_stops_only_its_account_and_only_until_one_request_asks_again(client, monkeypatch,
+                                                                                          own_quota_stops):
     # the account has no credit until the test adds it. Before: once one 429 insufficient_quota was
     # seen, every later request of the worker failed unsent for as long as its client lived (the
     # review: still blocked 360 s after credit was added), whatever the model or path.
