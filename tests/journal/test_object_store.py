@@ -57,12 +57,15 @@ def test_s3_outcomes_are_readable_about_a_second_after_the_call_while_the_task_r
     writer.record("[50]", [{"id": 50}], None)
     eventually(lambda: "[50]" in found(bound, "1.3", ["[50]"]), "a later outcome visible")
     fs = s3.filesystem()
-    root = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}/k=0"
-    assert any("~" in name for name in files(fs, root)) and any(n.endswith(SUFFIX) for n in files(fs, root))
+    top = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}"
+    running = files(fs, f"{top}/parts")  # one part per flush, whatever buckets it holds, and the lease
+    assert any("~" in name for name in running) and any(n.endswith(SUFFIX) for n in running), running
+    assert not files(fs, f"{top}/k=0")
     writer.close()
-    # at the end of the task its parts are one segment, and its lease is gone
-    left = files(fs, root)
+    # at the end of the task its parts are one segment per bucket, and its lease is gone
+    left = files(fs, f"{top}/k=0")
     assert len(left) == 1 and left[0].endswith(".arrow") and "~" not in left[0], left
+    assert not files(fs, f"{top}/parts")
     known = found(bound, "1.4", ids(60))
     assert sorted(known) == sorted(f"[{i}]" for i in range(51)) and known["[7]"] == ([{"id": 7}], None)
 
@@ -138,3 +141,28 @@ def test_a_live_writer_renews_its_lease(tmp_path):
     eventually(lambda: float(open(lease.path).read() or 0) > first + 0.5, "the lease renewed while quiet")
     writer.close()
     assert not os.path.exists(lease.path)
+
+
+def test_a_flush_is_one_object_whatever_buckets_it_holds(s3):
+    """Before: one object per bucket per flush; a task fed without the dedup shuffle holds rows of
+    every bucket, and on a slow store its flushes fell behind the calls (a killed run paid again
+    for more than the rows of its last second)."""
+    location = s3.uri()
+    bound = Journal(location, buckets=8).bind(manifest())
+    writer = bound.open_task(0, None, "1.1")
+    for i in range(200):  # every one of the 8 buckets, within a second or two
+        writer.record(f"[{i}]", [{"id": i}], None)
+    eventually(lambda: len(found(bound, "1.2", ids(200))) == 200, "200 outcomes visible to a new attempt")
+    fs = s3.filesystem()
+    top = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}"
+    parts = [n for n in files(fs, f"{top}/parts") if n.endswith(".arrow")]
+    assert 1 <= len(parts) < 8, parts
+    assert [n for n in files(fs, top) if n.endswith(".arrow")] == parts  # no bucket segment yet
+    writer.close()
+    buckets = {info.path.rsplit("/", 1)[-1]: files(fs, info.path)
+               for info in fs.get_file_info(pafs.FileSelector(top)) if info.type == pafs.FileType.Directory}
+    assert sorted(name for name, held in buckets.items() if held) == [f"k={b}" for b in range(8)], buckets
+    assert all(len(held) == 1 for name, held in buckets.items() if name != "parts"), buckets
+    assert not buckets.get("parts"), buckets
+    known = found(bound, "1.3", ids(200))
+    assert known == {f"[{i}]": ([{"id": i}], None) for i in range(200)}

@@ -243,3 +243,39 @@ def test_redis_that_goes_away_fails_clearly():
         view.close()
     with pytest.raises(JournalStoreError, match="failed"):
         Journal(url).bind(manifest())
+
+
+def test_a_bucket_folder_created_while_a_task_lists_it_is_read_as_empty(tmp_path):
+    """Before: pyarrow reported a bucket folder another task created between its two listing
+    steps as not found (allow_not_found notwithstanding), and the task failed with
+    ``Cannot list directory '.../k=0'``."""
+    import threading
+
+    from aiospark.journal import Journal, Manifest
+    from tests.support.journal import found
+
+    async def fn(row):
+        return row
+
+    bound = Journal(str(tmp_path / "j"), buckets=1).bind(Manifest.of("ordered_wait", fn, "id BIGINT", ["id"],
+                                                                    ["bigint"]))
+    folder = tmp_path / "j" / bound.manifest.digest / "k=0"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+
+    def churn():  # another task's first outcome of the bucket, again and again
+        while not stop.is_set():
+            try:
+                folder.mkdir()
+                folder.rmdir()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        for attempt in range(400):
+            assert found(bound, f"1.{attempt}", ["[1]"]) == {}
+    finally:
+        stop.set()
+        thread.join()

@@ -6,6 +6,7 @@ never share a directory; ``<bucket>`` is ``crc32(identity) % B``, B the manifest
 
     <location>/manifest.json                   what the outcomes belong to, and B (written at first bind)
     <location>/<digest>/k=<bucket>/<attempt>-<random>.arrow
+    <location>/<digest>/parts/<attempt>-<random>~<n>.arrow   (object stores: a running or killed task's flushes)
 
 A row's outcome is in its bucket's folder whatever Spark partition, micro-batch or run it came
 from, so a rerun partitioned any other way, or a later micro-batch, finds it. Each task attempt
@@ -19,11 +20,11 @@ match is skipped (its rows are called again). Segments of a journal written befo
 
 On a local disk every flush reaches the OS, so a killed process loses nothing flushed. An object
 store (``s3://``, ``gs://``, any filesystem that is not local) publishes an object only when it is
-closed, so there each flush is an object of its own, a *part*
-``<attempt>-<random>~<n>.arrow`` (a whole Arrow stream of that flush's batch): durable about a
-second after the call, as on a disk. When the task ends its parts are compacted into one
-``<attempt>-<random>.arrow`` (written first, from the parts' batches as they are: no pickling
-again), then the parts are deleted. A killed task's parts stay and are read as segments.
+closed, so there each flush is one object whatever buckets it holds, a *part*
+``<digest>/parts/<attempt>-<random>~<n>.arrow``: durable about a second after the call, as on a
+disk. When the task ends its parts are split into one segment per bucket (the batches as they were
+built: no pickling again), then the parts are deleted. A killed task's parts stay, and are read
+whole by every task (:mod:`~aiospark.journal.writers`).
 
 While a segment is open its writer holds a lease (``<attempt>-<random>.lease``,
 :mod:`~aiospark.journal.lease`), so ``aiospark journal --drop-errors`` never rewrites it; a writer
