@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (
     from .spark.lookup_join import lookup_join as lookup_join
     from .spark.lookup_join import lookup_udf as lookup_udf
     from .spark.metrics import Metrics as Metrics
+    from .spark.plan import RunPlan as RunPlan
+    from .spark.plan import plan as plan
     from .spark.progress import ProgressOptions as ProgressOptions
     from .spark.schema import OutputSchemaError as OutputSchemaError
     from .spark.session import local_session as local_session
@@ -59,6 +61,8 @@ _SPARK_EXPORTS = {
     "ProgressOptions": ("aiospark.spark.progress", "ProgressOptions"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
     "Journal": ("aiospark.journal", "Journal"),  # imports pyarrow: lazy too
+    "plan": ("aiospark.spark.plan", "plan"),
+    "RunPlan": ("aiospark.spark.plan", "RunPlan"),
 }
 
 

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             function, schema = ServiceCall(args.url, attempt_timeout=30), ITEM_SCHEMA
         out = aiospark.unordered_wait(df, function, schema, capacity=args.capacity, timeout=60,
-                                      journal=aiospark.Journal(args.journal, key="id"), output_batch_rows=100)
+                                      journal=aiospark.Journal(args.journal, key="id"), output_batch_rows=100,
+                                      dedup=False)  # the kill is aimed at partition 1's rows as given
         rows = sorted((r.id, r.key, r.value, r.name) for r in out.collect())
         killed = None
         if args.marker_dir and os.path.exists(os.path.join(args.marker_dir, "worker.marker")):

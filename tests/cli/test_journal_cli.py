@@ -106,8 +106,9 @@ def test_show_then_drop_errors_then_a_rerun_calls_only_the_failed_rows(spark, se
 
 
 def _small_journal(location: str, errors: int = 2, results: int = 3) -> Manifest:
-    """A directory journal written through the store itself (no Spark): one segment."""
-    manifest = Manifest("ordered_wait", "m.f", "c0de", "x INT", ["id"], ["bigint"])
+    """A directory journal written through the store itself (no Spark), in 4 buckets: [1] and [101]
+    land in k=0, [0] and [100] in k=1, [2] in k=3 (k=2 is left to the clean segment below)."""
+    manifest = Manifest("ordered_wait", "m.f", "c0de", "x INT", ["id"], ["bigint"], buckets=4)
     store = DirectoryStore(location)
     store.check(manifest)
     task = store.task(manifest, 0, None, "0.0")
@@ -129,16 +130,16 @@ def test_quiet_also_refuses_a_segment_just_written_and_clean_segments_are_untouc
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "is being written" in err and "once the job has ended" in err
     assert summarize(loc).errors == 2
-    clean_files = sorted(os.listdir(tmp_path / "j" / manifest.digest / "p=1"))
+    clean_files = sorted(os.listdir(tmp_path / "j" / manifest.digest / "k=2"))  # [7]'s bucket
     for root, _, files in os.walk(loc):  # the segments are old now
         for name in files:
             os.utime(os.path.join(root, name), (time.time() - 60, time.time() - 60))
     assert drop_errors(loc, quiet=30) == 2
-    assert sorted(os.listdir(tmp_path / "j" / manifest.digest / "p=1")) == clean_files
+    assert sorted(os.listdir(tmp_path / "j" / manifest.digest / "k=2")) == clean_files
     s = summarize(loc)
-    assert (s.results, s.errors, s.segments) == (4, 0, 2)
+    assert (s.results, s.errors, s.segments) == (4, 0, 4)  # k=0 and k=1 compacted, k=2 and k=3 untouched
     # what a task reads now: the results, no errors
-    known = DirectoryStore(loc).task(manifest, 0, None, "1.0").load()
+    known = DirectoryStore(loc).task(manifest, 0, None, "1.0").fetch(["[0]", "[1]", "[2]", "[100]", "[101]"])
     assert known == {f"[{i}]": (b"payload", None) for i in range(3)}
     assert drop_errors(loc) == 0
 
@@ -146,7 +147,7 @@ def test_quiet_also_refuses_a_segment_just_written_and_clean_segments_are_untouc
 def test_a_corrupt_row_is_counted_as_skipped(tmp_path, capsys):
     loc = str(tmp_path / "j")
     manifest = _small_journal(loc, errors=0, results=1)
-    (segment,) = (tmp_path / "j" / manifest.digest / "p=0").iterdir()
+    (segment,) = (tmp_path / "j" / manifest.digest).glob("k=*/*.arrow")
     data = segment.read_bytes()
     segment.write_bytes(data.replace(b"payload", b"paxload"))
     code, out, _ = cli(capsys, loc)

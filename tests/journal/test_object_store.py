@@ -16,6 +16,7 @@ from aiospark.app.cli import main
 from aiospark.journal import Journal, Manifest
 from aiospark.journal.lease import SUFFIX
 from aiospark.journal.summary import summarize
+from tests.support.journal import found, ids, only_segment
 
 DEADLINE = 30.0  # generous: a flush is due every second
 
@@ -47,22 +48,25 @@ def test_s3_outcomes_are_readable_about_a_second_after_the_call_while_the_task_r
     """Before: pyarrow's S3 output stream publishes an object only on close, so a task killed
     before its end left nothing (the whole partition paid again)."""
     location = s3.uri()
-    bound = Journal(location).bind(manifest())
+    bound = Journal(location, buckets=1).bind(manifest())  # one bucket: the task's one segment
     writer = bound.open_task(0, None, "1.1")
     for i in range(50):
         writer.record(f"[{i}]", [{"id": i}], None)
     # the writer is never closed before this: a killed worker's state
-    eventually(lambda: len(bound.open_task(0, None, "1.2").known) == 50, "50 outcomes visible to a new attempt")
+    eventually(lambda: len(found(bound, "1.2", ids(60))) == 50, "50 outcomes visible to a new attempt")
     writer.record("[50]", [{"id": 50}], None)
-    eventually(lambda: "[50]" in bound.open_task(0, None, "1.3").known, "a later outcome visible")
+    eventually(lambda: "[50]" in found(bound, "1.3", ["[50]"]), "a later outcome visible")
     fs = s3.filesystem()
-    root = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}/p=0"
-    assert any("~" in name for name in files(fs, root)) and any(n.endswith(SUFFIX) for n in files(fs, root))
+    top = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}"
+    running = files(fs, f"{top}/parts")  # one part per flush, whatever buckets it holds, and the lease
+    assert any("~" in name for name in running) and any(n.endswith(SUFFIX) for n in running), running
+    assert not files(fs, f"{top}/k=0")
     writer.close()
-    # at the end of the task its parts are one segment, and its lease is gone
-    left = files(fs, root)
+    # at the end of the task its parts are one segment per bucket, and its lease is gone
+    left = files(fs, f"{top}/k=0")
     assert len(left) == 1 and left[0].endswith(".arrow") and "~" not in left[0], left
-    known = bound.open_task(0, None, "1.4").known
+    assert not files(fs, f"{top}/parts")
+    known = found(bound, "1.4", ids(60))
     assert sorted(known) == sorted(f"[{i}]" for i in range(51)) and known["[7]"] == ([{"id": 7}], None)
 
 
@@ -88,7 +92,7 @@ def test_drop_errors_never_touches_a_segment_whose_writer_is_alive_but_quiet(tmp
     writer = bound.open_task(0, None, "2.1")
     writer.record("[1]", [{"id": 1}], None)
     writer.record("[2]", None, ValueError("no"))
-    eventually(lambda: "[2]" in bound.open_task(0, None, "2.2").known, "the error recorded")
+    eventually(lambda: "[2]" in found(bound, "2.2", ["[2]"]), "the error recorded")
     time.sleep(6.5)  # the writer lives, and writes nothing: longer than the old 5 s quiet period
 
     code, out, err = cli(capsys, location, "--drop-errors")
@@ -100,20 +104,20 @@ def test_drop_errors_never_touches_a_segment_whose_writer_is_alive_but_quiet(tmp
     writer.close()
     code, out, err = cli(capsys, location, "--drop-errors")
     assert code == 0 and out.startswith("dropped 1 recorded error"), err
-    known = bound.open_task(0, None, "2.3").known
+    known = found(bound, "2.3", ids(4))
     assert sorted(known) == ["[1]", "[3]"], known  # nothing the task recorded was lost
 
 
 def test_a_dead_writers_expired_lease_does_not_block_the_drop(tmp_path, capsys):
     location = str(tmp_path / "j")
-    bound = Journal(location, keep_errors=True).bind(manifest())
+    bound = Journal(location, keep_errors=True, buckets=1).bind(manifest())  # one segment
     writer = bound.open_task(0, None, "3.1")
     writer.record("[1]", [{"id": 1}], None)
     writer.record("[2]", None, ValueError("no"))
-    eventually(lambda: "[2]" in bound.open_task(0, None, "3.2").known, "the error recorded")
+    eventually(lambda: "[2]" in found(bound, "3.2", ["[2]"]), "the error recorded")
     writer._stop.set()  # the writer thread stops renewing: what a killed worker's does
     writer._thread.join()
-    lease = writer.store_task.lease.path
+    lease = only_segment(writer.store_task).lease.path
     assert os.path.exists(lease)
     code, _, err = cli(capsys, location, "--drop-errors")
     assert code == 2 and "held by a running task" in err  # the lease has not run out yet
@@ -121,18 +125,44 @@ def test_a_dead_writers_expired_lease_does_not_block_the_drop(tmp_path, capsys):
         f.write(repr(time.time() - 1))  # ... and now it has: the writer is dead
     code, out, err = cli(capsys, location, "--drop-errors")
     assert code == 0 and out.startswith("dropped 1 recorded error"), err
-    assert sorted(bound.open_task(0, None, "3.3").known) == ["[1]"]
+    assert sorted(found(bound, "3.3", ids(3))) == ["[1]"]
     assert not os.path.exists(lease)  # the dead writer's lease went with its segment
 
 
 def test_a_live_writer_renews_its_lease(tmp_path):
-    bound = Journal(str(tmp_path / "j")).bind(manifest())
+    bound = Journal(str(tmp_path / "j"), buckets=1).bind(manifest())
     writer = bound.open_task(0, None, "4.1")
-    lease = writer.store_task.lease
-    lease.renew_every = 0.2
     writer.record("[1]", [{"id": 1}], None)
+    eventually(lambda: bool(writer.store_task.writers), "the segment opened")
+    lease = only_segment(writer.store_task).lease
+    lease.renew_every = 0.2
     eventually(lambda: os.path.exists(lease.path), "the lease written")
     first = float(open(lease.path).read())
     eventually(lambda: float(open(lease.path).read() or 0) > first + 0.5, "the lease renewed while quiet")
     writer.close()
     assert not os.path.exists(lease.path)
+
+
+def test_a_flush_is_one_object_whatever_buckets_it_holds(s3):
+    """Before: one object per bucket per flush; a task fed without the dedup shuffle holds rows of
+    every bucket, and on a slow store its flushes fell behind the calls (a killed run paid again
+    for more than the rows of its last second)."""
+    location = s3.uri()
+    bound = Journal(location, buckets=8).bind(manifest())
+    writer = bound.open_task(0, None, "1.1")
+    for i in range(200):  # every one of the 8 buckets, within a second or two
+        writer.record(f"[{i}]", [{"id": i}], None)
+    eventually(lambda: len(found(bound, "1.2", ids(200))) == 200, "200 outcomes visible to a new attempt")
+    fs = s3.filesystem()
+    top = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}"
+    parts = [n for n in files(fs, f"{top}/parts") if n.endswith(".arrow")]
+    assert 1 <= len(parts) < 8, parts
+    assert [n for n in files(fs, top) if n.endswith(".arrow")] == parts  # no bucket segment yet
+    writer.close()
+    buckets = {info.path.rsplit("/", 1)[-1]: files(fs, info.path)
+               for info in fs.get_file_info(pafs.FileSelector(top)) if info.type == pafs.FileType.Directory}
+    assert sorted(name for name, held in buckets.items() if held) == [f"k={b}" for b in range(8)], buckets
+    assert all(len(held) == 1 for name, held in buckets.items() if name != "parts"), buckets
+    assert not buckets.get("parts"), buckets
+    known = found(bound, "1.3", ids(200))
+    assert known == {f"[{i}]": ([{"id": i}], None) for i in range(200)}

@@ -45,7 +45,7 @@ def test_a_redis_journal_is_a_store_of_connectors_redis_asked_row_by_row(redis_u
     assert summarize(store.loc.text).results == 1
 
 
-def test_a_directory_journal_loads_up_front_and_is_never_asked_per_row(tmp_path):
+def test_a_directory_journal_is_asked_per_row_by_bucket(tmp_path):
     journal = Journal(str(tmp_path / "j"), key="id")
     assert isinstance(journal.store, JournalStore)
     bound = journal.bind(manifest())
@@ -53,7 +53,9 @@ def test_a_directory_journal_loads_up_front_and_is_never_asked_per_row(tmp_path)
     writer.record("[1]", [{"id": 1}], None)
     writer.close()
     reader = bound.open_task(0, None, "2")
-    assert not reader.fetches_by_row and reader.recorded("[1]").results == [{"id": 1}]
+    assert reader.fetches_by_row and reader.recorded("[1]") is None  # nothing loaded up front
+    reader.prefetch(["[1]"])
+    assert reader.recorded("[1]").results == [{"id": 1}]
     reader.close()
 
 

@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start at most N calls in the whole job (retries included); rows beyond it fail")
     enrich.add_argument("--rate-limit", type=rate, metavar="R/s",
                         help="at most R calls per second in each running Spark task (R/s, R/min or R/h; N tasks at once: N x R)")
+    enrich.add_argument("--dry-run", action="store_true",
+                        help="print what the run would call (rows, NULL keys, distinct keys, outcomes already in "
+                             "--journal, calls left), computed by Spark; call and write nothing")
     enrich.add_argument("--master", help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     enrich.add_argument("--verbose", action="store_true", help="show Spark's logs and full stack traces")
     from .journal_cli import add_parser as add_journal
@@ -231,7 +234,7 @@ def _enrich(args: argparse.Namespace, scrub: Any, say: Any) -> int:
                    retries=args.retries, ordered=args.ordered, how=args.how, input_format=args.input_format,
                    output_format=args.output_format, overwrite=args.overwrite, on_error=args.on_error,
                    allow_empty_columns=args.allow_empty_columns, cache_rows=args.cache_rows, master=args.master,
-                   multiline=args.multiline)
+                   multiline=args.multiline, dry_run=args.dry_run)
     try:  # everything that can be checked without Spark, before Spark starts
         extras = _enrich_extras(args)
         scrub.add(*extras["headers"].values(), *([extras["auth_token"]] if extras["auth_token"] else []))

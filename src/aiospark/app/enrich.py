@@ -220,14 +220,17 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
                master: str | None = None, out: Callable[[str], Any] = print,
                warn: Callable[[str], Any] = print, live: bool | None = None, input_schema: str | None = None,
                headers: dict[str, str] | None = None, auth_token: str | None = None, journal: Any = None,
-               budget: Any = None, rate_limit: Any = None, multiline: bool = False) -> dict[str, Any]:
+               budget: Any = None, rate_limit: Any = None, multiline: bool = False,
+               dry_run: bool = False) -> dict[str, Any]:
     """Enrich ``input_path`` into ``output_path``; returns rows, seconds, rows/s, error rows and metrics.
 
     Raises :class:`EnrichError` (before Spark starts) for bad arguments and :class:`EnrichFailed`
     when the job fails or a schema column stayed empty; OUTPUT is then untouched. ``timeout``
     bounds each request and each row (retries included). ``journal``, ``budget`` and
     ``rate_limit`` (an :class:`aiospark.Journal`, :class:`aiospark.Budget`,
-    :class:`aiospark.RateLimit`) go to :func:`aiospark.lookup_join` as they are.
+    :class:`aiospark.RateLimit`) go to :func:`aiospark.lookup_join` as they are. ``dry_run=True``
+    prints what the run would call (:func:`aiospark.plan`: rows, NULL keys, distinct keys, outcomes
+    recorded, calls left) and returns ``{"plan": RunPlan, ...}``: nothing is called or written.
 
     Example::
 
@@ -275,11 +278,22 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     metrics = Metrics("enrich")
     from ..journal import JournalMismatch
 
+    if journal is not None and journal.key is None:  # a GET's answer is its URL's: equal URLs, one call per job
+        journal = journal.with_key([safe[k] for k in plan.source.key_columns])
+    join = dict(on=[safe[k] for k in plan.source.key_columns], how=how, capacity=concurrency, timeout=timeout,
+                retry=retry, ordered=ordered, cache=cache, on_error=on_error, metrics=metrics, journal=journal,
+                budget=budget, rate_limit=rate_limit,
+                # --rate-limit paces each running task; the dedup shuffle would make the job many
+                # short tasks, each starting with a fresh burst
+                dedup=False if rate_limit is not None else None)
     try:
-        enriched = lookup_join(df, _MarkedHttp(plan.source), on=[safe[k] for k in plan.source.key_columns], how=how,
-                               capacity=concurrency, timeout=timeout, retry=retry, ordered=ordered, cache=cache,
-                               on_error=on_error, metrics=metrics, journal=journal, budget=budget,
-                               rate_limit=rate_limit)
+        if dry_run:  # the same lookup_join, counted by Spark instead of run: nothing is called or written
+            from ..spark.plan import plan as plan_run
+
+            counted_run = plan_run(lookup_join, df, _MarkedHttp(plan.source), **join)
+            out(f"dry run of {input_path} -> {output_path}: {counted_run}; nothing was called or written")
+            return {"plan": counted_run, "rows": counted_run.rows, "error_rows": 0}
+        enriched = lookup_join(df, _MarkedHttp(plan.source), **join)
     except JournalMismatch as exc:  # checked on the driver, before any call
         raise EnrichError(_journal_refusal(str(exc))) from None
     prepared = _prepare(enriched, columns, plan, on_error, safe)

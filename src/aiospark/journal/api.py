@@ -8,11 +8,13 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .buckets import DEFAULT_BUCKETS, check_buckets
 from .location import redacted
 from .manifest import Manifest
 from .schemes import scheme_of, store_class, supported
@@ -34,6 +36,12 @@ class Journal:
     non-empty string or an int) names the version of the question: a journal refuses a function
     whose code or state changed, and a new ``version`` records its outcomes next to the old
     ones in the same location (going back to an old version serves its outcomes again).
+    ``buckets`` (an int, 1 to 65536; default for a new journal: the session's
+    ``spark.sql.shuffle.partitions``, 200 unless set) is how many buckets a directory
+    journal spreads its outcomes over (``k=<bucket>/``, a row's bucket by its key alone, so a rerun
+    finds an outcome however Spark partitions the rows), and how many Spark partitions the dedup
+    shuffle (``dedup=``) makes: a journal keeps the buckets of its first run, and refuses another
+    explicit value.
 
     Example::
 
@@ -42,7 +50,7 @@ class Journal:
     """
 
     def __init__(self, location: str | os.PathLike[str], *, key: str | Sequence[str] | None = None,
-                 keep_errors: bool = False, version: str | int | None = None):
+                 keep_errors: bool = False, version: str | int | None = None, buckets: int | None = None):
         if isinstance(location, os.PathLike):
             location = os.fspath(location)
         if not isinstance(location, str) or not location.strip():
@@ -59,6 +67,19 @@ class Journal:
         if not isinstance(keep_errors, bool):
             raise TypeError(f"Journal(keep_errors=) takes True or False, got {keep_errors!r}")
         self.keep_errors = keep_errors
+        #: the buckets asked for (None: the journal's own, or :data:`DEFAULT_BUCKETS` for a new one)
+        self.buckets = None if buckets is None else check_buckets(buckets)
+
+    def with_key(self, key: str | Sequence[str]) -> Journal:
+        """This journal (same location, settings and store) identifying rows by ``key``.
+
+        Example::
+
+            Journal("/data/j").with_key("id").key      # ['id']
+        """
+        keyed = copy.copy(self)
+        keyed.key = _check_key(key)
+        return keyed
 
     @property
     def location(self) -> str:
@@ -76,17 +97,32 @@ class Journal:
                              f"of the DataFrame (its columns: {', '.join(columns)})")
         return list(self.key)
 
-    def bind(self, manifest: Manifest) -> BoundJournal:
-        """Check the store (writable, no other function's outcomes) for this job: on the driver."""
+    def bind(self, manifest: Manifest, default_buckets: int | None = None, write: bool = True) -> BoundJournal:
+        """Check the store (writable, no other function's outcomes) for this job: on the driver.
+        ``default_buckets``: a new journal's buckets when ``buckets=`` was not given (the Spark
+        entry points pass the session's ``spark.sql.shuffle.partitions``). ``write=False`` (a dry
+        run): refuse another question's journal, write nothing (no manifest: a plan pins nothing)."""
         if manifest.version != self.version:
             manifest = dataclasses.replace(manifest, version=self.version)
-        self.store.check(manifest)
+        if not write:
+            self.store.check_question(manifest)
+        else:
+            self.store.check(manifest)
+        recorded = self.store.layout_buckets()
+        if recorded is not None and self.buckets is not None and recorded != self.buckets:
+            raise ValueError(f"Journal({self.location!r}, buckets={self.buckets}): this journal has {recorded} buckets "
+                             f"(fixed by its first run); pass buckets={recorded} or leave buckets= out")
+        buckets = recorded or self.buckets or default_buckets or DEFAULT_BUCKETS
+        manifest = dataclasses.replace(manifest, buckets=buckets)
+        if write:
+            self.store.bind_layout(manifest)
         return BoundJournal(self.store, manifest, self.keep_errors, self.location)
 
     def __repr__(self) -> str:
         return (f"Journal({self.location!r}, key={self.key!r}"
                 + (", keep_errors=True" if self.keep_errors else "")
-                + (f", version={self.version!r}" if self.version is not None else "") + ")")
+                + (f", version={self.version!r}" if self.version is not None else "")
+                + (f", buckets={self.buckets}" if self.buckets is not None else "") + ")")
 
 
 class BoundJournal:
@@ -97,6 +133,11 @@ class BoundJournal:
         self.manifest = manifest
         self.keep_errors = keep_errors
         self.shown = shown
+
+    @property
+    def buckets(self) -> int:
+        """The journal's buckets: also the partitions of the dedup shuffle."""
+        return self.manifest.buckets or DEFAULT_BUCKETS
 
     def open_task(self, partition: int, batch: str | None, attempt: str,
                   encode: Callable[[Any], Any] | None = None,

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 
 from .errors import JournalStoreError
 from .lease import SUFFIX, holder, stem, sweep
+from .listing import listing
 from .manifest import MANIFEST, Manifest
 from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
 from .store import JournalNotFound, JournalSummary
@@ -59,7 +60,7 @@ def _partitions(store: DirectoryStore, manifest: Manifest) -> tuple[int, dict[st
     fs, root = store.fs
     size = 0
     parts: dict[str, list[Any]] = {}
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True)):
+    for info in listing(fs, root, recursive=True):
         if info.type != pafs.FileType.File:
             continue
         size += info.size or 0
@@ -152,6 +153,6 @@ def directory_drop(store: DirectoryStore, quiet: float) -> int:
                 pass  # a stalled writer that resumed deleted its own (journal/lease.py)
         dropped += errors
     root = store.fs[1]
-    listing = fs.get_file_info(pafs.FileSelector(f"{root}/{manifest.digest}", recursive=True, allow_not_found=True))
-    sweep(fs, [i for i in listing if i.type == pafs.FileType.File])
+    infos = listing(fs, f"{root}/{manifest.digest}", recursive=True)
+    sweep(fs, [i for i in infos if i.type == pafs.FileType.File])
     return dropped

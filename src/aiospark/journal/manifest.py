@@ -51,6 +51,10 @@ class Manifest:
     format: int = FORMAT
     parts: dict[str, str] = field(default_factory=dict)
     version: str | None = None
+    #: a directory journal's buckets (:mod:`~aiospark.journal.buckets`): its layout, not part of
+    #: the question (not in :attr:`digest`, never a difference); None: a journal written before
+    #: buckets (or a store without them)
+    buckets: int | None = None
 
     @classmethod
     def of(cls, entry_point: str, function: Any, output_schema: str, key: Sequence[str],
@@ -71,8 +75,10 @@ class Manifest:
 
     @property
     def digest(self) -> str:
-        """A short hash naming these outcomes (a directory, a Redis key prefix)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        """A short hash naming these outcomes (a directory, a Redis key prefix): of the question
+        only, so a journal's layout (``buckets``) never moves its outcomes."""
+        question = {k: v for k, v in asdict(self).items() if k != "buckets"}
+        return hashlib.sha256(json.dumps(question, sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(self, recorded: Manifest) -> list[str]:
         """What differs between ``recorded`` (the journal's) and this one (the job's)."""
@@ -82,7 +88,7 @@ class Manifest:
         out = []
         for name in self.__dataclass_fields__:
             theirs, ours = getattr(recorded, name), getattr(self, name)
-            if name in ("code", "parts") or theirs == ours:
+            if name in ("code", "parts", "buckets") or theirs == ours:
                 continue
             out.append(f"{name.replace('_', ' ')}: {theirs!r} (journal) vs {ours!r} (now)")
         if recorded.function == self.function and recorded.code != self.code:

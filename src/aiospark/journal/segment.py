@@ -81,16 +81,25 @@ def pickled(results: list[Any]) -> bytes:
                         "Return plain values (dicts, lists, numbers, strings, dates, Decimals)") from exc
 
 
-def write_batch(writer: Any, entries: Sequence[tuple[str, Any, str | None]]) -> None:
-    """Append ``entries`` (identity, results or None, error text or None) as batched-layout
-    record batches of at most :data:`BATCH_ROWS` rows."""
+def batches(entries: Sequence[tuple[str, Any, str | None]]) -> list[tuple[pa.RecordBatch, dict[str, str]]]:
+    """``entries`` (identity, results or None, error text or None) as batched-layout record
+    batches of at most :data:`BATCH_ROWS` rows, each with its metadata (its crc)."""
+    out = []
     for start in range(0, len(entries), BATCH_ROWS):
         part = entries[start:start + BATCH_ROWS]
         blob = pickled([e[1] if e[2] is None else None for e in part])
         batch = pa.record_batch([pa.array([e[0] for e in part], pa.string()),
                                  pa.array([e[2] or "" for e in part], pa.string()),
                                  pa.array([blob] + [b""] * (len(part) - 1), pa.binary())], schema=BATCHED)
-        writer.write_batch(batch, custom_metadata={"crc": str(batch_crc(batch))})
+        out.append((batch, {"crc": str(batch_crc(batch))}))
+    return out
+
+
+def write_batch(writer: Any, entries: Sequence[tuple[str, Any, str | None]]) -> None:
+    """Append ``entries`` (identity, results or None, error text or None) as batched-layout
+    record batches of at most :data:`BATCH_ROWS` rows."""
+    for batch, meta in batches(entries):
+        writer.write_batch(batch, custom_metadata=meta)
 
 
 def read_outcomes(data: bytes) -> tuple[Outcomes, int]:

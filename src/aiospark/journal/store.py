@@ -5,8 +5,8 @@ driver, shipped to every task): it checks a job's manifest, opens one task's par
 ``aiospark journal`` (:meth:`JournalStore.summarize`, :meth:`JournalStore.drop_errors`).
 :class:`StoreTask` is one task attempt's part: it loads what it holds up front, or is asked row
 by row (:attr:`StoreTask.fetches_by_row`: Redis answers an input chunk in one pipelined MGET, a
-directory reads its partition at :meth:`StoreTask.load` and is never asked again), and appends
-what the task's calls answered.
+directory loads the buckets an input chunk touches, each once), and appends what the task's
+calls answered.
 
 Both are abstract base classes, not protocols: an implementation says what it implements
 (``class RedisStore(JournalStore)``), so a store that forgets a method fails where it is made,
@@ -132,6 +132,21 @@ class JournalStore(abc.ABC):
     def check(self, manifest: Manifest) -> None:
         """On the driver, before any task: the store can be written, and holds no other
         question's outcomes (:class:`~aiospark.journal.manifest.JournalMismatch`)."""
+
+    def check_question(self, manifest: Manifest) -> None:
+        """Like :meth:`check`, writing nothing (a dry run, :func:`aiospark.plan`): refuse a store
+        that holds another question's outcomes. A store whose ``check`` only reads keeps it."""
+        self.check(manifest)
+
+    def layout_buckets(self) -> int | None:
+        """The buckets the store's outcomes are laid out in (a directory's manifest), or None
+        (a new journal, or a store whose layout has none: Redis is asked by key)."""
+        return None
+
+    def bind_layout(self, manifest: Manifest) -> None:
+        """Record ``manifest.buckets`` as the store's layout (on the driver, at bind); a store
+        without a layout does nothing."""
+        return None  # deliberately empty: not abstract, Redis has no layout
 
     @abc.abstractmethod
     def task(self, manifest: Manifest, partition: int, batch: str | None, attempt: str) -> StoreTask:

@@ -1,9 +1,9 @@
 """One task's journal: what the operator asks before a call and tells after one.
 
-Reads come from memory: the task's recorded outcomes are loaded before its rows are fed (a
-directory store reads its partition's segments up front; a store that
-:attr:`~aiospark.journal.store.StoreTask.fetches_by_row` -- Redis -- is asked per input chunk, one
-pipelined MGET, see :meth:`TaskView.prefetch`). Writes never block the event loop: ``record``
+Reads come from memory: the outcomes of a chunk's rows are fetched before the chunk is fed (a
+store that :attr:`~aiospark.journal.store.StoreTask.fetches_by_row` is asked per input chunk:
+Redis in one pipelined MGET, a directory loads each bucket the chunk touches once; see
+:meth:`TaskView.prefetch`; a store that loads up front answers at :meth:`TaskView.load`). Writes never block the event loop: ``record``
 appends the results to a deque; a writer thread hands what gathered to the store every
 :data:`FLUSH_SECONDS` (one Arrow batch pickled at once, or one Redis pipeline) and once more when
 the task ends, so an outcome is durable about a second after its call completed. A store that
@@ -71,7 +71,7 @@ class TaskView:
 
     # ------------------------------------------------------------------ reads (task thread)
     def load(self) -> TaskView:
-        """Read what the store holds for this task up front (a directory: its partition's segments)."""
+        """Read what the store holds for this task up front (a store asked by row: its manifest checked, nothing loaded)."""
         self.known.update(self.store_task.load())
         return self
 

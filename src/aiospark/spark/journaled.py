@@ -5,8 +5,9 @@ inside any call. Without a journal the operator computes it only if the call ask
 whole row's canonical JSON costs microseconds that most calls would pay for nothing); with one it
 is computed for every row, since it is the journal's key.
 
-A task finds its outcomes by its Spark partition id (and, in Structured Streaming, the micro-batch
-id, Spark's ``streaming.sql.batchId`` local property): see :mod:`aiospark.journal.directory`.
+A task finds a row's outcome by the row's identity alone, wherever Spark put the row (a
+directory journal loads the row's bucket on demand: :mod:`aiospark.journal.directory`); with
+``dedup=`` equal identities are brought into one task first (:mod:`aiospark.spark.dedup`).
 
 A journal reaches the operator by one route (:func:`aiospark.spark.task.run_task`): the task's
 view is the operator's ``journal=``; a recorded row completes inside the operator and leaves
@@ -20,13 +21,25 @@ Example (what ``_wait`` and ``run_task`` do)::
 """
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..journal import BoundJournal, Journal, Manifest, RowIdentity, TaskView
+from ..journal.buckets import MAX_BUCKETS
 from ..journal.identity import IdempotencyKey
 from .journal_location import check_location
+
+#: set while :func:`aiospark.plan` calls an entry point: the journal is checked, not written, and
+#: ``_wait`` counts instead of mapping
+PLANNING: contextvars.ContextVar[bool] = contextvars.ContextVar("aiospark_planning", default=False)
+
+
+def planning() -> bool:
+    """Whether the current entry-point call is a dry run (:func:`aiospark.plan`)."""
+    return PLANNING.get()
+
 
 #: the local property Spark sets on the tasks of a streaming micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -48,12 +61,14 @@ class Durable:
     the current input row (:meth:`aiospark.spark.lookup_join._LookupJoin.journal_rows`)."""
 
     def __init__(self, of: Callable[[Any], str | None], bound: BoundJournal | None,
-                 idempotency: Callable[[Any], str] | None = None):
+                 idempotency: Callable[[Any], str] | None = None, columns: Sequence[str] = ()):
         #: a row's identity: the operator's ``identify=`` (without a journal it runs only when a
         #: call asks for its ``idempotency_key()``)
         self.of = of
         self.bound = bound
         self.idempotency = idempotency
+        #: the columns a row's journal identity is made of (empty without a journal)
+        self.columns = list(columns)
 
     @classmethod
     def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
@@ -66,16 +81,24 @@ class Durable:
         whole = RowIdentity(columns)
         if journal is None:
             return cls(whole, None, IdempotencyKey.of_function(entry, function, None, whole))
-        key = journal.key_columns(columns, what)
-        if journal.key is not None:  # a lookup join's ``on`` columns: its answer depends on them
-            key += [c for c in getattr(function, "journal_identity_columns", ()) if c not in key]
+        key = cls.identity_columns(journal, columns, what, function)
         check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
         manifest = Manifest.of(entry, function, output_schema, key, types)
         # the default key is the whole row: its values, NULLs among them, are the question asked
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
-        return cls(of, journal.bind(manifest), keys)
+        bound = journal.bind(manifest, default_buckets=shuffle_partitions(getattr(df, "sparkSession", None)),
+                             write=not planning())
+        return cls(of, bound, keys, key)
+
+    @staticmethod
+    def identity_columns(journal: Journal, columns: list[str], what: str, function: Any) -> list[str]:
+        """The columns a row's journal identity is made of (checked: a ValueError names a missing one)."""
+        key = journal.key_columns(columns, what)
+        if journal.key is not None:  # a lookup join's ``on`` columns: its answer depends on them
+            key += [c for c in getattr(function, "journal_identity_columns", ()) if c not in key]
+        return key
 
     def open_task(self, encode: Any = None, rebuild: Any = None) -> TaskView | None:
         """This task's journal, its outcomes loaded (None without a journal)."""
@@ -123,4 +146,16 @@ def run_journaled(view: TaskView | None, results: Iterator[Any]) -> Iterator[Any
         close_view(view, failed)
 
 
-__all__ = ["BATCH_ID_PROPERTY", "Durable", "check_journal", "close_view", "run_journaled"]
+def shuffle_partitions(session: Any) -> int | None:
+    """The session's ``spark.sql.shuffle.partitions`` (a new journal's buckets: the parallelism the
+    user gave Spark's shuffles), or None when it cannot be read as an int in range."""
+    if session is None:
+        return None
+    try:
+        value = int(session.conf.get("spark.sql.shuffle.partitions"))
+    except Exception:  # unset or unreadable (a Connect server that refuses it): the library's default
+        return None
+    return value if 1 <= value <= MAX_BUCKETS else None
+
+
+__all__ = ["BATCH_ID_PROPERTY", "PLANNING", "Durable", "planning", "check_journal", "close_view", "run_journaled", "shuffle_partitions"]

@@ -193,7 +193,7 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *
                 retry: RetryStrategy | None = None, ordered: bool = False, batch: bool = True,
                 on_error: str = "fail", rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                 budget: Budget | None = None, journal: Journal | None = None,
-                progress: ProgressLike = False) -> DataFrameT:
+                progress: ProgressLike = False, dedup: bool | None = None) -> DataFrameT:
     """Enrich ``df`` from ``source``: look up the ``on`` columns of every row, join the rows found.
 
     ``how="left"`` keeps inputs without a match (lookup columns NULL), ``"inner"`` drops them.
@@ -206,7 +206,9 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *
     retries included), as for :func:`aiospark.ordered_wait`.
     ``journal`` (an :class:`aiospark.Journal`) records each row's joined rows: a rerun looks up
     only rows not recorded (as for :func:`aiospark.ordered_wait`). ``progress=True`` shows each
-    action's progress while it runs (as for :func:`aiospark.ordered_wait`).
+    action's progress while it runs (as for :func:`aiospark.ordered_wait`). ``dedup`` (with a
+    journal, ``ordered=False``): rows are shuffled by their journal key first, so each key is
+    looked up once per job (as for :func:`aiospark.unordered_wait`; None: on where allowed).
 
     Example::
 
@@ -241,7 +243,7 @@ def lookup_join(df: DataFrameT, source: LookupSource, on: str | Sequence[str], *
                            journal_schema=StructType(added).simpleString())
     return _wait(df, WaitCall(function, out_schema, ordered, timeout, capacity, source_retry, on_error,
                               rate_limit=rate_limit, metrics=metrics, name=f"lookup_join {type(source).__name__}",
-                              budget=budget, journal=journal, progress=progress))
+                              budget=budget, journal=journal, progress=progress, dedup=dedup))
 
 
 def lookup_udf(source: LookupSource, *, cache: LookupCache | None = None, capacity: int = 100,

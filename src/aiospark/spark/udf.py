@@ -20,7 +20,7 @@ from ..core.function import describe_function
 from ..journal import IdempotencyKey, Journal, Manifest, ValuesIdentity
 from .budget import Budget
 from .journal_location import check_location
-from .journaled import Durable, check_journal
+from .journaled import Durable, check_journal, shuffle_partitions
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .progress import check_progress
@@ -319,7 +319,8 @@ def async_udf(return_type: str | DataType, *, timeout: float | None = 60.0, capa
             shown = return_type if isinstance(return_type, str) else return_type.simpleString()
             manifest = Manifest.of("async_udf", function.function if isinstance(function, OneValue) else function,
                                    shown, ["<arguments>"], [])
-            made._durable = Durable(ValuesIdentity(True), journal.bind(manifest), IdempotencyKey(
+            bound = journal.bind(manifest, default_buckets=shuffle_partitions(_active_session()))
+            made._durable = Durable(ValuesIdentity(True), bound, IdempotencyKey(
                 f"async_udf:{manifest.function}:{manifest.code}", None, ValuesIdentity(True)))
         if isinstance(function, OneValue):
             return made

@@ -22,9 +22,11 @@ from .arrow_lane import PYARROW, ROWS, Settle, run_lane
 from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
-from .journaled import Durable
+from .dedup import check_dedup, shuffled, use_dedup, without_part
+from .journaled import Durable, check_journal, planning
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
+from .plan import count_run
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
@@ -74,6 +76,8 @@ class _PartitionRunner:
         self.check_schema: StructType | None = None
         #: row identities and the journal (aiospark.spark.journaled)
         self.durable: Durable | None = None
+        #: rows come through the dedup shuffle (aiospark.spark.dedup), with its column to drop
+        self.shuffled = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.options.batch_format == PYARROW:
@@ -96,7 +100,8 @@ class _PartitionRunner:
             options = checks.options(options)  # retry predicates see the rows, not their tags
         plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
                         on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows)
-        for values in run_task(plan, (to_python(batch) for batch in batches)):
+        drop = without_part if self.shuffled else _same
+        for values in run_task(plan, (to_python(drop(batch)) for batch in batches)):
             rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
             if rows:
                 yield converter.to_batch(rows)
@@ -109,6 +114,10 @@ class _PartitionRunner:
 
     def _error_dict(self, input: dict[str, Any], error: str) -> dict[str, Any]:
         return {self.error_column: error, self.input_column: input}
+
+
+def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
 
 
 def _error_row(value: Any, exc: BaseException) -> list[Any]:
@@ -175,6 +184,7 @@ class WaitCall:
     journal: Journal | None = None
     progress: ProgressLike = False
     batch_format: str = ROWS
+    dedup: bool | None = None
 
 
 def _wait(df: DataFrameLike, call: WaitCall) -> Any:
@@ -186,6 +196,7 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
         raise TypeError(f"{name}() takes a pyspark DataFrame first, got {type(df).__name__}")
     # before anything asks the server: a Connect server elsewhere cannot reach this process's ledger
     check_reach(df.sparkSession, budget=budget, progress=progress_options is not None, what=name.split(" ")[0])
+    dedup = check_dedup(call.dedup, name.split(" ")[0])
     order_key = row_key(df, call.key, name) if call.key is not None else None
     options = CallOptions.create(function, ordered=ordered, timeout=call.timeout, capacity=call.capacity,
                                  retry=call.retry, rate_limit=call.rate_limit, metrics=call.metrics, name=name,
@@ -220,7 +231,19 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     # the question is the schema the user declared: not the columns on_error="row" adds (a lookup
     # join's: the looked-up columns it stores, not the input columns rebuilt from the current row)
     asked = getattr(function, "journal_schema", None) or declared.simpleString()
-    runner.durable = Durable.prepare(journal, df, name, function, asked)
+    # decided before the journal is bound: a refused dedup= leaves the journal untouched
+    keys = None if call.key is None else ([call.key] if isinstance(call.key, str) else list(call.key))
+    journal = check_journal(journal, name.split(" ")[0])
+    identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
+    shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
+    durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    given = df
+    if shuffle:
+        df = shuffled(df, durable, name.split(" ")[0])  # equal keys meet in one task: each called once per job
+        runner.shuffled = True
+    if planning():  # aiospark.plan(): the counts of this run instead of the run
+        return count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
+                         lookup_on=getattr(function, "journal_identity_columns", ()))
     out = df.mapInArrow(runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]
@@ -235,7 +258,7 @@ def ordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructTy
                  rate_limit: RateLimitLike = None, metrics: Metrics | None = None,
                  output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
                  batch_delay: float = 0.01, budget: Budget | None = None, journal: Journal | None = None,
-                 progress: ProgressLike = False, batch_format: str = ROWS) -> DataFrameT:
+                 progress: ProgressLike = False, batch_format: str = ROWS, dedup: bool | None = None) -> DataFrameT:
     """Call ``function`` for every row, many at once per task; output keeps each partition's order.
 
     ``function`` is ``async def f(row: dict) -> dict | tuple | Row | None`` (``None`` = no row) or
@@ -268,7 +291,10 @@ def ordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructTy
     with ``on_error="row"``).
     ``journal`` (an :class:`aiospark.Journal`) records each row's outcome as its call completes: a
     row already recorded (a task retry, a rerun) is not called again but emitted from the record,
-    and rows with equal keys in one task are called once.
+    and rows with equal keys in one task are called once. A recorded outcome is found by the row's
+    key wherever Spark puts the row (another partitioning, a later micro-batch). ``dedup``: None
+    (default) or False here; ``dedup=True`` is refused: the shuffle that pays equal keys once per
+    job (:func:`unordered_wait`) would change the order this keeps.
     ``progress=True`` (or an ``aiospark.ProgressOptions``) shows each action's progress while
     it runs: rows, rows/s, in flight, errors, retries, tokens, budget left, tasks done and ETA, in
     place on a terminal or in Jupyter, one plain line every 30 s in a log (``aiospark.spark.progress``).
@@ -283,7 +309,8 @@ def ordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructTy
     """
     return _wait(df, WaitCall(function, schema, True, timeout, capacity, retry, on_error, error_column, input_column,
                               output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                              budget=budget, journal=journal, progress=progress, batch_format=batch_format))
+                              budget=budget, journal=journal, progress=progress, batch_format=batch_format,
+                              dedup=dedup))
 
 
 def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | StructType, *,
@@ -293,7 +320,7 @@ def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | Struct
                    output_batch_rows: int = OUTPUT_BATCH_ROWS, batch_size: int | None = None,
                    batch_delay: float = 0.01, key: str | Sequence[str] | None = None,
                    budget: Budget | None = None, journal: Journal | None = None, progress: ProgressLike = False,
-                   batch_format: str = ROWS) -> DataFrameT:
+                   batch_format: str = ROWS, dedup: bool | None = None) -> DataFrameT:
     """Like :func:`ordered_wait`, but rows are emitted as their calls complete (higher throughput
     when latencies vary: a slow call does not hold back the others).
 
@@ -302,6 +329,12 @@ def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | Struct
     keys run concurrently. Order holds within a Spark partition: partition the input by key
     (as a Kafka topic keyed by it is) for order across the whole job.
 
+    ``dedup`` (with a ``journal``): rows are first shuffled by their journal key
+    (:mod:`aiospark.spark.dedup`), so each distinct key is called once per job, its outcome given
+    to every row holding it. None (default): on when a journal is given and no order is kept
+    (no ``key=``, or a ``key=`` covering the journal's key columns); False: no shuffle (equal
+    keys shared within a task only); True: on, or a ValueError saying why it cannot be.
+
     Example::
 
         df.transform(aiospark.unordered_wait, enrich, "id LONG, name STRING", capacity=500)
@@ -309,4 +342,5 @@ def unordered_wait(df: DataFrameT, function: AsyncCallable, schema: str | Struct
     """
     return _wait(df, WaitCall(function, schema, False, timeout, capacity, retry, on_error, error_column, input_column,
                               output_batch_rows, rate_limit, metrics, batch_size=batch_size, batch_delay=batch_delay,
-                              key=key, budget=budget, journal=journal, progress=progress, batch_format=batch_format))
+                              key=key, budget=budget, journal=journal, progress=progress, batch_format=batch_format,
+                              dedup=dedup))

@@ -1,0 +1,199 @@
+"""``aiospark.plan``: what a run will cost, before it runs, computed by Spark without calling anything.
+
+``plan(entry, df, *args, **kwargs)`` validates the call exactly as ``entry(df, *args, **kwargs)``
+would (the same errors, the same journal refusal, the same ``dedup=`` decision), then runs a
+Spark job that reads the input and the journal and counts, instead of building the operator's
+``mapInArrow``:
+
+* ``rows``: input rows; ``null_keys``: rows with a NULL in a ``Journal(key=)`` column (no identity:
+  each is called); ``distinct_keys``: distinct identities among the other rows (the whole job's);
+* ``recorded``: distinct identities whose outcome the journal already holds and would serve
+  (results; kept errors only with ``keep_errors=True``);
+* ``calls``: the calls left to make (before retries): with the dedup shuffle each distinct key not
+  recorded is called once per job, exactly; without it (``ordered_wait``, ``dedup=False``) at most
+  once per task that holds it, counted over the input's own partitions as the run would see them
+  (an upper bound: a task that starts after another task recorded a key it holds is served).
+
+Nothing is written: a journal is checked (another question's is refused, as the run would) but
+a new one gets no manifest (a plan pins no question), and no function is opened or called.
+
+Example::
+
+    p = aiospark.plan(aiospark.unordered_wait, df, summarize, "id LONG, summary STRING",
+                      journal=aiospark.Journal("/data/j", key="id"))
+    print(p)              # rows 1,000,000 | NULL keys 0 | distinct keys 100,000 | recorded 60,000 | calls 40,000
+    p.calls               # 40000
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from .dedup import without_part
+from .journaled import PLANNING, Durable, planning
+from .schema import to_python
+
+__all__ = ["RunPlan", "count_run", "plan", "planning"]
+
+_ENTRIES = {("aiospark.spark.wait", "ordered_wait"), ("aiospark.spark.wait", "unordered_wait"),
+            ("aiospark.spark.lookup_join", "lookup_join")}
+
+_COUNTS = pa.schema([("rows", pa.int64()), ("null_keys", pa.int64()), ("misses", pa.int64()),
+                     ("invalid", pa.int64()), ("distinct_keys", pa.int64()), ("recorded", pa.int64())])
+_COUNTS_DDL = "rows LONG, null_keys LONG, misses LONG, invalid LONG, distinct_keys LONG, recorded LONG"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What :func:`plan` found (see the module docstring). ``misses``: a lookup join's rows with a
+    NULL in an ``on`` column (a miss, no call; not in the other counts but ``rows``); ``invalid``:
+    rows whose identity cannot be made (the run gives each its error, with no call); ``dedup``:
+    whether the run pays equal keys once per job (else once per task); ``journal``: the journal's
+    location as shown."""
+
+    entry: str
+    rows: int
+    null_keys: int
+    distinct_keys: int
+    recorded: int
+    calls: int
+    invalid: int = 0
+    misses: int = 0
+    dedup: bool = False
+    journal: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether :attr:`calls` is exact (no journal, or the dedup shuffle) or an upper bound."""
+        return self.journal is None or self.dedup
+
+    def __str__(self) -> str:
+        parts = [f"{self.entry}: rows {self.rows:,}"]
+        if self.journal is not None:
+            parts += [f"NULL keys {self.null_keys:,} (each called)", f"distinct keys {self.distinct_keys:,}",
+                      f"recorded {self.recorded:,}"]
+            if self.misses:
+                parts.append(f"NULL lookup keys {self.misses:,} (a miss, no call)")
+            if self.invalid:
+                parts.append(f"without identity (error rows) {self.invalid:,}")
+        if self.journal is None or self.dedup:
+            parts.append(f"calls left {self.calls:,}")
+        else:
+            parts.append(f"calls left at most {self.calls:,} (equal keys shared within a task only; a task that "
+                         "starts after another recorded its keys pays less)")
+        return " | ".join(parts)
+
+
+def plan(entry: Callable[..., Any], df: Any, *args: Any, **kwargs: Any) -> RunPlan:
+    """What ``entry(df, *args, **kwargs)`` would call, computed by Spark without calling anything.
+
+    ``entry`` is :func:`aiospark.ordered_wait`, :func:`aiospark.unordered_wait` or
+    :func:`aiospark.lookup_join`; the other arguments are that call's. Example::
+
+        print(aiospark.plan(aiospark.lookup_join, orders, customers, on="cid", journal=journal))
+    """
+    # by name: this module is imported by the entry points' own module
+    if (getattr(entry, "__module__", None), getattr(entry, "__name__", None)) not in _ENTRIES:
+        raise TypeError("aiospark.plan(entry, df, ...) takes aiospark.ordered_wait, aiospark.unordered_wait or "
+                        f"aiospark.lookup_join as entry, got {getattr(entry, '__name__', entry)!r}")
+    token = PLANNING.set(True)
+    try:
+        result = entry(df, *args, **kwargs)
+    finally:
+        PLANNING.reset(token)
+    assert isinstance(result, RunPlan)
+    return result
+
+
+def count_run(df: Any, durable: Durable, *, shuffled: Any, entry: str, lookup_on: Sequence[str] = ()) -> RunPlan:
+    """The counts of a run over ``df`` (see the module docstring). ``shuffled``: the input as the
+    dedup shuffle hands it to the tasks, or None when the run does not shuffle. ``lookup_on``: a
+    lookup join's ``on`` columns (a NULL there is a miss, no call)."""
+    bound = durable.bound
+    if bound is None:  # no journal: every row is called (a lookup join's NULL keys excepted)
+        rows = df.count()
+        misses = df.where(" OR ".join(f"`{c}` IS NULL" for c in lookup_on)).count() if lookup_on else 0
+        return RunPlan(entry, rows, 0, 0, 0, rows - misses, misses=misses)
+    job = _sum(shuffled if shuffled is not None else _by_identity(df, durable), durable, True, lookup_on)
+    if shuffled is not None:
+        calls = job["null_keys"] + job["distinct_keys"] - job["recorded"]
+    else:  # each task pays for the distinct keys it holds: counted over the input's own partitions
+        tasks = _sum(df, durable, False, lookup_on)
+        calls = tasks["null_keys"] + tasks["distinct_keys"] - tasks["recorded"]
+    return RunPlan(entry, job["rows"], job["null_keys"], job["distinct_keys"], job["recorded"], calls,
+                   invalid=job["invalid"], misses=job["misses"], dedup=shuffled is not None, journal=bound.shown)
+
+
+def _by_identity(df: Any, durable: Durable) -> Any:
+    """``df`` with equal identities in one task (the dedup shuffle), for the job's distinct keys."""
+    from .dedup import shuffled
+
+    return shuffled(df, durable, "aiospark.plan")
+
+
+def _sum(df: Any, durable: Durable, has_part: bool, lookup_on: Sequence[str]) -> dict[str, int]:
+    counted = df.mapInArrow(_Count(durable, has_part, lookup_on), _COUNTS_DDL)
+    row = counted.groupBy().sum(*_COUNTS.names).collect()[0]
+    return {name: int(row[f"sum({name})"] or 0) for name in _COUNTS.names}
+
+
+class _Count:
+    """The counting ``mapInArrow`` (picklable): one row of counts per task. The journal's store is
+    asked for each chunk's new identities (a directory loads their buckets, Redis answers one
+    MGET), exactly as a run's task asks it; nothing is written."""
+
+    def __init__(self, durable: Durable, has_part: bool, lookup_on: Sequence[str]):
+        self.durable = durable
+        self.has_part = has_part
+        self.lookup_on = list(lookup_on)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        durable = self.durable
+        bound = durable.bound
+        assert bound is not None
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        store_task = bound.store.task(bound.manifest, partition, None, "plan")
+        rows = nulls = misses = invalid = recorded = 0
+        on = self.lookup_on
+        seen: set[str] = set()
+        try:
+            known = store_task.load()
+            for batch in batches:
+                if self.has_part:
+                    batch = without_part(batch)
+                fresh: list[str] = []
+                for value in to_python(batch.select(durable.columns)):
+                    rows += 1
+                    if on and any(value[c] is None for c in on):
+                        misses += 1
+                        continue
+                    try:
+                        identity = durable.of(value)
+                    except Exception:  # the run makes this row's error, with no call
+                        invalid += 1
+                        continue
+                    if identity is None:
+                        nulls += 1
+                    elif identity not in seen:
+                        seen.add(identity)
+                        fresh.append(identity)
+                if fresh and store_task.fetches_by_row:
+                    known.update(store_task.fetch(fresh))
+                recorded += sum(1 for i in fresh if _served(known.get(i), bound.keep_errors))
+        finally:
+            store_task.close()
+        yield pa.RecordBatch.from_pylist([{"rows": rows, "null_keys": nulls, "misses": misses, "invalid": invalid,
+                                           "distinct_keys": len(seen), "recorded": recorded}], schema=_COUNTS)
+
+
+def _served(outcome: tuple[Any, str | None] | None, keep_errors: bool) -> bool:
+    """Whether a run would serve ``outcome`` rather than call (a kept error only with keep_errors)."""
+    if outcome is None:
+        return False
+    return outcome[0] is not None or keep_errors
