@@ -21,6 +21,7 @@ from aiospark.journal import Manifest
 from aiospark.journal.directory import DirectoryStore
 from aiospark.journal.summary import drop_errors, summarize
 from tests.chaos import ITEM_SCHEMA, ServiceCall
+from tests.support.journal import calls
 from tests.support.servers import RedisServer, free_port
 from tests.support.service import FaultService, ServiceConfig
 
@@ -48,10 +49,6 @@ def service():
 def redis_server():
     with RedisServer() as srv:
         yield srv
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
 
 
 def run_job(spark, service, location: str) -> list[Any]:
