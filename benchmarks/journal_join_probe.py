@@ -13,7 +13,11 @@ A journal is written once by ``aiospark.unordered_wait(df, noop, journal=Journal
   (``_id``, the row's results pickled alone, the kept error), reduced to one outcome per identity
   (``groupBy``, a result before an error), the input's identities computed by a Python pre-pass
   (``mapInArrow``: the operator's cost of an identity), a left join on the identity, and a
-  ``mapInArrow`` that unpickles each row's results into the output (the operator's replay).
+  ``mapInArrow`` that unpickles each row's results into the output (the operator's replay);
+* ``merge``  -- the same journal table and identities, but no join: the journal's rows and the
+  input's rows in one ``union``, ``repartition`` by identity and ``sortWithinPartitions`` by
+  (identity, journal first), and one ``mapInArrow`` that walks the sorted stream keeping only the
+  current identity's outcome (what an operator fed so would hold: one outcome, whatever the rows).
 
 Rows/s are per task (rows / wall / T); peak RSS is the largest of one Python worker
 (``_spark.WorkerPeakRss``). The point: whether a route whose Python memory does not grow with the
@@ -89,6 +93,28 @@ def replay(batches):
         yield pa.record_batch([pa.array(keys, pa.int64()), pa.array(vs, pa.int64())], names=["key", "v"])
 
 
+def merge_replay(batches):
+    """The sorted union: a journal row (``tag`` 0) sets the current outcome; each input row of that
+    identity (``tag`` 1) replays it."""
+    import pyarrow as pa
+
+    loads = pickle.loads
+    current_id, current = None, None
+    for batch in batches:
+        ids, tags, recs = (batch.column(batch.schema.get_field_index(n)).to_pylist() for n in ("_id", "tag", "rec"))
+        keys, vs = [], []
+        for identity, tag, rec in zip(ids, tags, recs):
+            if tag == 0:
+                current_id, current = identity, (None if rec is None else loads(rec))
+                continue
+            if identity != current_id or current is None:
+                raise SystemExit("an input row without a recorded outcome: the probe's journal is incomplete")
+            for out in current:
+                keys.append(out["key"])
+                vs.append(out["v"])
+        yield pa.record_batch([pa.array(keys, pa.int64()), pa.array(vs, pa.int64())], names=["key", "v"])
+
+
 def segments(path: str) -> list[str]:
     return sorted(os.path.join(d, n) for d, _, names in os.walk(path) for n in names if n.endswith(".arrow"))
 
@@ -116,7 +142,7 @@ def main(argv=None) -> None:
     tmp = tempfile.mkdtemp(prefix="aiospark-join-probe-")
     journal_dir = f"{tmp}/journal"
     load_start = os.getloadavg()
-    res: dict[str, list[tuple[float, int]]] = {"plain": [], "rerun": [], "join": []}
+    res: dict[str, list[tuple[float, int]]] = {"plain": [], "rerun": [], "join": [], "merge": []}
     try:
         df = spark.range(0, rows, 1, tasks).withColumn("key", F.col("id"))
         journal = aiospark.Journal(journal_dir, key="key")
@@ -126,12 +152,18 @@ def main(argv=None) -> None:
         for _ in range(args.rounds):
             res["plain"].append(timed(aiospark.unordered_wait(df, noop, SCHEMA, capacity=CAPACITY)))
             res["rerun"].append(timed(aiospark.unordered_wait(df, noop, SCHEMA, capacity=CAPACITY, journal=journal)))
-            table = spark.createDataFrame([(p,) for p in files], "path STRING").repartition(max(1, min(len(files), tasks * 4))) \
-                .mapInArrow(read_segments, "_id STRING, rec BINARY, err STRING") \
-                .groupBy("_id").agg(F.first("rec", ignorenulls=True).alias("rec"), F.first("err", ignorenulls=True).alias("err"))
+            raw = spark.createDataFrame([(p,) for p in files], "path STRING") \
+                .repartition(max(1, min(len(files), tasks * 4))) \
+                .mapInArrow(read_segments, "_id STRING, rec BINARY, err STRING")
+            table = raw.groupBy("_id").agg(F.first("rec", ignorenulls=True).alias("rec"),
+                                           F.first("err", ignorenulls=True).alias("err"))
             ids = df.mapInArrow(identities, "id LONG, key LONG, _id STRING")
             joined = ids.join(table, "_id", "left").mapInArrow(replay, SCHEMA)
             res["join"].append(timed(joined))
+            stream = raw.select("_id", F.lit(0).alias("tag"), "rec") \
+                .unionByName(ids.select("_id", F.lit(1).alias("tag"), F.lit(None).cast("binary").alias("rec"))) \
+                .repartition(tasks * 2, "_id").sortWithinPartitions("_id", "tag")
+            res["merge"].append(timed(stream.mapInArrow(merge_replay, SCHEMA)))
         load_end = os.getloadavg()
         size = sum(os.path.getsize(p) for p in files)
     finally:
@@ -140,7 +172,7 @@ def main(argv=None) -> None:
     caption = (f"command: `{command_line(argv)}`  \n{load_line(load_start, load_end)}; local[{tasks}], "
                f"{args.rounds} rounds (medians); journal: {len(files)} segments, {size / MIB:.1f} MiB")
     body = []
-    for side in ("plain", "rerun", "join"):
+    for side in ("plain", "rerun", "join", "merge"):
         rates = [rows / wall / tasks for wall, _ in res[side]]
         peaks = [peak / MIB for _, peak in res[side]]
         body.append([side, ", ".join(f"{r:,.0f}" for r in rates), f"{median(rates):,.0f}",
