@@ -115,6 +115,7 @@ def layout(summary: JournalSummary) -> str:
 
 
 def dropped_line(dropped: int) -> str:
+    """What ``--drop-errors`` says it did: ``dropped_line(1)`` is 'dropped 1 recorded error: a rerun calls that row again'."""
     return (f"dropped {_n(dropped, 'recorded error')}: a rerun calls {'those rows' if dropped != 1 else 'that row'} "
             "again")
 
