@@ -287,9 +287,9 @@ def test_a_lookup_joins_kept_error_is_never_served_as_a_miss(spark, tmp_path):
     flag = tmp_path / "fail"
     flag.write_text("x")
     df = spark.range(0, 120, 1, 2).select("id", (F.col("id") % 12).alias("cid"))
-    out = aiospark.lookup_join(df, FailingSource(log, str(flag)), "cid", on_error="null",
+    out = aiospark.lookup_join(df, FailingSource(log, str(flag)), "cid", on_error="row",
                                journal=aiospark.Journal(loc, key="cid", keep_errors=True, buckets=B)).collect()
-    assert sum(r.label is None for r in out) == 30 and len(out) == 120  # asked for: NULL for a failed lookup
+    assert sum(r._error is not None for r in out) == 30 and len(out) == 120  # error rows, asked for
     try:
         out = aiospark.lookup_join(df.repartition(3), FailingSource(log, str(flag)), "cid", how="left",
                                    journal=aiospark.Journal(loc, key="cid", keep_errors=True, buckets=B)).collect()
@@ -488,8 +488,8 @@ def test_csv_and_parquet_of_the_same_rows_share_their_outcomes(spark, tmp_path):
     try:
         out = aiospark.unordered_wait(csv, Call(log2, ["key", "id"]), SCHEMA,
                                       journal=aiospark.Journal(loc2, buckets=B)).collect()
-    except ValueError as e:
-        assert "id" in str(e), e
+    except ValueError as e:  # JournalMismatch: another question (the key's types)
+        assert "another question" in str(e), e
         return
     check(out, csv.collect(), ["key", "id"])
 
@@ -625,9 +625,8 @@ def job_main(argv):
 
 
 def test_a_driver_killed_mid_dedup_run_then_compacted_then_rerun_another_way(spark, tmp_path, capsys):
-    import signal
-
     from aiospark.app.cli import main
+    from tests.chaos import kill_tree
 
     log, loc = str(tmp_path / "log"), str(tmp_path / "j")
     env = dict(os.environ, AIOSPARK_JOURNAL_LEASE_SECONDS="5", PYSPARK_PYTHON=sys.executable,
@@ -643,8 +642,7 @@ def test_a_driver_killed_mid_dedup_run_then_compacted_then_rerun_another_way(spa
             time.sleep(0.1)
         assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        kill_tree(proc)  # by pid: PySpark's daemon runs in a process group of its own
     at_kill = len(logged(log))
     time.sleep(7)  # the killed tasks' leases (5 s) run out
     df = spark.range(0, KILL_ROWS, 1, 5).select(F.format_string("d%05d", F.col("id") % KILL_KEYS).alias("key"))
@@ -677,7 +675,7 @@ def test_compact_refuses_while_a_spark_task_writes_and_keeps_every_outcome_and_f
 
     log, loc = str(tmp_path / "log"), tmp_path / "j"
     df = keyed(spark, rows=120, keys=120, parts=2)
-    aiospark.unordered_wait(df.filter("id < 40"), Call(log), SCHEMA,
+    aiospark.unordered_wait(df.filter("id < 40"), Call(log, delay=0.25), SCHEMA, capacity=50,
                             journal=aiospark.Journal(str(loc), key="key", buckets=2)).collect()
     foreign = [loc / "NOTES.txt", loc / "other" / "data.bin"]
     (digest,) = [d for d in loc.iterdir() if d.is_dir() and any(d.glob("k=*"))]
@@ -688,12 +686,14 @@ def test_compact_refuses_while_a_spark_task_writes_and_keeps_every_outcome_and_f
     result = {}
 
     def job():
+        t0 = time.monotonic()
         try:
             result["rows"] = aiospark.unordered_wait(
                 df, Call(log, delay=0.25), SCHEMA, capacity=1, dedup=False,
                 journal=aiospark.Journal(str(loc), key="key", buckets=2)).collect()
         except Exception as e:
             result["error"] = e
+        result["took"] = time.monotonic() - t0
 
     t = threading.Thread(target=job)
     t.start()
@@ -702,7 +702,8 @@ def test_compact_refuses_while_a_spark_task_writes_and_keeps_every_outcome_and_f
         while len(logged(log)) < 40 + 12 and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # a flush landed: segments open, their leases live
-        assert t.is_alive(), "the job ended before the compaction was tried"
+        assert t.is_alive(), ("the job ended before the compaction was tried", result.get("took"),
+                              len(logged(log)), result.get("error"))
         capsys.readouterr()
         code = main(["journal", str(loc), "--compact"])
         err = capsys.readouterr().err
@@ -712,13 +713,14 @@ def test_compact_refuses_while_a_spark_task_writes_and_keeps_every_outcome_and_f
         t.join(300)
     assert "error" not in result, result.get("error")
     check(result["rows"], df.collect())
+    print("job took", result.get("took"))
     assert main(["journal", str(loc), "--compact"]) == 0
     shown = capsys.readouterr().out
     assert "120 outcomes kept: 120 results, 0 errors" in shown, shown
     assert all(f.exists() and f.read_bytes() == b"not the job's" for f in foreign), \
         [str(f) for f in foreign if not f.exists()]
     n = len(logged(log))
-    out = aiospark.unordered_wait(df.repartition(3), Call(log), SCHEMA,
+    out = aiospark.unordered_wait(df.repartition(3), Call(log, delay=0.25), SCHEMA,
                                   journal=aiospark.Journal(str(loc), key="key", buckets=2)).collect()
     assert len(logged(log)) == n
     check(out, df.collect())
@@ -838,7 +840,7 @@ def test_exotic_key_types_are_found_again_or_refused_at_definition(spark, tmp_pa
     rows = out.collect()  # an exception here: not refused at definition but failed mid-job
     assert Counter(r.a for r in rows) == want, (kind, Counter(r.a for r in rows), want)
     n = len(logged(log))
-    assert n == 3, f"{kind}: {n} calls for 3 distinct keys"
+    assert n == len(want), f"{kind}: {n} calls for {len(want)} distinct keys"
     again = aiospark.unordered_wait(df.repartition(3), Echo(log), SCHEMA, dedup=False,
                                     journal=aiospark.Journal(str(tmp_path / "j"), key="k", buckets=B)).collect()
     assert len(logged(log)) == n and Counter(r.a for r in again) == want
@@ -850,6 +852,12 @@ def test_a_key_column_with_an_unusual_name(spark, tmp_path, name):
     df = keyed(spark, rows=60, keys=12, parts=2).withColumnRenamed("key", name)
     inp = df.collect()
 
+    # FAILS (not issue 48): unordered_wait over a column named "a.b" or "x`y" fails with PySpark's
+    # AnalysisException, journal or not: spark/wait.py:247 hands the frame to df.mapInArrow, whose
+    # pyspark/sql/pandas/map_ops.py:75 resolves each column by name (`self[col]`) -- not refused at
+    # definition saying what to change (`aiospark enrich` renames such columns itself).
+    plain = aiospark.unordered_wait(df, Call(str(tmp_path / "plain"), [name]), SCHEMA).collect()
+    check(plain, inp, [name])  # without a journal the name works
     j = aiospark.Journal(str(tmp_path / "j"), key=name, buckets=B)
     try:
         out = aiospark.unordered_wait(df, Call(log, [name]), SCHEMA, journal=j)
