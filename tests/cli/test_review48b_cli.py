@@ -33,8 +33,8 @@ def test_enrich_with_a_rate_limit_still_pays_each_url_once_per_job(tmp_path):
     """README: "A paid endpoint is paid once with --journal LOCATION (each distinct URL is called once per
     job ...)", shown with --rate-limit 20/s in the very example."""
     src = tmp_path / "in.parquet"
-    parquet_dataset(src)
-    with EchoServer(delay=0.05) as server:
+    parquet_dataset(src, files=4)
+    with EchoServer(delay=1.0) as server:  # slow enough that tasks holding the same URLs overlap
         url = server.url + "/item/{id}"
         dry = enrich(src, tmp_path / "dry.json", url, tmp_path / "j", "--dry-run", "--rate-limit", "1000/s")
         assert dry.returncode == 0, dry.stderr[-2000:]
@@ -45,11 +45,11 @@ def test_enrich_with_a_rate_limit_still_pays_each_url_once_per_job(tmp_path):
     assert len(paid) == 20
     left = re.search(r"calls left\D{0,20}?(\d[\d,]*)", dry.stdout)
     assert left, dry.stdout
-    # FAILS: `aiospark enrich --rate-limit` runs with dedup=False (docs/design.md "Dedup"), so a URL held
-    # by several input partitions is paid once per task, against the README's "each distinct URL is called
-    # once per job"; the dry run's "calls left" is then only an upper bound.
+    # FAILS: `aiospark enrich --rate-limit` runs with dedup=False (app/enrich.py:287), so a URL held by
+    # input partitions whose tasks overlap is paid once per task, against the README's "each distinct URL
+    # is called once per job" (its own example pairs --journal with --rate-limit 20/s).
     assert sum(paid.values()) == 20, f"{sum(paid.values())} calls for 20 URLs: {paid.most_common(3)}"
-    assert int(left.group(1).replace(",", "")) == 20, dry.stdout
+    assert "calls left at most" in dry.stdout, dry.stdout  # the dry run says its count is a bound
 
 
 def test_enrich_without_a_rate_limit_pays_each_url_once_and_a_csv_rerun_pays_nothing(tmp_path):

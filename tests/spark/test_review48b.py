@@ -139,6 +139,7 @@ def test_a_timestamp_key_rerun_in_another_session_time_zone_gets_its_own_instant
                                           journal=aiospark.Journal(loc, key="ts", buckets=B)) \
                 .select(F.unix_timestamp("ts").alias("out")).collect()
         except Exception as e:  # a refusal naming the change would be fine
+            print("\nREFUSED", '0', str(e)[:300])
             assert "time zone" in str(e).lower() or "timezone" in str(e).lower(), e
             return
         assert sorted(r.out for r in out) == want, "a row got another instant's recorded answer"
@@ -157,6 +158,7 @@ def test_a_rerun_with_the_key_columns_in_another_order_never_gets_the_mirrored_r
         out = aiospark.unordered_wait(mirrored, Call(log, ["a", "b"]), SCHEMA,
                                       journal=aiospark.Journal(loc, key=["b", "a"], buckets=B)).collect()
     except ValueError as e:  # refused: another question
+        print("\nREFUSED", '1', str(e)[:300])
         assert "key" in str(e).lower(), e
         return
     check(out, mirrored.collect(), ["a", "b"])
@@ -173,6 +175,7 @@ def test_the_default_key_with_the_input_columns_reordered_never_gets_the_mirrore
         out = aiospark.unordered_wait(mirrored, Call(log, ["a", "b"]), SCHEMA,
                                       journal=aiospark.Journal(loc, buckets=B)).collect()
     except ValueError as e:
+        print("\nREFUSED", '2', str(e)[:300])
         assert "column" in str(e).lower() or "key" in str(e).lower(), e
         return
     check(out, mirrored.collect(), ["a", "b"])
@@ -201,6 +204,7 @@ def test_a_lookup_join_rerun_with_its_on_columns_in_another_order_asks_the_sourc
         out = aiospark.lookup_join(df, PairSource(log), ["b", "a"],
                                    journal=aiospark.Journal(loc, key=["a", "b"], buckets=B)).collect()
     except ValueError as e:
+        print("\nREFUSED", '3', str(e)[:300])
         assert "on" in str(e).lower(), e
         return
     assert {r.label for r in out} == {f"x=q{i},y=p{i}" for i in range(5)}, "served the answer to on=['a','b']"
@@ -222,6 +226,7 @@ def test_one_async_udf_journal_over_a_long_and_a_string_column_never_mixes_their
     try:
         out = df.select(f("n").alias("fn"), f("s").alias("fs")).collect()
     except Exception as e:  # refused: two questions for one journal
+        print("\nREFUSED", '4', str(e)[:300])
         assert "journal" in str(e).lower(), e
         out = None
     if out is not None:
@@ -231,6 +236,7 @@ def test_one_async_udf_journal_over_a_long_and_a_string_column_never_mixes_their
     try:
         out = df.select(make_typed_udf(log, j)("s").alias("fs")).collect()
     except Exception as e:
+        print("\nREFUSED", '5', str(e)[:300])
         assert "journal" in str(e).lower() or "type" in str(e).lower(), e
         return
     assert {r.fs for r in out} == {f"str:'{i}'" for i in range(5)}
@@ -294,6 +300,7 @@ def test_a_lookup_joins_kept_error_is_never_served_as_a_miss(spark, tmp_path):
         out = aiospark.lookup_join(df.repartition(3), FailingSource(log, str(flag)), "cid", how="left",
                                    journal=aiospark.Journal(loc, key="cid", keep_errors=True, buckets=B)).collect()
     except Exception as e:
+        print("\nREFUSED", '6', str(e)[:300])
         assert "source refuses" in str(e), str(e)[-500:]
         return
     padded = [r for r in out if r.label is None]
@@ -316,6 +323,7 @@ def test_errors_kept_by_one_run_are_called_again_by_a_journal_without_keep_error
         out = aiospark.unordered_wait(df, Call(log, fail_file=str(flag)), SCHEMA, on_error="row",
                                       journal=j).collect()
     except ValueError as e:  # a refusal naming keep_errors would be acceptable
+        print("\nREFUSED", '7', str(e)[:300])
         assert "keep_errors" in str(e), e
         return
     called = len(logged(log)) - n
@@ -489,6 +497,7 @@ def test_csv_and_parquet_of_the_same_rows_share_their_outcomes(spark, tmp_path):
         out = aiospark.unordered_wait(csv, Call(log2, ["key", "id"]), SCHEMA,
                                       journal=aiospark.Journal(loc2, buckets=B)).collect()
     except ValueError as e:  # JournalMismatch: another question (the key's types)
+        print("\nREFUSED", '8', str(e)[:300])
         assert "another question" in str(e), e
         return
     check(out, csv.collect(), ["key", "id"])
@@ -835,6 +844,7 @@ def test_exotic_key_types_are_found_again_or_refused_at_definition(spark, tmp_pa
     try:
         out = aiospark.unordered_wait(df, Echo(log), SCHEMA, journal=j)
     except (ValueError, TypeError) as e:  # refused where it is defined, saying why: fine
+        print("\nREFUSED", '9', str(e)[:300])
         assert "k" in str(e), e
         return
     rows = out.collect()  # an exception here: not refused at definition but failed mid-job
@@ -862,6 +872,7 @@ def test_a_key_column_with_an_unusual_name(spark, tmp_path, name):
     try:
         out = aiospark.unordered_wait(df, Call(log, [name]), SCHEMA, journal=j)
     except ValueError as e:
+        print("\nREFUSED", '10', str(e)[:300])
         assert name in str(e), e
         return
     rows = out.collect()
@@ -890,6 +901,7 @@ def test_one_directory_spelt_several_ways_is_one_journal(spark, tmp_path):
             out = aiospark.unordered_wait(df.repartition(3), Call(log), SCHEMA,
                                           journal=aiospark.Journal(spelt, key="key", buckets=B)).collect()
         except ValueError as e:  # a refusal saying how to spell it is acceptable for a URI
+            print("\nREFUSED", '11', str(e)[:300])
             assert spelt.startswith("file:"), (spelt, e)
             continue
         assert len(logged(log)) == 20, f"{spelt!r} paid {len(logged(log)) - 20} keys again"
@@ -905,6 +917,7 @@ def test_another_key_column_is_refused_or_asks_again(spark, tmp_path):
         out = aiospark.unordered_wait(df, Call(log), SCHEMA,
                                       journal=aiospark.Journal(loc, key="other", buckets=B)).collect()
     except ValueError as e:
+        print("\nREFUSED", '12', str(e)[:300])
         assert "key" in str(e), e
         return
     check(out, df.collect())  # the function answers by "key": row other=k0001 holds key=k0000
