@@ -862,10 +862,8 @@ def test_a_key_column_with_an_unusual_name(spark, tmp_path, name):
     df = keyed(spark, rows=60, keys=12, parts=2).withColumnRenamed("key", name)
     inp = df.collect()
 
-    # FAILS (not issue 48): unordered_wait over a column named "a.b" or "x`y" fails with PySpark's
-    # AnalysisException, journal or not: spark/wait.py:247 hands the frame to df.mapInArrow, whose
-    # pyspark/sql/pandas/map_ops.py:75 resolves each column by name (`self[col]`) -- not refused at
-    # definition saying what to change (`aiospark enrich` renames such columns itself).
+    # PySpark's mapInArrow looks each column up with df[name] ("a.b" = field b of a): aiospark
+    # renames the columns for the trip through it (spark/arrow_names.py)
     plain = aiospark.unordered_wait(df, Call(str(tmp_path / "plain"), [name]), SCHEMA).collect()
     check(plain, inp, [name])  # without a journal the name works
     j = aiospark.Journal(str(tmp_path / "j"), key=name, buckets=B)
@@ -882,6 +880,31 @@ def test_a_key_column_with_an_unusual_name(spark, tmp_path, name):
                                     journal=aiospark.Journal(str(tmp_path / "j"), key=name, buckets=B)).collect()
     assert len(logged(log)) == 12
     check(again, inp, [name])
+    p = aiospark.plan(aiospark.unordered_wait, df.repartition(3), Call(log, [name]), SCHEMA,
+                      journal=aiospark.Journal(str(tmp_path / "j"), key=name, buckets=B))
+    assert (p.distinct_keys, p.recorded, p.calls) == (12, 12, 0), p
+
+    # ordered by the odd column, error rows carrying it in _input, a lookup join on it
+    ordered = aiospark.ordered_wait(df, Call(str(tmp_path / "o"), [name]), SCHEMA).collect()
+    assert [r.a for r in ordered] == [ans(r[name]) for r in inp]
+    by_key = aiospark.unordered_wait(df, Call(str(tmp_path / "k"), [name]), SCHEMA, key=name).collect()
+    check(by_key, inp, [name])
+    (tmp_path / "f").write_text("k0003\n")
+    failed = aiospark.unordered_wait(df, Call(str(tmp_path / "g"), [name], fail_file=str(tmp_path / "f")), SCHEMA,
+                                     on_error="row").collect()
+    bad = [r._input for r in failed if r._error is not None]
+    assert len(bad) == 5 and {b[name] for b in bad} == {"k0003"}
+
+    class ByName(LookupSource):
+        schema = "label STRING"
+
+        async def lookup(self, key):
+            return [{"label": "L" + key[0]}]
+
+    joined = aiospark.lookup_join(df, ByName(), name, journal=aiospark.Journal(str(tmp_path / "lj"), key=name,
+                                                                                buckets=B)).collect()
+    assert sorted((r["id"], r[name], r.label) for r in joined) == sorted((r["id"], r[name], "L" + r[name])
+                                                                         for r in inp)
 
 
 def test_one_directory_spelt_several_ways_is_one_journal(spark, tmp_path):
