@@ -35,7 +35,7 @@ batch counts the elements it sent, so every path out of a call settles each of t
 
 Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
 timeout results, its journal record or recorded outcome -- goes through a per-element handle
-(:class:`BatchRow`, a :class:`~aiospark.core.calls.Call`) and the operator's per-element report,
+(:class:`BatchRow`, a :class:`~aiospark.core.call_entry.Call`) and the operator's per-element report,
 made only when it is needed.
 
 Example (what the operator does for each element)::
@@ -59,7 +59,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Any
 
-from .calls import CALL, PREDICATES, Call, Caller, _NotAList, own_inputs
+from .call_entry import CALL, PREDICATES, Call
+from .calls import Caller, _NotAList
 from .elements import Record, StreamElement
 from .errors import BadInput
 from .result_future import ResultFuture
@@ -99,6 +100,24 @@ def check_batching(batch_size: Any, batch_delay: Any, capacity: int,
         raise ValueError(f"batch_size ({batch_size}) is larger than capacity ({capacity}): a batch could "
                          f"never fill; raise capacity to at least {batch_size} (it counts inputs in flight)")
     return int(batch_size), float(batch_delay)
+
+
+def own_inputs(values: list[Any]) -> list[Any]:
+    """A batch call's own list of inputs: a new list and, for a list of rows (its first value a
+    dict: what the Spark entry points pass), a copy of each row, so the function may consume, pad
+    or change them and a retry, a part of a split or an error row still sees each input as it
+    came. Lists and dicts nested inside a row are shared, not copied.
+
+    Example::
+
+        >>> rows = [{"id": 1}]
+        >>> own_inputs(rows)[0] is rows[0]
+        False
+    """
+    if values and type(values[0]) is dict:
+        return [value.copy() if type(value) is dict else value for value in values]
+    return list(values)  # in C: not rows
+
 
 
 class BatchError(ValueError):
@@ -493,4 +512,4 @@ def _describe(function: Any) -> str:
     return repr(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
-__all__ = ["Batch", "BatchCaller", "BatchError", "BatchRow", "ReportRows", "check_batching"]
+__all__ = ["Batch", "BatchCaller", "BatchError", "BatchRow", "ReportRows", "check_batching", "own_inputs"]

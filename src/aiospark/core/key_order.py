@@ -36,7 +36,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from .calls import Call
+from .call_entry import Call
 
 
 class KeyTurns:

@@ -4,7 +4,7 @@ Asyncio-native rewrite of Flink's ``AsyncWaitOperator`` (FLIP-12, FLIP-232 retri
 life, top-down:
 
 1. ``process_element`` waits while the queue is full (backpressure), then (``try_process``) the
-   element enters the queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
+   element enters the queue as a :class:`~aiospark.core.call_entry.Call` and its call starts (:mod:`aiospark.core.calls`:
    attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` it joins
    the batch being filled, one queue entry whose call starts once it is full
    (:mod:`aiospark.core.batches`); with ``key`` it waits until the element before it with an
@@ -43,7 +43,8 @@ from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import Batch, BatchCaller, check_batching
-from .calls import PREDICATES, Call, Caller
+from .call_entry import PREDICATES, Call
+from .calls import Caller
 from .deadlines import Deadlines
 from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
