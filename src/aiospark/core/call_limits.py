@@ -31,7 +31,6 @@ class CostError(ValueError):
     aiospark_not_an_answer = True  # no call was made: never a row's recorded answer
 
 
-
 class CallLimits:
     """The rate limit, cost and budget of a :class:`~aiospark.core.calls.Caller`'s attempts
     (see the module docstring); the caller's ``__init__`` sets the state declared here."""
@@ -92,7 +91,6 @@ class CallLimits:
         if pause is not None and isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) \
                 and retry_after > 0:
             pause(float(retry_after))
-
 
 
 def _name(function: Any) -> str:

@@ -85,7 +85,6 @@ class _NotAList(TypeError):
     aiospark_not_an_answer = True  # the function's definition is wrong, not the row's answer
 
 
-
 class Caller(CallLimits, CallTimeouts):
     """Makes the calls of one operator (see the module docstring).
 

@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
-from .batches import Batch, BatchCaller, check_batching
+from .batch_entry import Batch
+from .batches import BatchCaller
 from .call_entry import PREDICATES, Call
 from .calls import Caller
 from .deadlines import Deadlines
@@ -55,7 +56,7 @@ from .key_order import KeyTurns
 from .metrics import OperatorMetrics
 from .queues import ElementQueue, OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
-from .settings import check_capacity, check_retry, check_timeout
+from .settings import check_batching, check_capacity, check_retry, check_timeout
 from .usage import bind_usage
 
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.

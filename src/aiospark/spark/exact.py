@@ -229,7 +229,6 @@ def _repeated_key(keys: list[Any]) -> Any:
     return _NONE
 
 
-
 class ExactChecks:
     """The checks of one output schema, with what one task has seen so far.
 

@@ -60,7 +60,6 @@ class AnswerError(ValueError):
     """The answer is not JSON of the asked shape (the message names the path and what is wrong)."""
 
 
-
 def _no_constant(name: str) -> Any:
     raise AnswerError(f"{name} is not a JSON number")
 
