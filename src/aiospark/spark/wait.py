@@ -247,7 +247,7 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
                          lookup_on=getattr(function, "journal_identity_columns", ()))
     out = map_in_arrow(df, runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
-    out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]
+    out.aiospark_metrics = options.metrics
     watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget,
           session=df.sparkSession)
     return out
