@@ -1,4 +1,4 @@
-"""Adversarial review (b) of issue 48, "Pay once per job", through the public API only.
+"""Issue 48, pay once per job, attacked through the public API only.
 
 Calls are counted with a call log: each call appends one JSON line to a file with O_APPEND, which
 every Python worker of the local session sees. Each answer is a pure function of what the call was
