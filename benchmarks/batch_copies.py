@@ -18,7 +18,7 @@ import time
 import timeit
 
 from aiospark import AsyncWaitOperator
-from aiospark.core.calls import own_inputs
+from aiospark.core.batches import own_inputs
 
 
 async def noop(values):

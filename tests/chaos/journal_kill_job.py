@@ -1,7 +1,7 @@
 """Driver subprocess of test_journal_kill: a job with a journal, killed (a worker, or this driver).
 
 Run: ``python -m tests.chaos.journal_kill_job --url URL --journal DIR --mode worker|driver [--rows N]
-[--partitions P] [--capacity C] [--marker-dir DIR]``
+[--partitions P] [--cores C] [--capacity C] [--marker-dir DIR]``
 
 ``worker``: :class:`~tests.chaos.kill_worker_job.KillOnce` SIGKILLs its Python worker 60 % into
 partition 1; ``local[2,4]`` gives the task further attempts, which read the journal the killed one
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("worker", "driver"), required=True)
     parser.add_argument("--rows", type=int, default=12000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=2, help="local[cores,4]: a rerun may get another core count")
     parser.add_argument("--capacity", type=int, default=16)
     parser.add_argument("--marker-dir", default=None)
     args = parser.parse_args(argv)
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     from tests.chaos import ITEM_SCHEMA, ServiceCall
     from tests.chaos.kill_worker_job import KILLED_PARTITION, KillOnce
 
-    spark = aiospark.local_session("local[2,4]", app_name="aiospark-journal-kill", conf={
+    spark = aiospark.local_session(f"local[{args.cores},4]", app_name="aiospark-journal-kill", conf={
         "spark.sql.execution.arrow.maxRecordsPerBatch": 500})
     try:
         per_partition = args.rows // args.partitions

@@ -1,7 +1,8 @@
-"""``aiospark journal LOCATION [--drop-errors]`` on real journals written by real Spark jobs.
+"""``aiospark journal LOCATION [--drop-errors] [--compact]`` on real journals written by real Spark jobs.
 
 A counting HTTP service on 127.0.0.1 proves that after --drop-errors a rerun calls exactly the rows
-that failed; both stores (a directory, a real redis-server); bad locations exit 2 with one line.
+that failed; both stores (a directory, a real redis-server); --compact on a journal written twice;
+bad locations exit 2 with one line.
 """
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from pyspark.sql import functions as F
 
 import aiospark
 from aiospark.app.cli import main
+from aiospark.connectors.redis.journal_store import RedisStore
 from aiospark.journal import Manifest
 from aiospark.journal.directory import DirectoryStore
 from aiospark.journal.summary import drop_errors, summarize
 from tests.chaos import ITEM_SCHEMA, ServiceCall
+from tests.support.journal import calls
 from tests.support.servers import RedisServer, free_port
 from tests.support.service import FaultService, ServiceConfig
 
@@ -48,10 +51,6 @@ def service():
 def redis_server():
     with RedisServer() as srv:
         yield srv
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
 
 
 def run_job(spark, service, location: str) -> list[Any]:
@@ -144,6 +143,60 @@ def test_quiet_also_refuses_a_segment_just_written_and_clean_segments_are_untouc
     assert drop_errors(loc) == 0
 
 
+def test_compact_prints_what_it_did_and_the_counts_stay(tmp_path, capsys):
+    loc = str(tmp_path / "j")
+    _small_journal(loc)
+    manifest = _small_journal(loc)  # a second run writing the same outcomes: two segments per bucket
+    code, out, err = cli(capsys, loc)
+    assert code == 0 and err == ""
+    assert "  layout      4 buckets: 6 bucket segments in 3 buckets; --compact makes it one segment per bucket\n" in out
+    assert "  outcomes    5: 3 results, 2 errors\n" in out  # each identity once, though written twice
+
+    code, out, err = cli(capsys, loc, "--compact")
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    assert lines[:2] == ["compacted 3 buckets into one segment each, removed 6 segments (6 bucket, 0 parts, "
+                         "0 legacy); 0 buckets already one segment", "5 outcomes kept: 3 results, 2 errors"], out
+    assert "  layout      4 buckets: 3 bucket segments in 3 buckets; one segment per bucket" in lines
+    assert "  outcomes    5: 3 results, 2 errors" in lines
+    assert all(len(os.listdir(tmp_path / "j" / manifest.digest / f"k={b}")) == 1 for b in (0, 1, 3))
+
+    code, out, _ = cli(capsys, loc, "--compact")
+    assert code == 0 and out.splitlines()[:2] == ["nothing to compact: every bucket is one segment (3 buckets)",
+                                                  "5 outcomes kept: 3 results, 2 errors"], out
+    code, out, _ = cli(capsys, loc, "--compact", "--drop-errors")
+    assert code == 0 and out.splitlines()[:3] == [
+        "dropped 2 recorded errors: a rerun calls those rows again",
+        "compacted 2 buckets into one segment each, removed 2 segments (2 bucket, 0 parts, 0 legacy); "
+        "1 bucket already one segment", "3 outcomes kept: 3 results, 0 errors"], out  # k=0, k=1 held an error
+
+    _small_journal(loc)  # just written: --quiet refuses, as it refuses --drop-errors
+    code, out, err = cli(capsys, loc, "--compact", "--quiet", "30")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "is being written" in err and "compact it once the job has ended" in err, err
+    assert summarize(loc).bucket_segments == 6  # nothing changed
+
+
+def test_a_redis_journal_has_nothing_to_compact_and_says_so(redis_server, capsys):
+    loc = f"{redis_server.url}?prefix=compact-{os.urandom(4).hex()}"
+    manifest = Manifest("ordered_wait", "m.f", "c0de", "x INT", ["id"], ["bigint"])
+    store = RedisStore(loc)
+    store.check(manifest)
+    task = store.task(manifest, 0, None, "0.0")
+    task.write([("[1]", [1], None), ("[2]", [2], None), ("[3]", None, "ValueError: no")])
+    task.close()
+    code, out, _ = cli(capsys, loc)
+    assert code == 0 and "  layout      one key per outcome: counts exact, nothing to compact\n" in out
+    code, out, err = cli(capsys, loc, "--compact")
+    assert code == 0 and err == ""
+    assert out.splitlines()[:2] == ["nothing to compact: a Redis journal keeps one key per outcome (its counts are "
+                                    "exact)", "3 outcomes kept: 2 results, 1 error"], out
+    code, out, _ = cli(capsys, loc, "--compact", "--drop-errors")
+    assert code == 0 and out.splitlines()[:3] == ["dropped 1 recorded error: a rerun calls that row again",
+                                                  "nothing to compact: a Redis journal keeps one key per outcome "
+                                                  "(its counts are exact)", "2 outcomes kept: 2 results, 0 errors"]
+
+
 def test_a_corrupt_row_is_counted_as_skipped(tmp_path, capsys):
     loc = str(tmp_path / "j")
     manifest = _small_journal(loc, errors=0, results=1)
@@ -164,7 +217,7 @@ def test_bad_locations_are_one_line_and_exit_2(tmp_path, redis_server, capsys):
              str(tmp_path / "empty"): "holds no manifest.json", closed: "failed",
              f"{redis_server.url}?prefix=none": "holds no key none:manifest", "ftp://x/y": "not a journal location"}
     for location, says in cases.items():
-        for extra in ([], ["--drop-errors"]):
+        for extra in ([], ["--drop-errors"], ["--compact"], ["--compact", "--drop-errors"]):
             code, out, err = cli(capsys, location, *extra)
             assert code == 2 and out == "", (location, out)
             assert len(err.splitlines()) == 1 and err.startswith("aiospark journal: ") and says in err, err

@@ -125,6 +125,7 @@ def test_connect_suite(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.version_agnostic  # a standalone cluster runs the same tasks as local mode
 @pytest.mark.timeout(CHILD_TIMEOUT + 120)
 def test_cluster_suite(tmp_path):
     """tests/isolated/cluster: a standalone master + worker, real HTTP from the executors."""

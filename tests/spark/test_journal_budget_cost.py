@@ -9,25 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import pytest
 
 import aiospark
-from tests.support.service import FaultService, ServiceConfig
+from tests.support.journal import calls
 
 SCHEMA = "id LONG, text STRING"
 #: rows whose cost the first run's cost function cannot give (each a way to fail)
 BAD = (0, 3, 6, 9)
-
-
-@pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.001)).start()
-    yield svc
-    svc.stop()
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
 
 
 class Answering(aiospark.AsyncFunction):

@@ -27,21 +27,10 @@ import aiospark
 from aiospark.journal import JournalMismatch
 from aiospark.lookup import LookupSource
 from tests.chaos import ROOT
+from tests.support.journal import calls
 from tests.support.openai_fixtures import openai_fixtures
-from tests.support.service import FaultService, ServiceConfig
 
 SCHEMA = "id LONG, text STRING"
-
-
-@pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.001)).start()
-    yield svc
-    svc.stop()
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
 
 
 async def _get(url: str) -> Any:

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 import aiospark
 from tests.chaos import ITEM_SCHEMA, ServiceCall
+from tests.support.journal import calls
 from tests.support.servers import RedisServer
 from tests.support.service import FaultService, ServiceConfig, item_value
 
@@ -22,17 +23,6 @@ from tests.support.service import FaultService, ServiceConfig, item_value
 pytestmark = pytest.mark.version_agnostic
 
 ROWS = 1000
-
-
-@pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.002)).start()
-    yield svc
-    svc.stop()
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
 
 
 def items(spark, rows=ROWS, partitions=2):

@@ -18,37 +18,17 @@ from aiospark.journal.buckets import bucket_of, partition_values, signed, spark_
 from aiospark.spark.dedup import PART_COLUMN, shuffled
 from aiospark.spark.journaled import Durable
 from tests.chaos import ITEM_SCHEMA, ServiceCall
+from tests.support.journal import calls
+from tests.support.key_call import KEY_SCHEMA, KeyCall
 from tests.support.servers import RedisServer
-from tests.support.service import FaultService, ServiceConfig, item_value
+from tests.support.service import item_value
 
 ROWS = 4000
 BUCKETS = 8  # few tasks per shuffle: the tests stay quick on two cores
-KEY_SCHEMA = "key STRING, value LONG"
-
-
-@pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.001)).start()
-    yield svc
-    svc.stop()
-
-
 @pytest.fixture(scope="module")
 def redis_url():
     with RedisServer() as srv:
         yield srv.url
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
-
-
-class KeyCall(ServiceCall):
-    """``GET /item/{key}``: the key and its value only (equal keys have equal outputs)."""
-
-    async def async_invoke(self, row):
-        body = await self.fetch(row["key"])
-        return [{"key": row["key"], "value": body["value"]}]
 
 
 def items(spark, rows=ROWS, partitions=4):

@@ -11,8 +11,9 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark.journal import JournalMismatch
 from tests.chaos import ITEM_SCHEMA, ServiceCall
+from tests.support.journal import calls
 from tests.support.servers import RedisServer
-from tests.support.service import FaultService, ServiceConfig, item_value
+from tests.support.service import item_value
 
 ROWS = 1000
 
@@ -45,20 +46,9 @@ async def twice(key, url):
 
 
 @pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.002)).start()
-    yield svc
-    svc.stop()
-
-
-@pytest.fixture(scope="module")
 def redis_url():
     with RedisServer() as srv:
         yield srv.url
-
-
-def calls(service):
-    return service.stats()["requests"]
 
 
 def items(spark, rows=ROWS, partitions=2):

@@ -9,33 +9,11 @@ import pytest
 from pyspark.sql import functions as F
 
 import aiospark
-from tests.chaos import ServiceCall
+from tests.support.journal import calls
+from tests.support.key_call import KEY_SCHEMA, KeyCall
 from tests.support.servers import RedisServer
-from tests.support.service import FaultService, ServiceConfig
 
 BUCKETS = 4
-
-
-@pytest.fixture(scope="module")
-def service():
-    svc = FaultService(ServiceConfig(latency=0.001)).start()
-    yield svc
-    svc.stop()
-
-
-def calls(service) -> int:
-    return service.stats()["requests"]
-
-
-class KeyCall(ServiceCall):
-    """``GET /item/{key}``: its output is the key's alone (equal keys, equal outputs)."""
-
-    async def async_invoke(self, row):
-        body = await self.fetch(row["key"])
-        return [{"key": row["key"], "value": body["value"]}]
-
-
-KEY_SCHEMA = "key STRING, value LONG"
 
 
 def keyed(spark, rows=600, keys=200, partitions=3, nulls=0):

@@ -22,3 +22,8 @@ def only_segment(store_task: Any) -> Any:
     """The one segment writer a directory task holds (a journal with ``buckets=1``)."""
     (writer,) = store_task.writers.values()
     return writer
+
+
+def calls(service: Any) -> int:
+    """The requests a :class:`~tests.support.service.FaultService` has answered so far."""
+    return int(service.stats()["requests"])

@@ -93,6 +93,17 @@ def result_lines(data: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
+def run_to_the_end(endpoint: DemoOpenAI, lines: list[Any]) -> tuple[Any, bytes, bytes]:
+    """Submit ``lines``, wait for the batch's end: (the batch, its output file, its error file)."""
+    async def go() -> tuple[Any, bytes, bytes]:
+        async with sdk(endpoint) as client:
+            batch = await finished(client, (await submit(client, lines)).id)
+            return (batch, (await client.files.content(batch.output_file_id)).content,
+                    (await client.files.content(batch.error_file_id)).content)
+
+    return run(go())
+
+
 @pytest.fixture(scope="module")
 def endpoint():
     with DemoOpenAI(batch_delay=0.2) as running:
@@ -152,13 +163,7 @@ def test_failed_requests_go_to_the_error_file_with_the_live_error_or_a_server_er
     lines = chat_lines(9)
     lines[4]["body"]["messages"] = []  # the live route refuses it (400)
     with DemoOpenAI(batch_delay=0.1, batch_fail_every=3) as endpoint:
-        async def go() -> tuple[Any, bytes, bytes]:
-            async with sdk(endpoint) as client:
-                batch = await finished(client, (await submit(client, lines)).id)
-                return (batch, (await client.files.content(batch.output_file_id)).content,
-                        (await client.files.content(batch.error_file_id)).content)
-
-        batch, output, errors = run(go())
+        batch, output, errors = run_to_the_end(endpoint, lines)
         refused = live(endpoint.base_url, "/chat/completions", lines[4]["body"])
     assert batch.status == "completed"
     assert (batch.request_counts.completed, batch.request_counts.failed) == (5, 4)
@@ -176,13 +181,7 @@ def test_failed_requests_go_to_the_error_file_with_the_live_error_or_a_server_er
 def test_an_expired_batch_puts_the_requests_not_done_in_the_error_file():
     lines = chat_lines(20)
     with DemoOpenAI(batch_delay=0.1, batch_expire=True) as endpoint:
-        async def go() -> tuple[Any, bytes, bytes]:
-            async with sdk(endpoint) as client:
-                batch = await finished(client, (await submit(client, lines)).id)
-                return (batch, (await client.files.content(batch.output_file_id)).content,
-                        (await client.files.content(batch.error_file_id)).content)
-
-        batch, output, errors = run(go())
+        batch, output, errors = run_to_the_end(endpoint, lines)
     assert batch.status == "expired" and batch.expired_at is not None and batch.completed_at is None
     done, expired = result_lines(output), result_lines(errors)
     assert [r["custom_id"] for r in done + expired] == [line["custom_id"] for line in lines]  # each once

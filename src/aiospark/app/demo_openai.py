@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .demo_openai_batch import BatchStore, add_batch_routes, check_options
+from .demo_openai_batch import BatchStore, add_batch_routes, check_options, json_object
 from .demo_openai_schema import SchemaError, digest, schema_instance
 
 __all__ = ["DemoOpenAI", "count_tokens", "embedding", "chat_answer", "schema_instance", "format_reset",
@@ -259,12 +259,7 @@ def make_app(endpoint: Endpoint, store: BatchStore | None = None) -> Any:
 
     def route(answer: Any) -> Any:
         async def handle(request: Any) -> Any:
-            try:
-                body = json.loads(await request.read())
-            except ValueError:
-                raise _Error(400, "the request body is not JSON") from None
-            if not isinstance(body, dict):
-                raise _Error(400, "the request body must be a JSON object")
+            body = await json_object(request, _Error)
             result = answer(body)  # validated before the rate limit: a bad request costs nothing
             headers = endpoint.admit(result["usage"]["total_tokens"])
             if endpoint.latency:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BatchStore", "BATCH_ENDPOINTS", "add_batch_routes"]
+__all__ = ["BatchStore", "BATCH_ENDPOINTS", "add_batch_routes", "json_object"]
 
 #: the endpoints a batch may target -> the name of the Endpoint method answering them
 BATCH_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
@@ -252,6 +252,18 @@ def _result_line(store: BatchStore, custom_id: str, response: dict[str, Any] | N
                        "error": error}).encode() + b"\n"
 
 
+async def json_object(request: Any, error: Callable[..., Exception]) -> dict[str, Any]:
+    """The request's body, a JSON object, or ``error(400, ...)`` saying what is wrong with it
+    (every POST route of the demo endpoint reads its body so)."""
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        raise error(400, "the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise error(400, "the request body must be a JSON object")
+    return body
+
+
 def add_batch_routes(app: Any, store: BatchStore, error: Callable[..., Exception]) -> None:
     """The Files and Batches routes of ``store`` on the aiohttp ``app``; ``error(status, message,
     code=..., param=...)`` makes the endpoint's OpenAI-shaped error."""
@@ -310,12 +322,7 @@ def add_batch_routes(app: Any, store: BatchStore, error: Callable[..., Exception
         return reply({"id": found["id"], "object": "file", "deleted": True})
 
     async def create(request: Any) -> Any:
-        try:
-            body = json.loads(await request.read())
-        except ValueError:
-            raise error(400, "the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise error(400, "the request body must be a JSON object")
+        body = await json_object(request, error)
         file_id, endpoint, metadata = body.get("input_file_id"), body.get("endpoint"), body.get("metadata")
         if not isinstance(file_id, str) or file_id not in store.files:
             raise error(400 if not isinstance(file_id, str) else 404,

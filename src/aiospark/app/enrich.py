@@ -282,10 +282,7 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
         journal = journal.with_key([safe[k] for k in plan.source.key_columns])
     join = dict(on=[safe[k] for k in plan.source.key_columns], how=how, capacity=concurrency, timeout=timeout,
                 retry=retry, ordered=ordered, cache=cache, on_error=on_error, metrics=metrics, journal=journal,
-                budget=budget, rate_limit=rate_limit,
-                # --rate-limit paces each running task; the dedup shuffle would make the job many
-                # short tasks, each starting with a fresh burst
-                dedup=False if rate_limit is not None else None)
+                budget=budget, rate_limit=rate_limit)
     try:
         if dry_run:  # the same lookup_join, counted by Spark instead of run: nothing is called or written
             from ..spark.plan import plan as plan_run

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
+from ..spark.arrow_names import quoted
+
+__all__ = ["EnrichError", "is_local", "local_path", "quoted"]
+
 
 class EnrichError(ValueError):
     """A bad argument or input: the message says what to change (the CLI exits 2)."""
@@ -23,13 +27,3 @@ def is_local(path: str) -> bool:
 
 def local_path(path: str) -> str:
     return urlsplit(path).path if path.startswith("file:") else path
-
-
-def quoted(name: str) -> str:
-    """``name`` as a Spark column reference that means exactly it (``a.b`` is not field ``b`` of ``a``).
-
-    Example::
-
-        quoted("a.b")   # '`a.b`'
-    """
-    return "`" + name.replace("`", "``") + "`"

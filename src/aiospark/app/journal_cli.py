@@ -1,10 +1,16 @@
-"""``aiospark journal LOCATION [--drop-errors]``: what a journal holds, and dropping its errors.
+"""``aiospark journal LOCATION [--drop-errors] [--compact]``: what a journal holds, dropping its errors, compacting it.
 
 Prints what identifies the journal (entry point, function, code hash, output schema, key), its
-size, its outcomes (results and kept errors, with the first few error texts). ``--drop-errors``
-removes the kept errors so that a rerun calls only the rows that failed (how, and why it is safe
-for readers: :mod:`aiospark.journal.summary`). A location with no journal, a file, or a Redis that
-refuses is one line on stderr and exit code 2.
+size, its layout (a directory: its buckets, and how many segments are bucket segments, killed
+tasks' parts, or folders of versions before buckets; Redis: one key per outcome), its outcomes
+(results and kept errors, each identity counted once as a task reads it, with the first few error
+texts). ``--drop-errors`` removes the kept errors so that a rerun calls only the rows that failed;
+``--compact`` rewrites a directory journal written by many runs as one segment per bucket, every
+outcome kept (with ``--drop-errors``: without the kept errors, in the same pass); a Redis journal
+has nothing to compact, and says so (exit 0). How, and why it is safe for readers:
+:mod:`aiospark.journal.summary`. A location with no journal, a file, a Redis that refuses, or a
+segment a running task still writes (for ``--drop-errors`` and ``--compact``) is one line on stderr
+and exit code 2.
 
 Example::
 
@@ -13,7 +19,8 @@ Example::
       written by  unordered_wait tests.chaos.ServiceCall (code 3f2a9c...)
       schema      id LONG, key STRING, value LONG, name STRING
       key         id (bigint)
-      size        41,322 bytes in 2 segments
+      size        41,322 bytes in 3 segments
+      layout      2 buckets: 2 bucket segments in 2 buckets, 1 part; --compact makes it one segment per bucket
       outcomes    700: 600 results, 100 errors
       errors      [7] ValueError: row 7 is refused
                   ...
@@ -24,7 +31,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from ..journal.summary import QUIET_SECONDS, SAMPLES, JournalSummary
+from ..journal.summary import QUIET_SECONDS, SAMPLES, Compaction, JournalSummary
 from .arguments import count, seconds
 
 
@@ -32,20 +39,27 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                formatter: type) -> argparse.ArgumentParser:
     """The ``journal`` sub-command of ``aiospark``."""
     parser = commands.add_parser(
-        "journal", help="show a journal's size, outcomes and errors; --drop-errors so a rerun retries them",
+        "journal", help="show a journal's size, layout, outcomes and errors; --drop-errors so a rerun retries them; "
+                        "--compact to make it one segment per bucket",
         formatter_class=formatter,  # type: ignore[arg-type]
-        description="Show what a journal (aiospark.Journal) holds: what wrote it, its size, its outcomes and "
-                    "kept errors. --drop-errors removes the kept errors, so that a rerun calls only the rows "
-                    "that failed.")
+        description="Show what a journal (aiospark.Journal) holds: what wrote it, its size, its layout, its outcomes "
+                    "and kept errors (each row counted once, as a rerun reads it). --drop-errors removes the kept "
+                    "errors, so that a rerun calls only the rows that failed. --compact rewrites a directory "
+                    "journal written by many runs as one segment per bucket, every outcome kept.")
     parser.add_argument("location", help="the journal: a directory (path, file://, s3://, ...) or a redis:// URL "
                                          "(with ?prefix= if the job used one)")
     parser.add_argument("--drop-errors", action="store_true",
                         help="remove the recorded errors; a directory segment a running task still writes (it "
                              "holds a lease) refuses it")
+    parser.add_argument("--compact", action="store_true",
+                        help="rewrite a directory journal as one segment per bucket (its runs' segments, killed "
+                             "tasks' parts and folders of versions before buckets), every outcome kept; with "
+                             "--drop-errors, without the kept errors; a segment a running task still writes "
+                             "refuses it; a Redis journal has nothing to compact")
     parser.add_argument("--errors", type=count, default=SAMPLES, help="error texts to show")
     parser.add_argument("--quiet", type=seconds, default=QUIET_SECONDS,
-                        help="--drop-errors also refuses a directory segment changed less than this many seconds "
-                             "ago (for journals written by versions that take no lease)")
+                        help="--drop-errors and --compact also refuse a directory segment changed less than this "
+                             "many seconds ago (for journals written by versions that take no lease)")
     return parser
 
 
@@ -65,6 +79,7 @@ def describe(summary: JournalSummary) -> list[str]:
              f"  schema      {m.output_schema}",
              f"  key         {key or '(every input column)'}",
              f"  size        {summary.bytes:,} bytes{where}",
+             f"  layout      {layout(summary)}",
              f"  outcomes    {summary.rows:,}: {summary.results:,} results, {summary.errors:,} errors"]
     if summary.skipped:
         lines.append(f"  skipped     {summary.skipped:,} rows with a bad checksum (called again on a rerun)")
@@ -76,17 +91,70 @@ def describe(summary: JournalSummary) -> list[str]:
     return lines
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'s' if count != 1 else ''}"
+
+
+def layout(summary: JournalSummary) -> str:
+    """How the journal's outcomes lie, and whether ``--compact`` would change it.
+
+    Example::
+
+        layout(summarize("/tmp/j"))   # '4 buckets: 6 bucket segments in 4 buckets, 2 parts; --compact makes ...'
+    """
+    if summary.segments is None:
+        return summary.layout or "no segments"
+    kinds = [f"{_n(summary.bucket_segments, 'bucket segment')} in {_n(summary.bucket_folders, 'bucket')}"]
+    if summary.parts:
+        kinds.append(_n(summary.parts, "part"))
+    if summary.legacy:
+        kinds.append(_n(summary.legacy, "legacy segment") + " (before buckets)")
+    head = f"{summary.buckets:,} buckets" if summary.buckets is not None else "no buckets yet (written before buckets)"
+    tail = "--compact makes it one segment per bucket" if summary.compactable else "one segment per bucket"
+    return f"{head}: {', '.join(kinds)}; {tail}"
+
+
+def dropped_line(dropped: int) -> str:
+    """What ``--drop-errors`` says it did: ``dropped_line(1)`` is 'dropped 1 recorded error: a rerun calls that row again'."""
+    return (f"dropped {_n(dropped, 'recorded error')}: a rerun calls {'those rows' if dropped != 1 else 'that row'} "
+            "again")
+
+
+def describe_compaction(done: Compaction, dropped: bool = False) -> list[str]:
+    """The lines ``aiospark journal --compact`` prints for ``done`` (``dropped``: with --drop-errors).
+
+    Example::
+
+        describe_compaction(compact("/tmp/j"))[0]   # 'compacted 4 buckets into one segment each, removed ...'
+    """
+    lines = [dropped_line(done.dropped)] if dropped else []
+    if done.note:
+        lines.append(f"nothing to compact: {done.note}")
+    elif done.written or done.removed:
+        bucket_segments = done.removed - done.removed_parts - done.removed_legacy
+        lines.append(f"compacted {_n(done.written, 'bucket')} into one segment each, removed "
+                     f"{_n(done.removed, 'segment')} ({bucket_segments:,} bucket, {done.removed_parts:,} parts, "
+                     f"{done.removed_legacy:,} legacy); {_n(done.kept, 'bucket')} already one segment")
+    else:
+        lines.append(f"nothing to compact: every bucket is one segment ({_n(done.kept, 'bucket')})")
+    lines.append(f"{_n(done.rows, 'outcome')} kept: {_n(done.results, 'result')}, {_n(done.errors, 'error')}")
+    return lines
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run ``aiospark journal``; returns the exit code (2: no journal there, or it cannot be read)."""
-    from ..journal.summary import drop_errors, summarize
+    """Run ``aiospark journal``; returns the exit code (2: no journal there, it cannot be read, or a
+    running task still writes what --drop-errors or --compact would rewrite)."""
+    from ..journal.summary import compact, drop_errors, summarize
 
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        if args.drop_errors:
-            dropped = drop_errors(args.location, quiet=args.quiet)
-            print(f"dropped {dropped:,} recorded error{'s' if dropped != 1 else ''}: a rerun calls "
-                  f"{'those rows' if dropped != 1 else 'that row'} again", file=out)
+        if args.compact:
+            done = compact(args.location, quiet=args.quiet, drop_errors=args.drop_errors)
+            for line in describe_compaction(done, args.drop_errors):
+                print(line, file=out)
+        elif args.drop_errors:
+            print(dropped_line(drop_errors(args.location, quiet=args.quiet)), file=out)
         for line in describe(summarize(args.location, samples=args.errors)):
             print(line, file=out)
     except BrokenPipeError:  # `aiospark journal ... | head`: the reader left, nothing to say

@@ -6,7 +6,8 @@ ordered output stays in input order, and a batch's elements leave through the op
 emit path, each with its own timestamp. The life of a batch, top-down:
 
 1. The operator puts the first element that finds no batch being filled into a new
-   :class:`Batch` (:meth:`BatchCaller.open_batch`), which enters the queue at once -- its deadline
+   :class:`~aiospark.core.batch_entry.Batch` (:meth:`BatchCaller.open_batch`; the entry and its
+   outcomes: :mod:`aiospark.core.batch_entry`), which enters the queue at once -- its deadline
    counts from there. Later elements join it until it holds ``batch_size`` elements,
    ``batch_delay`` seconds have passed (one loop timer per batch), a watermark comes, or input ends
    (:meth:`BatchCaller.flush`).
@@ -35,7 +36,7 @@ batch counts the elements it sent, so every path out of a call settles each of t
 
 Everything that concerns one element -- its error (``on_error``, or the failure naming it), its
 timeout results, its journal record or recorded outcome -- goes through a per-element handle
-(:class:`BatchRow`, a :class:`~aiospark.core.calls.Call`) and the operator's per-element report,
+(:class:`~aiospark.core.batch_entry.BatchRow`, a :class:`~aiospark.core.call_entry.Call`) and the operator's per-element report,
 made only when it is needed.
 
 Example (what the operator does for each element)::
@@ -52,217 +53,39 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
-import numbers
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import chain, repeat
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .calls import CALL, PREDICATES, Call, Caller, _NotAList, own_inputs
-from .elements import Record, StreamElement
+from .batch_entry import Batch
+from .call_entry import CALL, PREDICATES, Call
+from .calls import Caller, _NotAList
 from .errors import BadInput
-from .result_future import ResultFuture
 from .splits import SplitTree, may_be_rows
-
-_new = tuple.__new__  # a Record without NamedTuple's Python-level __new__ (once per element)
-
-
-def _drain(iterator: Iterable[Any]) -> None:
-    """Run ``iterator`` to its end in C, keeping nothing."""
-    deque(iterator, maxlen=0)
-
 
 #: ``report_rows(batch, indices, results, single)``: a call of ``batch`` gave ``results`` for
 #: its elements at ``indices`` (None: all of them); ``single``: one output per element, else a list.
 ReportRows = Callable[["Batch", "list[int] | None", list[Any], bool], None]
 
 
-def check_batching(batch_size: Any, batch_delay: Any, capacity: int,
-                   timeout: float | None = None) -> tuple[int | None, float]:
-    """``(batch_size, batch_delay)`` validated: ``None`` batch size means no batching.
-    ``timeout`` (checked already; None: no timeout) must leave a batch time for its call."""
-    if batch_size is None:
-        return None, 0.0
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or int(batch_size) < 1:
-        raise ValueError(f"batch_size must be an int >= 1 (inputs per call) or None (one input per call), "
-                         f"got {batch_size!r}")
-    if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) \
-            or not 0 <= float(batch_delay) < math.inf:
-        raise ValueError(f"batch_delay must be seconds >= 0 to wait for a batch to fill (e.g. 0.01), "
-                         f"got {batch_delay!r}")
-    if timeout is not None and float(batch_delay) >= timeout:
-        raise ValueError(f"batch_delay ({batch_delay} s) must be shorter than timeout ({timeout} s): a batch's "
-                         f"deadline counts from its first row, so its rows would time out while it waits to "
-                         f"fill, before any call; lower batch_delay (e.g. 0.01) or raise timeout")
-    if int(batch_size) > capacity:
-        raise ValueError(f"batch_size ({batch_size}) is larger than capacity ({capacity}): a batch could "
-                         f"never fill; raise capacity to at least {batch_size} (it counts inputs in flight)")
-    return int(batch_size), float(batch_delay)
-
-
 class BatchError(ValueError):
     """A batch function broke its contract (e.g. returned the wrong number of results)."""
 
 
-class Batch(Call):
-    """One batch: a queue entry holding several elements (values and timestamps side by side).
+def own_inputs(values: list[Any]) -> list[Any]:
+    """A batch call's own list of inputs: a new list and, for a list of rows (its first value a
+    dict: what the Spark entry points pass), a copy of each row, so the function may consume, pad
+    or change them and a retry, a part of a split or an error row still sees each input as it
+    came. Lists and dicts nested inside a row are shared, not copied.
 
-    ``outputs`` holds each element's outcome once known: one output per element when ``single``
-    (the whole batch answered by one call), else a list of outputs per element (None: pending).
-    The entry completes once it is closed (no element joins any more) and every element has an
-    outcome.
+    Example::
+
+        >>> rows = [{"id": 1}]
+        >>> own_inputs(rows)[0] is rows[0]
+        False
     """
-
-    __slots__ = ("values", "stamps", "left", "outputs", "single", "closed", "tasks", "rows", "skipped", "delays",
-                 "splits")
-
-    def __init__(self, started: float):
-        super().__init__(None, None, started)
-        self.values: list[Any] = []
-        self.stamps: list[Any] = []
-        self.left = 0  # elements without an outcome
-        self.outputs: list[Any] | None = None
-        self.single = False
-        self.closed = False
-        #: its calls running (more than one after a split), each with its done callback
-        self.tasks: dict[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] = {}
-        self.rows: dict[int, BatchRow] | None = None  # per-element handles, made when needed
-        self.skipped: set[int] | None = None  # elements not called: recorded, or sharing a call
-        #: the back-off delays left to every call of the batch (its halves do not start over)
-        self.delays: Iterator[float] | None = None
-        #: its failed call's splits, once it failed with an error a split may fix
-        self.splits: SplitTree | None = None
-
-    # ------------------------------------------------------------------ filling
-    def add(self, value: Any, timestamp: Any) -> int:
-        """Add an element; returns its index in the batch."""
-        self.values.append(value)
-        self.stamps.append(timestamp)
-        self.left += 1
-        return len(self.values) - 1
-
-    def extend(self, values: Sequence[Any]) -> None:
-        """Add elements without timestamps."""
-        self.values.extend(values)
-        self.stamps += [None] * len(values)
-        self.left += len(values)
-
-    def row(self, index: int) -> BatchRow:
-        """The handle of element ``index`` (made on first use)."""
-        rows = self.rows
-        if rows is None:
-            rows = self.rows = {}
-        handle = rows.get(index)
-        if handle is None:
-            handle = rows[index] = BatchRow(self, index)
-        return handle
-
-    def skip(self, index: int) -> None:
-        """Element ``index`` gets its outcome without this batch's call."""
-        if self.skipped is None:
-            self.skipped = set()
-        self.skipped.add(index)
-
-    def to_call(self) -> list[int] | None:
-        """Indices of the elements the batch's call is for (None: all of them)."""
-        if self.skipped is None:
-            return None
-        return [i for i in range(len(self.values)) if i not in self.skipped]
-
-    def close(self) -> None:
-        self.closed = True
-        self._complete_if_settled()
-
-    # ------------------------------------------------------------------ outcomes
-    def set_outputs(self, indices: list[int] | None, results: list[Any], single: bool) -> None:
-        """Outcomes of the elements at ``indices`` (None: all): one output each when ``single``,
-        else a list of outputs each."""
-        if indices is None and self.outputs is None:
-            self.outputs, self.single = results, single
-            self.left -= len(results)
-        else:
-            outputs = self._per_element()
-            if indices is None:
-                indices = list(range(len(self.values)))
-            for i, result in zip(indices, results):
-                outputs[i] = [result] if single else result
-            self.left -= len(results)
-        self._complete_if_settled()
-
-    def row_done(self, index: int, results: list[Any]) -> None:
-        self._per_element()[index] = results
-        self.left -= 1
-        self._complete_if_settled()
-
-    def _per_element(self) -> list[Any]:
-        outputs = self.outputs
-        if outputs is None:
-            outputs = self.outputs = []
-        if len(outputs) < len(self.values):  # elements joined since (it is still being filled)
-            outputs.extend([None] * (len(self.values) - len(outputs)))
-        return outputs
-
-    def _complete_if_settled(self) -> None:
-        if self.closed and self.left == 0 and not self._done:
-            ResultFuture.complete(self, [])
-
-    # ------------------------------------------------------------------ the queue's view
-    @property
-    def size(self) -> int:  # type: ignore[override]
-        """Elements held: what the batch counts against capacity."""
-        return len(self.values)
-
-    def inputs(self) -> list[StreamElement]:
-        return [_new(Record, (v, ts)) for v, ts in zip(self.values, self.stamps)]
-
-    def emitted(self) -> list[StreamElement]:
-        out: list[StreamElement] = []
-        self.emit_to(out.append)
-        return out
-
-    def emit_to(self, output: Callable[[StreamElement], object]) -> None:
-        """Every element's outputs, in element order, each with its element's timestamp."""
-        if self.single:
-            pairs: Iterable[tuple[Any, Any]] = zip(self.outputs or (), self.stamps)
-        else:  # (output, its element's timestamp) for every output of every element
-            pairs = chain.from_iterable(map(zip, self.outputs or (), map(repeat, self.stamps)))
-        # the loop over the batch runs in C (map, drained by a zero-length deque): per element it
-        # is only the Record and the output call, which a Python loop costs twice over
-        _drain(map(output, map(_new, repeat(Record), pairs)))
-
-    def emit_values_to(self, output: Callable[[list[Any]], object]) -> None:
-        """Every element's outputs as plain values, in element order, in one list."""
-        outputs = self.outputs or []
-        output(outputs if self.single else list(chain.from_iterable(outputs)))
-
-    def running_tasks(self) -> list[asyncio.Task[Any]]:
-        tasks = list(self.tasks)
-        for row in (self.rows or {}).values():
-            tasks += row.running_tasks()
-        return tasks
-
-    def __repr__(self) -> str:
-        state = "done" if self._done else "filling" if not self.closed else "running"
-        return f"<Batch {state} of {len(self.values)}>"
-
-
-class BatchRow(Call):
-    """One element of a :class:`Batch`, as a call of its own for the per-element paths (its
-    error, its timeout, its identity). Completing it settles that element in the batch."""
-
-    __slots__ = ("batch", "index")
-
-    def __init__(self, batch: Batch, index: int):
-        super().__init__(batch.values[index], batch.stamps[index], batch.started)
-        self.batch = batch
-        self.index = index
-
-    def complete(self, results: Any) -> None:
-        if self._done:
-            return
-        self._done = True
-        self.batch.row_done(self.index, results if type(results) is list else list(results))
+    if values and type(values[0]) is dict:
+        return [value.copy() if type(value) is dict else value for value in values]
+    return list(values)  # in C: not rows
 
 
 class BatchCaller(Caller):
@@ -493,4 +316,4 @@ def _describe(function: Any) -> str:
     return repr(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
-__all__ = ["Batch", "BatchCaller", "BatchError", "BatchRow", "ReportRows", "check_batching"]
+__all__ = ["BatchCaller", "BatchError", "ReportRows", "own_inputs"]

@@ -2,17 +2,19 @@
 
 The life of an element's call, top-down:
 
-1. The operator puts a :class:`Call` (the element's queue entry) in its queue, then
-   :meth:`Caller.start` runs :meth:`Caller._attempts` for it in a real ``asyncio.Task`` -- the task
-   the user's code sees as ``asyncio.current_task()``.
+1. The operator puts a :class:`Call` (the element's queue entry, :mod:`aiospark.core.call_entry`) in
+   its queue, then :meth:`Caller.start` runs :meth:`Caller._attempts` for it in a real
+   ``asyncio.Task`` -- the task the user's code sees as ``asyncio.current_task()``.
 2. ``_attempts`` waits for the rate limit (charging the call's ``cost``), awaits the user's
    function, and when the attempt raises (or its result is one the retry strategy rejects) sleeps
    the back-off and tries again. An error carrying ``retry_after`` (a 429's ``Retry-After``) also
-   pauses the rate limit for that long, so no other call of the limit starts meanwhile.
+   pauses the rate limit for that long, so no other call of the limit starts meanwhile
+   (:mod:`aiospark.core.call_limits`: the rate limit, the cost and the budget of an attempt).
 3. If the call's deadline passes first, :meth:`Caller.time_out` cancels its Task -- the attempt or
    the back-off under way, so the user's ``finally`` blocks and ``async with`` exits run -- and once
    it has unwound, ``function.timeout(value)`` gives the results (never retried). A call that
-   ignores the cancel is waited for at most a grace period (:mod:`aiospark.core.unwinding`).
+   ignores the cancel is waited for at most a grace period (:mod:`aiospark.core.call_timeouts`,
+   :mod:`aiospark.core.unwinding`).
 4. The Task's last step (the end of :meth:`Caller._attempts`) reports the outcome to the operator through one
    callback, ``report(call, results, error, what)``; the operator completes the entry (or fails) and
    emits through its one emit path. Reporting from the Task itself, not from a done callback, spares
@@ -37,36 +39,27 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import math
-import numbers
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from .adaptive import AdaptiveConcurrency
+from .call_entry import CALL, Call, Report
+from .call_limits import CallLimits, CostError
+from .call_timeouts import CallTimeouts
 from .context import CallContext, current_call
 from .durable import BudgetExhausted, BudgetGate, Identify, not_an_answer
-from .elements import Record, StreamElement
-from .errors import AsyncTimeoutError, BadInput, describe_input, error_line
+from .errors import BadInput, describe_input
 from .function import AsyncFunction, describe_function
 from .metrics import OperatorMetrics
 from .ratelimit import make_limiter
-from .result_future import ResultFuture
 from .retry import RetryStrategy
 from .unwinding import Unwinding
 
-#: ``report(call, results, error, what)``: the call is over with ``results`` (a list), or failed
-#: with ``error``; ``what`` names the part that raised (CALL, TIMEOUT_HANDLER or a predicate).
-Report = Callable[["Call", list[Any] | None, BaseException | None, str], None]
-
-CALL = "async call"
-TIMEOUT_HANDLER = "timeout handler"
-#: the results came from ``function.timeout(value)``, not from the call (never recorded as its outcome)
-TIMEOUT_RESULTS = "timeout results"
-#: a predicate that raises fails the operator, whatever the error policy (SPEC section 1)
-PREDICATES = ("retry result_predicate", "retry exception_predicate")
-
+# Call and CostError are defined in call_entry and call_limits, and named here too: where tests
+# and users import them from
+__all__ = ["FOLD_LATENCIES", "Call", "Caller", "CostError"]
 
 #: what ``_retry_delay`` returns for an exception the strategy would retry once its retries ran out
 _RETRIES_SPENT = -1.0
@@ -75,47 +68,6 @@ _RETRIES_SPENT = -1.0
 FOLD_LATENCIES = 1024
 #: attempt latencies are our own measurement: the monotonic clock, without the loop's method frame
 _clock = time.monotonic
-
-
-class Call(ResultFuture):
-    """One element held by the operator: its queue entry (a :class:`ResultFuture`) and its call.
-
-    ``element`` is the plain ``(value, timestamp)`` pair (a :class:`Record` is built only when a
-    snapshot asks for the input: a Record per element costs more than the rest of the entry).
-    ``task`` runs the call, ``started`` is when the element entered the queue (its deadline counts
-    from there), ``timed_out`` is set once its deadline expired it, ``identity`` is the element's
-    identity when the operator computed it (a journal's: :mod:`aiospark.core.durable`).
-    """
-
-    __slots__ = ("task", "started", "timed_out", "identity")
-
-    def __init__(self, value: Any, timestamp: Any = None, started: float = 0.0):
-        # ResultFuture's state set here, not through its __init__: one frame less per element
-        self.element = (value, timestamp)
-        self._results = self._exception = self._listener = self._segment = None
-        self._done = False
-        self.task: asyncio.Task[Any] | None = None
-        self.started = started
-        self.timed_out = False
-        self.identity: str | None = None
-
-    @property
-    def value(self) -> Any:
-        """The input value of this element."""
-        return self.element[0]
-
-    def inputs(self) -> list[StreamElement]:
-        """The input element this entry holds, as a :class:`Record` (for snapshots)."""
-        return [Record(*self.element)]
-
-    def running_tasks(self) -> list[asyncio.Task[Any]]:
-        """Its tasks not done yet (what closing the operator cancels)."""
-        task = self.task
-        return [] if task is None or task.done() else [task]
-
-    def __repr__(self) -> str:
-        state = "done" if self._done else "timed out" if self.timed_out else "running"
-        return f"<Call {state} {Record(*self.element)!r}>"
 
 
 class _PredicateError(Exception):
@@ -133,13 +85,7 @@ class _NotAList(TypeError):
     aiospark_not_an_answer = True  # the function's definition is wrong, not the row's answer
 
 
-class CostError(ValueError):
-    """The rate limit's ``cost(value)`` raised or gave no finite number >= 0 for this input."""
-
-    aiospark_not_an_answer = True  # no call was made: never a row's recorded answer
-
-
-class Caller:
+class Caller(CallLimits, CallTimeouts):
     """Makes the calls of one operator (see the module docstring).
 
     ``function`` is an :class:`AsyncFunction` (its ``async_invoke`` returns a list of outputs) or
@@ -323,55 +269,6 @@ class Caller:
         self._outside.copy().run(self._report, entry, results, error, what)
         return None
 
-    async def _wait_for_rate_limit(self, cost: float | None) -> None:
-        if self._reserve is not None:
-            delay = self._reserve() if cost is None else self._reserve(cost)
-            if delay > 0.0:
-                self.metrics.rate_limited += 1
-                await asyncio.sleep(delay)
-                # a Retry-After seen while this call slept holds it back too
-                # polls a clock, not an event (ASYNC110): each round sleeps the limiter's own delay
-                while self._paused_for is not None and self._paused_for() > 0.0:  # noqa: ASYNC110
-                    await asyncio.sleep(self._reserve() if cost is None else self._reserve(cost))
-        elif self._acquire is not None:
-            if await (self._acquire() if cost is None else self._acquire(cost)):
-                self.metrics.rate_limited += 1
-
-    async def _spend(self, value: Any) -> None:
-        """Charge this attempt to the budget, or raise :class:`BudgetExhausted` (never retried)."""
-        budget = self.budget
-        if budget is None:  # no budget: nothing to charge
-            return
-        granted = budget.take(value)
-        if not isinstance(granted, bool):
-            granted = await granted
-        if not granted:
-            raise BudgetExhausted("the budget is spent: this row's call was not started (rerun with a "
-                                  "larger aiospark.Budget; with a journal, only the rows not done are called)")
-
-    def cost_of(self, value: Any) -> float:
-        """What one attempt for ``value`` is charged against the rate limit (its ``cost``)."""
-        cost_fn = self._cost
-        if cost_fn is None:  # a limit without a cost function charges 1 per call
-            return 1.0
-        try:
-            cost = cost_fn(value)
-        except Exception as exc:
-            raise CostError(f"the rate limit's cost function {_name(cost_fn)} raised {error_line(exc)}") from exc
-        if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not 0 <= float(cost) < math.inf:
-            raise CostError(f"the rate limit's cost function {_name(cost_fn)} must return a finite "
-                            f"number >= 0, got {describe_input(cost, 80)}")
-        return float(cost)
-
-    def _pause_for(self, exc: Exception) -> None:
-        """A failed attempt that says when to come back (``retry_after`` seconds, e.g. a 429's
-        Retry-After) pauses the whole limit: the service is telling every caller, not this one."""
-        retry_after = getattr(exc, "retry_after", None)
-        pause = self._pause
-        if pause is not None and isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) \
-                and retry_after > 0:
-            pause(float(retry_after))
-
     def _delays(self, entry: Call) -> Iterator[float]:
         """The back-off delays of ``entry``'s call, asked for at its first retry (each element
         starts from the strategy's first delay)."""
@@ -408,87 +305,3 @@ class Caller:
 
     def _list_contract(self) -> str:
         return f"{type(self.function).__name__}.async_invoke must return a list of outputs (use [] to emit nothing)"
-
-    # ------------------------------------------------------------------ timeout
-    def time_out(self, call: Call) -> None:
-        """The call's deadline passed: cancel what runs (the attempt or the back-off); the timeout
-        handler decides once the Task has unwound."""
-        task = call.task
-        if task is not None and task.done():
-            self.lost(call)
-            return
-        call.timed_out = True
-        self.metrics.timeouts += 1
-        if self.adaptive is not None:
-            self.adaptive.on_overload(self.timeout)
-        if task is not None:  # None: it waits for its turn (key order); see on_timeout
-            unwound = functools.partial(self._timed_out, call)
-            task.add_done_callback(unwound)
-            self.unwinding.cancel(task, unwound)
-
-    def _timed_out(self, call: Call, task: asyncio.Task[Any]) -> None:
-        """The timed-out call's Task has unwound (or was cancelled before its first step), or it
-        ignored the cancel for the whole grace period and was left behind."""
-        if not self.stopped:
-            self.on_timeout(call)
-
-    def lost(self, call: Call) -> None:
-        """``call``'s Task ended without running a step: code other than aiospark's cancelled it
-        before it started (aiospark's own cancels are a deadline's or the operator's). Its row
-        gets that error, as a call cancelled later does, instead of being held for ever."""
-        self._report(call, None, asyncio.CancelledError("the async call was cancelled before it started"), CALL)
-
-    def on_timeout(self, call: Call) -> None:
-        """Ask ``function.timeout(value)`` (sync or async) for the timed-out call's results."""
-        value = call.element[0]
-        try:
-            if not self.returns_list:
-                raise AsyncTimeoutError(f"async call timed out after {self.timeout} s "
-                                        f"for input {describe_input(value)}")
-            outcome = self.function.timeout(value)
-            if asyncio.iscoroutine(outcome):
-                task = self._create_task(outcome)
-                call.task = task
-                task.add_done_callback(functools.partial(self._timeout_handled, call))
-                return
-        except Exception as exc:
-            self._report(call, None, exc, CALL)
-            return
-        self._timeout_result(call, outcome)
-
-    def _timeout_handled(self, call: Call, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self._report(call, None, asyncio.CancelledError("the timeout handler was cancelled"),
-                         TIMEOUT_HANDLER)
-        elif task.exception() is not None:
-            self._report(call, None, task.exception(), CALL)
-        else:
-            self._timeout_result(call, task.result())
-
-    def _timeout_result(self, call: Call, outcome: Any) -> None:
-        if isinstance(outcome, (list, tuple)):
-            self._report(call, list(outcome), None, TIMEOUT_RESULTS)
-        else:
-            self._report(call, None, TypeError(
-                f"{type(self.function).__name__}.timeout must return a list of outputs or raise, "
-                f"got {type(outcome).__name__}"), TIMEOUT_HANDLER)
-
-def own_inputs(values: list[Any]) -> list[Any]:
-    """A batch call's own list of inputs: a new list and, for a list of rows (its first value a
-    dict: what the Spark entry points pass), a copy of each row, so the function may consume, pad
-    or change them and a retry, a part of a split or an error row still sees each input as it
-    came. Lists and dicts nested inside a row are shared, not copied.
-
-    Example::
-
-        >>> rows = [{"id": 1}]
-        >>> own_inputs(rows)[0] is rows[0]
-        False
-    """
-    if values and type(values[0]) is dict:
-        return [value.copy() if type(value) is dict else value for value in values]
-    return list(values)  # in C: not rows
-
-
-def _name(function: Any) -> str:
-    return repr(getattr(function, "__qualname__", None) or type(function).__name__)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from .calls import Call
+from .call_entry import Call
 
 __all__ = ["Deadlines", "WATCH_SECONDS"]
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .calls import CALL, Call, Report
+from .call_entry import CALL, Call, Report
 from .durable import Identify, Recorded, TaskJournal, is_answer, recorded_outcome
 from .elements import Record, StreamElement
 from .result_future import ResultFuture

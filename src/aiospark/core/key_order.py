@@ -27,6 +27,8 @@ Example (what the operator does)::
     following = turns.next_after(call)
     if following is not None:
         caller.start(following)
+    # or, handing each next turn on in a loop (what the operator does):
+    turns.hand_on(call, caller.start)
 """
 from __future__ import annotations
 
@@ -36,14 +38,14 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from .calls import Call
+from .call_entry import Call
 
 
 class KeyTurns:
     """Whose turn it is, per key (see the module docstring). ``key_of(value)`` must return a
     hashable key; elements it raises for are the operator's to fail."""
 
-    __slots__ = ("key_of", "_waiting", "_keys")
+    __slots__ = ("key_of", "_waiting", "_keys", "_handing")
 
     def __init__(self, key_of: Callable[[Any], Any]):
         if not callable(key_of):
@@ -53,6 +55,8 @@ class KeyTurns:
         self._waiting: dict[Any, deque[Call]] = {}
         #: element -> its key, while the element is held
         self._keys: dict[Call, Any] = {}
+        #: calls whose key's next turn is to be handed over (see hand_on), while one is
+        self._handing: list[Call] | None = None
 
     def admit(self, call: Call) -> bool:
         """``call`` entered the queue: ``True`` if its call may start now, ``False`` if it waits
@@ -76,6 +80,23 @@ class KeyTurns:
             return waiting.popleft()
         del self._waiting[key]
         return None
+
+    def hand_on(self, call: Call, take: Callable[[Call], None]) -> None:
+        """``call`` is over: the next element of its key takes its turn, ``take(element)``. A turn
+        that completes at once (a record, an eager call) hands the next turn over in this loop, not
+        by recursion: a key with a long run of recorded elements must not exhaust the stack."""
+        handing = self._handing
+        if handing is not None:  # inside the loop below: it takes this turn over next
+            handing.append(call)
+            return
+        self._handing = handing = [call]
+        try:
+            while handing:
+                following = self.next_after(handing.pop())
+                if following is not None:
+                    take(following)
+        finally:
+            self._handing = None
 
     def __len__(self) -> int:
         """Keys with a call under way."""

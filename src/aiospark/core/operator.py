@@ -3,12 +3,13 @@
 Asyncio-native rewrite of Flink's ``AsyncWaitOperator`` (FLIP-12, FLIP-232 retries). An element's
 life, top-down:
 
-1. ``process_element`` waits while the queue is full (backpressure), then (``try_process``) the
-   element enters the queue as a :class:`~aiospark.core.calls.Call` and its call starts (:mod:`aiospark.core.calls`:
-   attempts, retries, rate limit, timeout -- all parts of the call). With ``batch_size`` it joins
-   the batch being filled, one queue entry whose call starts once it is full
-   (:mod:`aiospark.core.batches`); with ``key`` it waits until the element before it with an
-   equal key is over (:mod:`aiospark.core.key_order`).
+1. ``process_element`` waits while the queue is full (backpressure, :mod:`aiospark.core.operator_room`),
+   then (``try_process``) the element enters the queue as a :class:`~aiospark.core.call_entry.Call`
+   and its call starts (:mod:`aiospark.core.calls`: attempts, retries, rate limit, timeout -- all
+   parts of the call). With ``batch_size`` it joins the batch being filled, one queue entry whose
+   call starts once it is full (:mod:`aiospark.core.operator_bulk`, which also takes many elements
+   at once, and :mod:`aiospark.core.batches`); with ``key`` it waits until the element before it
+   with an equal key is over (:mod:`aiospark.core.key_order`).
 2. When the call is over, the caller reports it (:meth:`AsyncWaitOperator._call_over`): its
    results complete the queue entry, or its error fails the operator (or becomes error rows with
    ``on_error``).
@@ -16,7 +17,7 @@ life, top-down:
    from the record instead, and one whose identity equals an element's in flight shares its call.
 3. A completed entry makes the queue call :meth:`AsyncWaitOperator._emit_completed`, the one emit
    path: everything the ordering policy allows is passed to ``output``, and the room this frees
-   wakes whoever waits to put the next element in.
+   wakes whoever waits to put the next element in (:mod:`aiospark.core.operator_room`).
 
 One event loop does everything; nothing here uses threads or locks.
 
@@ -38,23 +39,26 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
-from .batches import Batch, BatchCaller, check_batching
-from .calls import PREDICATES, Call, Caller
+from .batches import BatchCaller
+from .call_entry import PREDICATES, Call
+from .calls import Caller
 from .deadlines import Deadlines
 from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
-from .identities import Identities, RecordedRun
+from .identities import Identities
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics
+from .operator_bulk import BulkInput
+from .operator_room import Room
 from .queues import ElementQueue, OrderedQueue, UnorderedQueue
 from .retry import RetryStrategy
-from .settings import check_capacity, check_retry, check_timeout
+from .settings import check_batching, check_capacity, check_retry, check_timeout
 from .usage import bind_usage
 
 #: ``on_error(value, exception) -> list``: the results of an element whose call failed for good.
@@ -64,7 +68,7 @@ OnError = Callable[[Any, BaseException], list[Any]]
 _ROW_ERRORS = (Exception, asyncio.CancelledError)
 
 
-class AsyncWaitOperator:
+class AsyncWaitOperator(BulkInput, Room):
     """Runs ``function`` for every element with at most ``capacity`` elements held at once.
 
     See the module docstring for an example and ``SPEC.md`` section 1 for the full contract.
@@ -154,8 +158,6 @@ class AsyncWaitOperator:
         self._space_waiter: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self._room_listener: Callable[[], None] | None = None
-        #: calls whose key's next turn is to be handed over (see _next_turn), while one is
-        self._handing: list[Call] | None = None
         #: elements whose call is not over yet
         self.inflight = 0
         #: elements (and watermarks) held: in flight, or completed and not emitted yet
@@ -237,7 +239,7 @@ class AsyncWaitOperator:
         metrics = self._caller.metrics
         if inflight > metrics.inflight_peak:
             metrics.inflight_peak = inflight
-        if self._batches is not None:
+        if self._batches is not None:  # it joins the batch being filled (operator_bulk)
             self._join_batch(value, timestamp)
             return True
         # the element enters the queue, then its call starts
@@ -253,78 +255,6 @@ class AsyncWaitOperator:
         self._caller.start(call)
         return True
 
-    def try_process_many(self, values: Sequence[Any], start: int = 0) -> int:
-        """Start the calls for ``values[start:]`` (no timestamps) while there is room; returns
-        how many were taken (0 when there is no room).
-
-        The same as calling :meth:`try_process` for each value until it returns ``False``; with
-        ``batch_size`` (and no journal or adaptive capacity) the values join batches a slice at a
-        time instead of one by one. For drivers holding input in memory::
-
-            pos = 0
-            while pos < len(values):
-                pos += op.try_process_many(values, pos)
-                if pos < len(values):
-                    await op.wait_for_space()
-        """
-        end = len(values)
-        batches = self._batches
-        if batches is None and self._identities is not None and self._turns is None:
-            return self._take_journaled(values, start, self._identities)
-        if batches is None or self._journal is not None or self.adaptive is not None:
-            taken, try_process = start, self.try_process
-            while taken < end and try_process(values[taken]):
-                taken += 1
-            return taken - start
-        size, metrics, first = self.batch_size, self._caller.metrics, start
-        while start < end:
-            if self._failure is not None or self._closed or self._loop is None:
-                self._check()  # raises (a batch started below may have failed the operator)
-            room = self.capacity - self._held
-            if room <= 0:
-                break
-            batch = batches.filling
-            if batch is None:
-                batch = self._open_batch()
-            count = min(room, size - len(batch.values), end - start)  # type: ignore[operator]
-            batch.extend(values[start:start + count])
-            start += count
-            self._held += count
-            self.inflight += count
-            if self.inflight > metrics.inflight_peak:
-                metrics.inflight_peak = self.inflight
-            if len(batch.values) >= size:  # type: ignore[operator]
-                batches.flush()
-        return start - first
-
-    def _take_journaled(self, values: Sequence[Any], start: int, identities: Identities) -> int:
-        """:meth:`try_process_many` with a journal: each run of consecutive elements whose
-        outcomes are recorded enters the queue as one entry completed on the spot
-        (:class:`~aiospark.core.identities.RecordedRun`: no call, no task, no deadline), emitted
-        through the one emit path in its place; every other element goes through
-        :meth:`try_process`. A rerun of a finished journal costs little more than reading it."""
-        end, first, queue = len(values), start, self._queue
-        while start < end:
-            if self._failure is not None or self._closed or self._loop is None:
-                self._check()
-            room = self.capacity - self._held
-            if room <= 0:
-                break
-            n, outputs = identities.recorded_run(values, start, min(end, start + room))
-            if n:
-                run = RecordedRun(values[start:start + n])
-                queue.add(run)
-                self._held += n
-                start += n
-                run.complete(outputs)  # -> the queue -> _emit_completed
-                if n == room:
-                    continue
-            if start < end:
-                if not self.try_process(values[start]):
-                    break
-                start += 1
-        return start - first
-
     async def process_watermark(self, timestamp: Any) -> None:
         """Queue a watermark (it takes a slot and is emitted according to the ordering policy)."""
         self._check()
@@ -339,32 +269,6 @@ class AsyncWaitOperator:
         self._held += 1
         self._emit_completed()
 
-    async def wait_for_space(self) -> None:
-        """Wait until another call may start (raises if the operator failed meanwhile)."""
-        self._check()
-        while not self._has_room():
-            await self._wait_for_space()
-
-    def on_room(self, listener: Callable[[], None] | None) -> None:
-        """Call ``listener()`` on the loop after every emission (room may have appeared), and when
-        the operator fails or closes.
-
-        A driver holding its input in memory can then start the next calls in the same loop step
-        that ended the previous ones, instead of waking a coroutine in ``wait_for_space()`` one
-        loop iteration later. The listener may call ``try_process`` and must not raise.
-
-        Example::
-
-            def fill():
-                while values and op.failure is None and op.try_process(values[0]):
-                    values.popleft()
-
-            op.on_room(fill)
-        """
-        if listener is not None and not callable(listener):
-            raise TypeError(f"on_room takes a callable (or None), got {type(listener).__name__}")
-        self._room_listener = listener
-
     def snapshot_state(self) -> list[StreamElement]:
         """The input elements still held (in flight or completed-not-emitted), for a checkpoint."""
         return self._queue.values()
@@ -374,31 +278,6 @@ class AsyncWaitOperator:
         return self._held
 
     # ------------------------------------------------------------------ an element's call
-    def _join_batch(self, value: Any, timestamp: Any) -> None:
-        """The element joins the batch being filled (a new one enters the queue if there is none)."""
-        batches = self._batches
-        batch = batches.filling or self._open_batch()  # type: ignore[union-attr]
-        index = batch.add(value, timestamp)
-        # identities matter to a journal only: a batch call has no idempotency key of one element
-        if self._identities is not None and self._identities.admit(batch.row(index)):
-            batch.skip(index)  # recorded, or it shares the call of an equal element
-        if len(batch.values) >= self.batch_size:  # type: ignore[operator]
-            batches.flush()  # type: ignore[union-attr]
-
-    def _open_batch(self) -> Batch:
-        """A new batch to fill enters the queue (its deadline counts from now)."""
-        batch = self._batches.open_batch(self._loop.time())  # type: ignore[union-attr]
-        self._queue.add(batch)
-        if self._deadlines is not None:
-            self._deadlines.started(batch)
-        return batch
-
-    def _rows_over(self, batch: Batch, indices: list[int] | None, results: list[Any], single: bool) -> None:
-        """The batch caller's report of a whole call's results (nothing per element to do)."""
-        self.inflight -= len(results)
-        if self._failure is None and not self._closed:
-            batch.set_outputs(indices, results, single)  # -> the queue -> _emit_completed
-
     def _expired(self, call: Call) -> None:
         """A deadline passed (journal mode): an element sharing another's call gets that call's
         outcome, which has a deadline no later than its own (it entered the queue first)."""
@@ -414,30 +293,16 @@ class AsyncWaitOperator:
             self._call_over(call, None, exc, "key function")
             return False
 
-    def _next_turn(self, call: Call) -> None:
-        """``call`` is over: the next element of its key takes its turn: it completes from the
-        journal's record, or shares an equal element's call, or starts (or, if its deadline passed
-        while it waited, gets its timeout results). A turn that completes at once (a record, an
-        eager call) hands the next turn over in this loop, not by recursion: a key with a long run
-        of recorded elements must not exhaust the stack."""
-        handing = self._handing
-        if handing is not None:  # inside the loop below: it takes this turn over next
-            handing.append(call)
-            return
-        self._handing = handing = [call]
-        try:
-            while handing:
-                following = self._turns.next_after(handing.pop())  # type: ignore[union-attr]
-                if following is None:
-                    continue
-                if self._identities is not None and self._identities.admit(following):
-                    continue  # recorded (it completed: its turn is handed on), or it shares a call
-                if following.timed_out:
-                    self._caller.on_timeout(following)
-                else:
-                    self._caller.start(following)
-        finally:
-            self._handing = None
+    def _turn_comes(self, call: Call) -> None:
+        """The element's turn came (its key's previous call is over, :meth:`KeyTurns.hand_on`):
+        it completes from the journal's record, or shares an equal element's call, or starts (or,
+        if its deadline passed while it waited, gets its timeout results)."""
+        if self._identities is not None and self._identities.admit(call):
+            return  # recorded (it completed: its turn is handed on), or it shares a call
+        if call.timed_out:
+            self._caller.on_timeout(call)
+        else:
+            self._caller.start(call)
 
     def _call_over(self, call: Call, results: list[Any] | None, error: BaseException | None,
                    what: str) -> None:
@@ -466,7 +331,7 @@ class AsyncWaitOperator:
             self._caller.metrics.error_rows += 1
         call.complete(results)  # type: ignore[arg-type]  # -> the queue -> _emit_completed
         if self._turns is not None:  # after complete(): equal keys complete in input order
-            self._next_turn(call)
+            self._turns.hand_on(call, self._turn_comes)
 
     def fail(self, value: Any, exc: BaseException, what: str = "async call") -> None:
         """Fail the operator: nothing more is emitted, calls still running are cancelled."""
@@ -515,41 +380,3 @@ class AsyncWaitOperator:
         finally:
             self._emitting = False
         self._room_may_have_appeared()
-
-    def _has_room(self) -> bool:
-        return self._held < self.capacity and (self.adaptive is None or self.inflight < self.adaptive.limit)
-
-    def _room_may_have_appeared(self) -> None:
-        waiter = self._space_waiter
-        if waiter is not None and not waiter.done() and self._has_room():
-            waiter.set_result(None)
-        idle = self._idle_waiter
-        if idle is not None and not idle.done() and self._queue.is_empty():
-            idle.set_result(None)
-        if self._room_listener is not None and self._failure is None:
-            self._room_listener()
-
-    def _wake_all(self) -> None:
-        """Failure or close: whoever waits must look at the state again."""
-        for waiter in (self._space_waiter, self._idle_waiter):
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        if self._room_listener is not None:
-            self._room_listener()
-
-    def _check(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        if self._loop is None:
-            raise RuntimeError("AsyncWaitOperator is not open: 'await op.open()' first")
-        if self._closed:
-            raise RuntimeError("AsyncWaitOperator is closed")
-
-    async def _wait_for_space(self) -> None:
-        self._space_waiter = waiter = self._loop.create_future()  # type: ignore[union-attr]
-        try:
-            await waiter
-        finally:
-            if self._space_waiter is waiter:
-                self._space_waiter = None
-        self._check()

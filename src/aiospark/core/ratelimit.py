@@ -17,7 +17,7 @@ Flink's Async I/O has no rate limit (FLINK-28487); aiospark adds one. The pieces
   has ``async acquire(cost)``. Both have ``cost`` (the cost function or ``None``) and
   ``pause(seconds)`` (a ``Retry-After``: start nothing for that long). :func:`make_limiter`
   turns whatever the user passed into one of them. The caller computes each call's cost with
-  the limiter's ``cost`` (:class:`aiospark.core.calls.Caller`).
+  the limiter's ``cost`` (:class:`aiospark.core.call_limits.CallLimits`).
 
 Over any window of ``T`` seconds the calls that start cost at most
 ``rate / per * T + max(burst, largest single cost)`` in total.

@@ -24,10 +24,13 @@ closed, so there each flush is one object whatever buckets it holds, a *part*
 ``<digest>/parts/<attempt>-<random>~<n>.arrow``: durable about a second after the call, as on a
 disk. When the task ends its parts are split into one segment per bucket (the batches as they were
 built: no pickling again), then the parts are deleted. A killed task's parts stay, and are read
-whole by every task (:mod:`~aiospark.journal.writers`).
+whole by every task (:mod:`~aiospark.journal.writers`). ``aiospark journal --compact``
+(:mod:`~aiospark.journal.directory_compact`) rewrites a journal many runs wrote -- a bucket's many
+segments, killed tasks' parts, folders from before buckets -- as one segment per bucket.
 
 While a segment is open its writer holds a lease (``<attempt>-<random>.lease``,
-:mod:`~aiospark.journal.lease`), so ``aiospark journal --drop-errors`` never rewrites it; a writer
+:mod:`~aiospark.journal.lease`), so ``aiospark journal --drop-errors`` or ``--compact`` never
+rewrites it; a writer
 that stalled past its lease writes nothing more (it deletes a part or compacted segment written as
 it found out) and fails its task, so it never brings dropped errors back.
 
@@ -58,7 +61,7 @@ from .lease import lease_seconds
 from .location import resolve
 from .manifest import MANIFEST, JournalMismatch, Manifest, refuse
 from .segment import SCHEMA, crc, read_segment
-from .store import JournalStore, JournalSummary
+from .store import Compaction, JournalStore, JournalSummary
 
 __all__ = ["MANIFEST", "SCHEMA", "DirectoryStore", "DirectoryTask", "crc", "open_location", "read_segment"]
 
@@ -199,4 +202,7 @@ class DirectoryStore(JournalStore):
 
         return directory_drop(self, quiet)
 
+    def compact(self, quiet: float, drop_errors: bool = False) -> Compaction:
+        from .directory_compact import directory_compact
 
+        return directory_compact(self, quiet, drop_errors)

@@ -2,7 +2,8 @@
 
 A store is two objects. :class:`JournalStore` is the whole location (picklable, made on the
 driver, shipped to every task): it checks a job's manifest, opens one task's part, and answers
-``aiospark journal`` (:meth:`JournalStore.summarize`, :meth:`JournalStore.drop_errors`).
+``aiospark journal`` (:meth:`JournalStore.summarize`, :meth:`JournalStore.drop_errors`,
+:meth:`JournalStore.compact`).
 :class:`StoreTask` is one task attempt's part: it loads what it holds up front, or is asked row
 by row (:attr:`StoreTask.fetches_by_row`: Redis answers an input chunk in one pipelined MGET, a
 directory loads the buckets an input chunk touches, each once), and appends what the task's
@@ -34,10 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .errors import JournalStoreError
 from .location import Location
 from .manifest import Manifest
 
-__all__ = ["Entry", "JournalNotFound", "JournalStore", "JournalSummary", "Outcomes", "StoreTask"]
+__all__ = ["Compaction", "Entry", "JournalNotFound", "JournalStore", "JournalSummary", "Outcomes", "StoreTask"]
 
 #: identity -> (results -- as the call returned them, or pickled bytes a store hands back to be
 #: unpickled on first use -- or None for a kept error; error text or None)
@@ -55,7 +57,20 @@ class JournalNotFound(ValueError):
 class JournalSummary:
     """What :meth:`JournalStore.summarize` found. ``segments`` is None for a store without
     segments (Redis); ``bytes`` counts the files (directory) or the keys' names and values
-    (Redis); ``skipped``: rows with a bad checksum."""
+    (Redis); ``skipped``: rows with a bad checksum. ``results`` and ``errors`` count each
+    identity once, as a task reads it (a result outranks a kept error), wherever its outcomes lie.
+
+    The layout (a directory): ``buckets`` is the manifest's (None: a journal written before
+    buckets, or Redis), ``bucket_segments`` the segments in ``bucket_folders`` ``k=<bucket>``
+    folders, ``parts`` an object store's per-flush parts (``parts/``: running or killed tasks'),
+    ``legacy`` the segments of folders written before buckets (``p=``, ``b=/p=``); ``layout``: a
+    store without segments says how it keeps outcomes instead (Redis).
+
+    Example::
+
+        s = summarize("/data/j")
+        (s.rows, s.bucket_segments, s.parts, s.compactable)    # (2000, 7, 2, True)
+    """
 
     location: str
     store: str
@@ -66,10 +81,56 @@ class JournalSummary:
     errors: int = 0
     skipped: int = 0
     error_samples: list[tuple[str, str]] = field(default_factory=list)
+    buckets: int | None = None
+    bucket_segments: int = 0
+    bucket_folders: int = 0
+    parts: int = 0
+    legacy: int = 0
+    layout: str = ""
 
     @property
     def rows(self) -> int:
         """Outcomes recorded (results and kept errors)."""
+        return self.results + self.errors
+
+    @property
+    def compactable(self) -> bool:
+        """Whether :meth:`JournalStore.compact` would rewrite something: a bucket holding more
+        than one segment, or parts or legacy segments (a store without segments: never)."""
+        return self.parts + self.legacy > 0 or self.bucket_segments > self.bucket_folders
+
+
+@dataclass
+class Compaction:
+    """What :meth:`JournalStore.compact` did. ``written``: buckets rewritten as one new segment
+    each; ``kept``: buckets holding outcomes left as they were (one segment, nothing to add);
+    ``removed``: segments deleted, of which ``removed_parts`` parts and ``removed_legacy``
+    segments of folders written before buckets; ``results`` and ``errors``: the journal's
+    outcomes afterwards, counted as :class:`JournalSummary` counts them; ``dropped``: kept errors
+    removed (``drop_errors=True``); ``note``: why a store has nothing to compact (Redis).
+
+    Example::
+
+        c = compact("/data/j")
+        (c.written, c.removed, c.rows)     # (4, 11, 2000)
+    """
+
+    location: str
+    store: str
+    buckets: int | None = None
+    written: int = 0
+    kept: int = 0
+    removed: int = 0
+    removed_parts: int = 0
+    removed_legacy: int = 0
+    results: int = 0
+    errors: int = 0
+    dropped: int = 0
+    note: str = ""
+
+    @property
+    def rows(self) -> int:
+        """Outcomes in the journal after the compaction (results and kept errors)."""
         return self.results + self.errors
 
 
@@ -162,3 +223,10 @@ class JournalStore(abc.ABC):
         """Remove the kept errors, never a result (a running writer's outcomes refuse it, or stay
         safe); returns how many were removed. ``quiet``: a directory also refuses segments
         changed that recently."""
+
+    def compact(self, quiet: float, drop_errors: bool = False) -> Compaction:
+        """Rewrite the store into its one layout, each outcome kept (``drop_errors``: the kept
+        errors left out); what a live writer still writes refuses it (:class:`JournalStoreError`),
+        as :meth:`drop_errors` does. A store that cannot be compacted refuses; one with nothing to
+        compact says so in :attr:`Compaction.note`."""
+        raise JournalStoreError(f"the journal at {self.shown} ({self.kind}) cannot be compacted")

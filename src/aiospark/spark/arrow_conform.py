@@ -25,7 +25,8 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from ..core.errors import describe_input
-from .exact import arrow_suspect, may_be_suspect, plan_of, value_problem
+from .exact import plan_of, value_problem
+from .exact_converted import arrow_suspect, may_be_suspect
 from .schema import OutputSchemaError, arrow_type, has_map, to_python
 
 _t = pa.types

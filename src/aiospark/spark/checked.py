@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core import AsyncFunction
-from ..core.calls import own_inputs
+from ..core.batches import own_inputs
 from .schema import OutputSchemaError
 
 #: (input value, error text) -> the error row emitted instead of the input's outputs

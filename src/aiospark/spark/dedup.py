@@ -28,6 +28,7 @@ import pyarrow as pa
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from ..journal.buckets import bucket_of, partition_values
+from .arrow_names import map_in_arrow
 from .schema import to_python
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ def shuffled(df: Any, durable: Durable, what: str) -> Any:
     check_free(df.columns, what)
     buckets = durable.bound.buckets
     schema = StructType(df.schema.fields + [StructField(PART_COLUMN, IntegerType(), False)])
-    return df.mapInArrow(_AddPart(durable.of, buckets, durable.columns), schema).repartition(buckets, PART_COLUMN)
+    added = map_in_arrow(df, _AddPart(durable.of, buckets, durable.columns), schema)
+    return added.repartition(buckets, PART_COLUMN)
 
 
 def without_part(batch: pa.RecordBatch) -> pa.RecordBatch:

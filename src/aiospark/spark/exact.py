@@ -26,8 +26,9 @@ string into INT, an int beyond LONG), but it changes some without a word, at any
 its path (``answer.items[2].b``, ``m{'k'}``). The checks that need the Python value (the first
 five kinds above) run before the conversion (:func:`plan_of`); the ones Arrow's result shows
 (an ``inf`` in a FLOAT, a NULL under a NOT NULL field) are looked for in the converted array
-(:func:`arrow_suspect`, vectorized), and only then are the values walked again to name it
-(``plan_of(..., full=True)``).
+(:func:`~aiospark.spark.exact_converted.arrow_suspect`, vectorized), and only then are the values
+walked again to name it (``plan_of(..., full=True)``). The checks of plain values, column by
+column, are :mod:`aiospark.spark.exact_leaves`'.
 
 Example::
 
@@ -37,69 +38,22 @@ Example::
 """
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
-import math
-import numbers
 from itertools import chain, repeat
 from operator import is_
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    ByteType,
-    DataType,
-    DateType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    Row,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
-try:
-    from pyspark.sql.types import TimestampNTZType
-except ImportError:  # pragma: no cover - every supported PySpark has it
-    TimestampNTZType = None  # type: ignore[assignment,misc]
+from .exact_converted import arrow_suspect, may_be_suspect
+from .exact_leaves import NUMPY_KINDS, PLAIN, column_problem, kind_of
 
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 #: what Arrow would read as a sequence of characters, bytes or unordered items for an ARRAY
 _NOT_ARRAYS = (str, bytes, bytearray, memoryview, set, frozenset)
 
 #: (column, value, why) of a value that does not fit exactly
 Problem = tuple[str, Any, str]
-
-
-def kind_of(data_type: DataType, full: bool = False) -> str | None:
-    """The leaf check a type needs (None: none). ``full`` adds the checks made only after Arrow
-    showed a suspect value (FLOAT overflow)."""
-    if isinstance(data_type, _INTEGRAL):
-        return "int"
-    if TimestampNTZType is not None and isinstance(data_type, TimestampNTZType):
-        return "ntz"
-    if isinstance(data_type, TimestampType):
-        return "ltz"
-    if isinstance(data_type, DateType):
-        return "date"
-    if isinstance(data_type, FloatType):
-        return "float" if full else "real"
-    if isinstance(data_type, DoubleType):
-        return "real"
-    if isinstance(data_type, StringType):
-        return "string"
-    if isinstance(data_type, BinaryType):
-        return "binary"
-    return None
+#: the types of an ARRAY column's values that need no look at each one (lists, or NULL)
+_LISTS = frozenset({list, tuple, type(None)})
 
 
 #: what to check in a value of a type: ("leaf", kind), ("array", element plan or None, elements
@@ -162,7 +116,7 @@ def value_problem(values: list[Any], plan: Plan, name: str,
         element = plan[1]
         if element is None:
             return None
-        plain = _PLAIN.get(element[1]) if element[0] == "leaf" else None
+        plain = PLAIN.get(element[1]) if element[0] == "leaf" else None
         if plain is not None and set(map(type, chain.from_iterable(filter(None, values)))) <= plain:
             return None  # the usual ARRAY of plain values (an embedding): C-level passes, no walk
     leaves: dict[str, tuple[str, list[Any], list[tuple[int, Path]]]] = {}  # pattern -> kind, values, places
@@ -200,7 +154,7 @@ def _collect(value: Any, plan: Plan, row: int, path: Path, pattern: str,
         if element is None and not not_null:
             return
         if not isinstance(value, (list, tuple)):
-            kinds = _NUMPY_KINDS.get(element[1]) if element is not None and element[0] == "leaf" else None
+            kinds = NUMPY_KINDS.get(element[1]) if element is not None and element[0] == "leaf" else None
             dtype_kind = getattr(getattr(value, "dtype", None), "kind", None)
             if kinds is not None and not not_null and dtype_kind is not None and dtype_kind in kinds:
                 return  # a NumPy array of numbers: each fits
@@ -275,47 +229,6 @@ def _repeated_key(keys: list[Any]) -> Any:
     return _NONE
 
 
-_INTS = frozenset({int, type(None)})
-_LISTS = frozenset({list, tuple, type(None)})
-_DATES = frozenset({_dt.date, type(None)})
-_REALS = frozenset({float, int, type(None)})
-_STRS = frozenset({str, type(None)})
-_BYTES = frozenset({bytes, type(None)})
-#: the value types of a leaf kind that fit without a look at each value
-_PLAIN = {"int": _INTS, "date": _DATES, "real": _REALS, "string": _STRS, "binary": _BYTES}
-#: the NumPy dtype kinds whose arrays fit an ARRAY of a leaf kind without a look at each value
-_NUMPY_KINDS = {"int": "iu", "real": "fiu", "float": "iu"}
-
-
-def _whole(value: Any) -> bool:
-    """Whether Arrow keeps ``value`` as it is in an integer column. Arrow truncates every number
-    that is not an integer -- a float, a NumPy float, a ``Decimal``, a ``Fraction`` -- so such a
-    number fits only when it is a whole one. Anything else (an integer of any kind, a string) is
-    Arrow's to take or refuse."""
-    if isinstance(value, numbers.Integral) or not isinstance(value, (numbers.Real, decimal.Decimal)):
-        return True
-    number: Any = value  # int() takes every one of them (typeshed's numbers.Real declares no __int__)
-    try:
-        return bool(int(number) == number)
-    except (ValueError, OverflowError):  # NaN, infinities
-        return False
-
-
-def _overflows_float(value: Any) -> bool:
-    """Whether a number is finite but rounds to an infinity as a FLOAT (what C's cast, and so
-    Arrow's, does without a word): from 2**128 - 2**103 on (half a unit above FLOAT's largest)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
-        return False
-    try:
-        number = abs(float(value))
-    except (TypeError, ValueError, OverflowError):
-        return False
-    return _FLOAT_LIMIT <= number < math.inf
-
-
-_FLOAT_LIMIT = 2.0 ** 128 - 2.0 ** 103
-
-
 class ExactChecks:
     """The checks of one output schema, with what one task has seen so far.
 
@@ -357,106 +270,3 @@ class ExactChecks:
         if any(batch.column(i).null_count for i, _ in self.not_null):
             return self.problem(columns)
         return None
-
-
-def may_be_suspect(data_type: DataType) -> bool:
-    """Whether a converted array of this type can show a problem :func:`arrow_suspect` looks for."""
-    if isinstance(data_type, FloatType):
-        return True
-    if isinstance(data_type, ArrayType):
-        return not data_type.containsNull or may_be_suspect(data_type.elementType)
-    if isinstance(data_type, MapType):
-        return (not data_type.valueContainsNull or may_be_suspect(data_type.keyType)
-                or may_be_suspect(data_type.valueType))
-    if isinstance(data_type, StructType):
-        return any(not f.nullable or may_be_suspect(f.dataType) for f in data_type.fields)
-    return False
-
-
-def arrow_suspect(array: Any) -> bool:
-    """Whether a converted Arrow array holds an infinity in a FLOAT (float32) or a NULL where its
-    type says NOT NULL, below its top level (vectorized; a NULL parent's children do not count).
-    An infinity may be the function's own: the values are then looked at to tell."""
-    if isinstance(array, pa.ChunkedArray):
-        return any(arrow_suspect(chunk) for chunk in array.chunks)
-    t = array.type
-    if pa.types.is_float32(t):
-        return bool(pc.any(pc.is_inf(array)).as_py())
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        values = array.flatten()
-        return (not t.value_field.nullable and values.null_count > 0) or arrow_suspect(values)
-    if pa.types.is_map(t):
-        items = array.items.filter(pc.is_valid(array.keys)) if array.null_count else array.items
-        return (not t.item_field.nullable and items.null_count > 0) or arrow_suspect(array.keys) or \
-            arrow_suspect(items)
-    if pa.types.is_struct(t):
-        valid = array.is_valid() if array.null_count else None
-        for i in range(t.num_fields):
-            child = array.field(i)
-            if valid is not None:
-                child = child.filter(valid)
-            if (not t.field(i).nullable and child.null_count) or arrow_suspect(child):
-                return True
-    return False
-
-
-def column_problem(values: list[Any], kind: str | None, name: str,
-                   aware_seen: dict[str, bool]) -> tuple[int, Any, str] | None:
-    """The first of ``values`` (of a column of ``kind``, see :func:`kind_of`) that does not fit
-    exactly: its index, the value and why; ``aware_seen`` remembers per column whether its
-    datetimes are aware."""
-    if kind == "int":
-        if set(map(type, values)) <= _INTS:  # the usual case, in one C-level pass
-            return None
-        for i, v in enumerate(values):
-            if type(v) not in _INTS and not _whole(v):
-                return i, v, f"{v!r} is not a whole number: round it (or declare a DOUBLE column)"
-        return None
-    if kind == "date":
-        if set(map(type, values)) <= _DATES:
-            return None
-        for i, v in enumerate(values):
-            if isinstance(v, _dt.datetime):
-                return i, v, ("a datetime is not a date (its time would be dropped): return .date(), or "
-                              "declare a TIMESTAMP")
-        return None
-    if kind == "real" or kind == "float":
-        if kind == "real" and set(map(type, values)) <= _REALS:
-            return None
-        for i, v in enumerate(values):
-            if isinstance(v, (bool, np.bool_)):
-                return i, v, "a bool is not a number (Arrow would make it 1.0 or 0.0): return a float"
-            if kind == "float" and _overflows_float(v):
-                return i, v, (f"{v!r} is beyond FLOAT's range (it would become inf): declare a DOUBLE, or "
-                              f"return a smaller number")
-        return None
-    if kind == "string" or kind == "binary":
-        if set(map(type, values)) <= _PLAIN[kind]:
-            return None
-        wrong = (bytes, bytearray, memoryview) if kind == "string" else str
-        for i, v in enumerate(values):
-            if isinstance(v, wrong):
-                return i, v, ("bytes are not a string (Arrow would decode them): decode them yourself, or declare "
-                              "BINARY" if kind == "string" else
-                              "a str is not bytes (Arrow would encode it): encode it yourself, or declare STRING")
-        return None
-    if kind is None:
-        return None
-    for i, v in enumerate(values):
-        if not isinstance(v, _dt.datetime):
-            continue
-        if v is pd.NaT:
-            return i, v, "pd.NaT is no time: return None for a NULL"
-        if getattr(v, "nanosecond", 0):
-            return i, v, ("a pandas Timestamp with nanoseconds (Spark keeps microseconds: they would be cut): "
-                          "round it, e.g. .floor('us')")
-        aware = v.utcoffset() is not None
-        if kind == "ntz":
-            if aware:
-                return i, v, ("a TIMESTAMP_NTZ column takes naive datetimes; this one has a zone, which would be "
-                              "dropped: use .replace(tzinfo=None) or declare TIMESTAMP")
-            continue
-        if aware_seen.setdefault(name, aware) != aware:
-            return i, v, ("naive and aware datetimes mixed in one TIMESTAMP column (a naive one is read as UTC): "
-                          "return all of them with a tzinfo, or all without")
-    return None

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..core import AsyncFunction, AsyncWaitOperator, RetryStrategy
 from ..core.adaptive import AdaptiveConcurrency
-from ..core.batches import check_batching
 from ..core.function import check_async_function
 from ..core.ratelimit import AnyLimiter, RateLimit
-from ..core.settings import check_capacity, check_retry, check_timeout
+from ..core.settings import check_batching, check_capacity, check_retry, check_timeout
 from ..runtime.gc_policy import threshold_from_env
 from ..runtime.worker_loop import WorkerLoop, loop_choice
 from .arrow_lane import PYARROW, ROWS, check_batch_format

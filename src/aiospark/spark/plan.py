@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .arrow_names import map_in_arrow, quoted
 from .dedup import without_part
 from .journaled import PLANNING, Durable, planning
 from .schema import to_python
@@ -115,7 +116,7 @@ def count_run(df: Any, durable: Durable, *, shuffled: Any, entry: str, lookup_on
     bound = durable.bound
     if bound is None:  # no journal: every row is called (a lookup join's NULL keys excepted)
         rows = df.count()
-        misses = df.where(" OR ".join(f"`{c}` IS NULL" for c in lookup_on)).count() if lookup_on else 0
+        misses = df.where(" OR ".join(f"{quoted(c)} IS NULL" for c in lookup_on)).count() if lookup_on else 0
         return RunPlan(entry, rows, 0, 0, 0, rows - misses, misses=misses)
     job = _sum(shuffled if shuffled is not None else _by_identity(df, durable), durable, True, lookup_on)
     if shuffled is not None:
@@ -135,7 +136,7 @@ def _by_identity(df: Any, durable: Durable) -> Any:
 
 
 def _sum(df: Any, durable: Durable, has_part: bool, lookup_on: Sequence[str]) -> dict[str, int]:
-    counted = df.mapInArrow(_Count(durable, has_part, lookup_on), _COUNTS_DDL)
+    counted = map_in_arrow(df, _Count(durable, has_part, lookup_on), _COUNTS_DDL)
     row = counted.groupBy().sum(*_COUNTS.names).collect()[0]
     return {name: int(row[f"sum({name})"] or 0) for name in _COUNTS.names}
 

@@ -11,7 +11,8 @@ from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
 from ..core.errors import describe_input
 from .compat import parse_ddl, to_arrow_schema, to_arrow_type
-from .exact import ExactChecks, arrow_suspect, may_be_suspect, plan_of, value_problem
+from .exact import ExactChecks, plan_of, value_problem
+from .exact_converted import arrow_suspect, may_be_suspect
 
 
 class OutputSchemaError(ValueError):

@@ -19,6 +19,7 @@ from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
 from .arrow_lane import PYARROW, ROWS, Settle, run_lane
+from .arrow_names import map_in_arrow
 from .budget import Budget
 from .checked import Output, OutputChecks, tag_outputs
 from .compat import DataFrameLike, DataFrameT
@@ -244,9 +245,9 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     if planning():  # aiospark.plan(): the counts of this run instead of the run
         return count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
                          lookup_on=getattr(function, "journal_identity_columns", ()))
-    out = df.mapInArrow(runner, out_schema)
+    out = map_in_arrow(df, runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
-    out.aiospark_metrics = options.metrics  # type: ignore[attr-defined]
+    out.aiospark_metrics = options.metrics
     watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget,
           session=df.sparkSession)
     return out

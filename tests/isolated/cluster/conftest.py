@@ -120,7 +120,8 @@ def _group_alive(pgid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Start a standalone master and one worker (2 cores, 1g); yield the master URL and the daemons."""
+    """Start a standalone master and two workers (1 core, 1g each); yield the master URL and the daemons
+    (``worker``: the first one, whose work directory is ``work_dir``)."""
     import pyspark
 
     base = tmp_path_factory.mktemp("cluster")
@@ -141,7 +142,7 @@ def cluster(tmp_path_factory):
     if java_home:
         env["JAVA_HOME"] = java_home
 
-    port, ui_port, worker_ui_port = _free_port(), _free_port(), _free_port()
+    port, ui_port = _free_port(), _free_port()
     master_url = f"spark://127.0.0.1:{port}"
     daemons: list[Daemon] = []
     try:
@@ -150,12 +151,19 @@ def cluster(tmp_path_factory):
                                    "--port", str(port), "--webui-port", str(ui_port)], env, base / "master.log")
         daemons.append(master)
         master.wait_for("I have been elected leader", deadline)
-        worker = Daemon("worker", ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
-                                   "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui_port),
-                                   "--work-dir", str(work_dir)], env, base / "worker.log")
-        daemons.append(worker)
-        worker.wait_for("Successfully registered with master", deadline)
-        yield {"url": master_url, "master": master, "worker": worker, "work_dir": work_dir}
+        workers = []
+        for n in (1, 2):  # two workers, a core each: the executors of one job on two "hosts"
+            folder = work_dir if n == 1 else base / f"work{n}"
+            folder.mkdir(exist_ok=True)
+            worker = Daemon(f"worker{n}", ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
+                                           "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
+                                           "--work-dir", str(folder)], env, base / f"worker{n}.log")
+            daemons.append(worker)
+            workers.append(worker)
+        for worker in workers:
+            worker.wait_for("Successfully registered with master", deadline)
+        worker = workers[0]
+        yield {"url": master_url, "master": master, "worker": worker, "workers": workers, "work_dir": work_dir}
     finally:
         for daemon in reversed(daemons):  # worker first: it takes its executors down with it
             daemon.kill()
@@ -186,8 +194,8 @@ def cluster_spark(cluster):
 def _wait_for_executor(session, cluster) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     tracker = session.sparkContext._jsc.sc().statusTracker()
-    while len(tracker.getExecutorInfos()) < 2:  # the driver plus at least one executor
+    while len(tracker.getExecutorInfos()) < 3:  # the driver plus an executor on each worker
         if time.monotonic() > deadline:
-            raise RuntimeError(f"no executor registered within {START_TIMEOUT}s; worker log:\n"
-                               f"{_tail(cluster['worker'].log)}")
+            raise RuntimeError(f"not an executor on each worker within {START_TIMEOUT}s; worker logs:\n"
+                               + "\n".join(_tail(w.log) for w in cluster["workers"]))
         time.sleep(0.25)

@@ -216,3 +216,27 @@ def test_a_journal_at_a_local_path_is_warned_about_on_a_cluster(spark, tmp_path)
         out = aiospark.unordered_wait(df, jittery_identity, "id LONG, pid INT",
                                       journal=aiospark.Journal(str(tmp_path / "j"), key="id"))
     assert sorted(r.id for r in out.collect()) == list(range(20))  # this cluster's hosts share the disk
+
+
+def test_a_journal_shared_by_two_workers_pays_each_key_once_whatever_the_partitioning(spark):
+    """Issue 48 on a cluster: the executors of two workers share one journal on an object store
+    (moto's S3 server, here); equal keys spread over every partition are called once per job, and
+    a rerun partitioned any other way calls nothing."""
+    from tests.support.journal import calls
+    from tests.support.key_call import KEY_SCHEMA, KeyCall
+    from tests.support.s3 import S3Server
+
+    executors = {e.executorId() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
+    assert len(executors - {"driver"}) == 2, executors  # one executor on each worker
+    with S3Server() as s3, FaultService(ServiceConfig(latency=0.002)) as svc:
+        journal = aiospark.Journal(s3.uri(), key="key")
+        # 600 rows, 200 keys, each key in every one of the 3 partitions
+        df = spark.range(0, 600, 1, 3).select(F.format_string("k%03d", F.col("id") % 200).alias("key"))
+        first = aiospark.unordered_wait(df, KeyCall(svc.url), KEY_SCHEMA, journal=journal).collect()
+        assert calls(svc) == 200
+        assert sorted(r.key for r in first) == sorted(f"k{i % 200:03d}" for i in range(600))
+        assert all(r.value == expected_item(r.key)["value"] for r in first)
+        for n in (1, 4, 7):
+            again = aiospark.unordered_wait(df.repartition(n), KeyCall(svc.url), KEY_SCHEMA, journal=journal).collect()
+            assert sorted((r.key, r.value) for r in again) == sorted((r.key, r.value) for r in first)
+        assert calls(svc) == 200

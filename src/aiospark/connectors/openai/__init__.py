@@ -73,7 +73,8 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
 
 The package: ``function.py`` (what both functions share: limits, retries, usage, the transport's
 life), ``embeddings.py``, ``chat.py`` with ``answers.py`` (what a choice holds), ``schema.py``
-(structured outputs) and ``choices.py`` (their allowed values), ``pacing.py`` (the
+(structured outputs: the JSON Schema, with ``response_format.py`` and ``answer_values.py`` for the
+way in and back) and ``choices.py`` (their allowed values), ``pacing.py`` (the
 endpoint's ``x-ratelimit-*`` headers) and ``endpoint.py`` (the API's requests and errors, over the
 HTTP transport or the ``openai`` SDK). Every
 import inside it is relative or absolute, so ``import openai`` there is always the SDK.

@@ -44,6 +44,7 @@ from ..http.response import status_error
 from ..http.transport import Answer, Transport, TransportFailure
 from ..redaction import Redactor
 from ..secrets import Secret, resolve_secret
+from .base_url import PUBLIC_QUERY, check_base_url
 from .batch_files import (
     BATCH_ENDPOINTS,
     MAX_BYTES,
@@ -55,7 +56,6 @@ from .batch_files import (
     plan_files,
 )
 from .endpoint import retry_after_of
-from .function import _PUBLIC_QUERY, _check_base_url
 
 __all__ = ["BATCH_ENDPOINTS", "MAX_BYTES", "MAX_REQUESTS", "TERMINAL", "BatchRequest", "BatchFailure", "BatchInfo",
            "BatchClient", "BatchProtocolError", "plan_files"]
@@ -130,7 +130,7 @@ class BatchClient:
     def __init__(self, base_url: str, api_key: str | Secret | None = None, *, client: str = "auto",
                  timeout: float = 600.0, headers: Mapping[str, str] | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", max_connections: int = 8) -> None:
-        bare, hostport, query = _check_base_url(base_url)
+        bare, hostport, query = check_base_url(base_url)
         if client == "openai":
             raise ValueError("client='openai' is not supported by BatchClient: the Batch API goes through "
                              "aiospark's HTTP seam; use client='auto', 'pyreqwest' or 'aiohttp'")
@@ -144,7 +144,7 @@ class BatchClient:
         self._headers = dict(headers or {})
         # as the live functions do: every header value and every query value but api-version may be a
         # credential (Azure's 'api-key' header, Gemini's '?key=')
-        secret_query = [v for k, v in query.items() if k not in _PUBLIC_QUERY]
+        secret_query = [v for k, v in query.items() if k not in PUBLIC_QUERY]
         self._redactor = Redactor(self._key, *(Secret(v) for v in (*self._headers.values(), *secret_query)
                                                if len(v) >= 4))
         self._base = quote(bare, safe=":/?#[]@!$&'()*+,;=%~")

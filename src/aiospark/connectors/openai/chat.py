@@ -118,7 +118,8 @@ class OpenAIChat(OpenAIFunction):
 
     def _structured(self, response_format: Any) -> None:
         """Check ``response_format`` now (definition time) and build the request's field once."""
-        from .schema import json_schema, response_struct, schema_name
+        from .response_format import response_struct
+        from .schema import json_schema, schema_name
 
         if "response_format" in self.extra_body:
             raise ValueError("give the answer's shape as response_format=, not also in extra_body")
@@ -183,7 +184,7 @@ class OpenAIChat(OpenAIFunction):
     def _read_structured(self, content: str) -> dict:
         """The answer as the ``response_type`` value; a retryable error showing its start when it does
         not fit (a model may well answer right when asked again)."""
-        from .schema import read_answer
+        from .answer_values import read_answer
         from .validated import validated
 
         try:

@@ -34,13 +34,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["CHARS", "ENUM", "RANGES", "allowed_of", "choices_of", "with_enums"]
+__all__ = ["CHARS", "ENUM", "NTZ", "RANGES", "allowed_of", "choices_of", "with_enums"]
 
 #: Spark's CHAR/VARCHAR types where this pyspark has them; the integer types' ranges
 CHARS = tuple(t for t in (getattr(sys.modules["pyspark.sql.types"], n, None) for n in ("CharType", "VarcharType"))
                if t is not None)
 RANGES: dict[type, tuple[int, int]] = {ByteType: (-2**7, 2**7 - 1), ShortType: (-2**15, 2**15 - 1), IntegerType: (-2**31, 2**31 - 1),
            LongType: (-2**63, 2**63 - 1)}
+#: Spark's TIMESTAMP_NTZ type where this pyspark has it (else None)
+NTZ = getattr(sys.modules["pyspark.sql.types"], "TimestampNTZType", None)
 #: a field's metadata key holding its allowed values (JSON Schema's ``enum``)
 ENUM = "enum"
 _ENUM_COMMENT = re.compile(r"\s*enum\s*:\s*(.+?)\s*", re.IGNORECASE | re.DOTALL)

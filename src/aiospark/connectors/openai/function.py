@@ -18,7 +18,6 @@ import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ...core.function import AsyncFunction
 from ...core.ratelimit import RateLimit
@@ -29,6 +28,7 @@ from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
 from ..redaction import Redactor, scrubbed, short
 from ..secrets import Secret, is_credential_header, resolve_secret
+from .base_url import PUBLIC_QUERY, check_base_url
 from .endpoint import CLIENTS, Endpoint, open_endpoint
 from .pacing import MAX_RETRY_AFTER, Pacer
 
@@ -37,8 +37,6 @@ __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer
 log = logging.getLogger(__name__)
 
 _RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
-#: query parameters of base_url shown as they are (every other value may be a key: shown as ***)
-_PUBLIC_QUERY = ("api-version",)
 #: the entry points' default row timeout (seconds): a request timeout above it is cut short there
 _ROW_TIMEOUT = 60.0
 
@@ -113,36 +111,6 @@ def _check_column(name: str, value: Any) -> str:
     return value
 
 
-def _check_base_url(base_url: Any) -> tuple[str, str, dict[str, str]]:
-    """``(base_url without its query and a trailing '/', host:port, the query's parameters)``;
-    ValueError saying what to change. The query (Azure's ``?api-version=...``) goes on every
-    request: ``{base_url}/chat/completions?api-version=...``."""
-    if not isinstance(base_url, str) or not base_url:
-        raise ValueError("base_url must be the endpoint's URL up to the API version, "
-                         f"e.g. 'http://127.0.0.1:8000/v1', got {base_url!r}")
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got "
-                         f"{parts.scheme + '://' if parts.scheme else ''}{parts.hostname or '...'}")
-    if parts.username or parts.password:
-        raise ValueError("base_url must not hold credentials: pass the key as api_key= (or set OPENAI_API_KEY)")
-    if parts.fragment:
-        raise ValueError("base_url must not have a fragment ('#...'): give the URL up to the "
-                         "API version, e.g. 'http://127.0.0.1:8000/v1'")
-    try:
-        query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)) if parts.query else {}
-    except ValueError:
-        raise ValueError("base_url's query string does not parse: write it as '?name=value&...', e.g. "
-                         "'https://host/openai/deployments/d?api-version=2024-06-01'") from None
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"base_url has a bad port: {parts.netloc!r}") from None
-    hostport = f"{parts.hostname}:{port or (443 if parts.scheme == 'https' else 80)}"
-    bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-    return bare.rstrip("/"), hostport, query
-
-
 def _check_limit(name: str, value: Any) -> float | None:
     if value is None:
         return None
@@ -199,7 +167,7 @@ class OpenAIFunction(AsyncFunction):
         out = {name: getattr(self, name, None) for name in self._answer_settings}
         # the query picks the API (Azure's api-version, a gateway's route): its names count, and the
         # values the repr shows; any other value may be a key (Gemini's '?key=')
-        out["base_url"] = self.base_url + "".join(f"{'&' if i else '?'}{k}={v if k in _PUBLIC_QUERY else '***'}"
+        out["base_url"] = self.base_url + "".join(f"{'&' if i else '?'}{k}={v if k in PUBLIC_QUERY else '***'}"
                                                   for i, (k, v) in enumerate(sorted(self._query.items())))
         out["headers"] = {k: v for k, v in sorted(self._headers.items()) if not is_credential_header(k)}
         return out
@@ -212,7 +180,7 @@ class OpenAIFunction(AsyncFunction):
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
         self.model = model
-        self.base_url, self._hostport, self._query = _check_base_url(base_url)
+        self.base_url, self._hostport, self._query = check_base_url(base_url)
         self.input = _check_column("input", input)
         self.output = _check_column("output", output)
         if client not in CLIENTS:
@@ -263,14 +231,14 @@ class OpenAIFunction(AsyncFunction):
     def _make_redactor(self) -> Redactor:
         # every header value may be a credential (e.g. 'api-key' for Azure-style endpoints)
         # and every query value (Gemini's OpenAI layer takes '?key=...')
-        query = [v for k, v in self._query.items() if k not in _PUBLIC_QUERY]
+        query = [v for k, v in self._query.items() if k not in PUBLIC_QUERY]
         return Redactor(self._key, *(Secret(v) for v in (*self._headers.values(), *query) if len(v) >= 4))
 
     def __getstate__(self) -> dict:
         return {k: (None if k in _RUNTIME else v) for k, v in self.__dict__.items()}
 
     def __repr__(self) -> str:
-        shown = "&".join(f"{k}={v if k in _PUBLIC_QUERY else '***'}" for k, v in self._query.items())
+        shown = "&".join(f"{k}={v if k in PUBLIC_QUERY else '***'}" for k, v in self._query.items())
         return (f"{type(self).__name__}({self.model!r}, base_url={self.base_url + ('?' + shown if shown else '')!r}, "
                 f"api_key={'***' if self._key else None}, input={self.input!r}, output={self.output!r}, "
                 f"client={self.client!r})")

@@ -1,11 +1,11 @@
 """A pydantic ``response_format``'s validated answer, checked again against the Spark type.
 
-:func:`validated` runs the model's validators on the answer :func:`.schema.read_answer` read, and
+:func:`validated` runs the model's validators on the answer :func:`.answer_values.read_answer` read, and
 returns what they made of it (a ``field_validator`` that trims is what Spark gets). A validator may
 return anything: ``12345`` for a ``str`` field, ``"zzz"`` for a ``Literal["a", "b"]`` one (an
 after-validator is not checked by pydantic), ``10**30`` for an ``int``. So every value is checked
 again against the field's Spark type and allowed values; a value that does not fit is an
-:class:`~.schema.AnswerError` (the answer's error, quoted by the caller), never a Spark error later.
+:class:`~.answer_values.AnswerError` (the answer's error, quoted by the caller), never a Spark error later.
 
 Example::
 
@@ -33,8 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .answer_values import AnswerError, _decimal, _kind
 from .choices import CHARS, ENUM, RANGES
-from .schema import AnswerError, _decimal, _kind
 
 __all__ = ["model_classes", "validated"]
 

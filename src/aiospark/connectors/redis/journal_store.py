@@ -11,7 +11,9 @@ fails the task naming it (the URL without its password).
 
 ``aiospark journal --drop-errors`` deletes every ``E`` key with a server-side script that deletes
 it only if it still holds an error, so a result written meanwhile by a running job is never
-removed.
+removed. With one key per outcome the summary's counts are exact, and there is nothing to compact:
+``--compact`` changes nothing and says so (exit 0, so a script may compact every journal alike;
+with ``--drop-errors`` the errors are still dropped).
 
 Example::
 
@@ -30,11 +32,13 @@ from ...journal.errors import JournalStoreError
 from ...journal.location import redacted
 from ...journal.manifest import Manifest, refuse
 from ...journal.segment import pickled
-from ...journal.store import Entry, JournalNotFound, JournalStore, JournalSummary, Outcomes, StoreTask
+from ...journal.store import Compaction, Entry, JournalNotFound, JournalStore, JournalSummary, Outcomes, StoreTask
 
-__all__ = ["DEFAULT_PREFIX", "RedisStore", "RedisTask", "split_url"]
+__all__ = ["DEFAULT_PREFIX", "LAYOUT", "RedisStore", "RedisTask", "split_url"]
 
 DEFAULT_PREFIX = "aiospark:journal"
+#: how a Redis journal keeps its outcomes, as ``aiospark journal`` says it
+LAYOUT = "one key per outcome: counts exact, nothing to compact"
 MGET_CHUNK = 1000
 
 _DROP_IF_ERROR = """
@@ -104,6 +108,13 @@ class RedisStore(JournalStore):
 
     def drop_errors(self, quiet: float) -> int:
         return _redis_drop(self)  # a script deletes a key only while it holds an error: no quiet needed
+
+    def compact(self, quiet: float, drop_errors: bool = False) -> Compaction:
+        """Nothing to rewrite (one key per outcome); the errors dropped when asked, and the counts."""
+        dropped = _redis_drop(self) if drop_errors else 0
+        summary = _redis_summary(self, 0)
+        return Compaction(self.shown, "redis", results=summary.results, errors=summary.errors, dropped=dropped,
+                          note="a Redis journal keeps one key per outcome (its counts are exact)")
 
 
 def decode(raw: bytes) -> tuple[bytes | None, str | None]:
@@ -210,7 +221,7 @@ def _redis_summary(store: RedisStore, samples: int) -> JournalSummary:
     try:
         manifest = _redis_manifest(store, client)
         prefix = f"{store.prefix}:{manifest.digest}:"
-        out = JournalSummary(store.shown, "redis", manifest)
+        out = JournalSummary(store.shown, "redis", manifest, layout=LAYOUT)
         try:
             for keys in _redis_keys(client, prefix):
                 pipe = client.pipeline(transaction=False)
