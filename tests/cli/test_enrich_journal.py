@@ -12,7 +12,7 @@ import aiospark
 from aiospark.app.cli import main
 from tests.cli.enrich_support import EchoServer
 from tests.cli.enrich_support import aiospark as run_aiospark
-from tests.spark.test_review48b import SCHEMA, Call, ans, logged
+from tests.spark.test_journal_pay_once import SCHEMA, Call, ans, logged
 
 
 def parquet_dataset(path, files=3, keys=20):
