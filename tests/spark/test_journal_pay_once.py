@@ -644,7 +644,7 @@ def test_a_driver_killed_mid_dedup_run_then_compacted_then_rerun_another_way(spa
     env = dict(os.environ, AIOSPARK_JOURNAL_LEASE_SECONDS="5", PYSPARK_PYTHON=sys.executable,
                PYSPARK_DRIVER_PYTHON=sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
-    code = "import sys; from tests.spark.test_review48b import job_main; job_main(sys.argv[1:])"
+    code = "import sys; from tests.spark.test_journal_pay_once import job_main; job_main(sys.argv[1:])"
     with open(tmp_path / "driver.log", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-c", code, log, loc], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True)
