@@ -105,7 +105,7 @@ def write_batch(writer: Any, entries: Sequence[tuple[str, Any, str | None]]) -> 
 def is_segment(data: bytes) -> bool:
     """Whether ``data`` starts as a journal segment (an Arrow stream with a segment's schema)."""
     try:
-        names = pa.ipc.open_stream(pa.py_buffer(data)).schema.names
+        names: list[str] = pa.ipc.open_stream(pa.py_buffer(data)).schema.names
     except Exception:
         return False
     return names == BATCHED.names or names[:4] == SCHEMA.names
