@@ -108,7 +108,7 @@ def is_segment(data: bytes) -> bool:
         names: list[str] = pa.ipc.open_stream(pa.py_buffer(data)).schema.names
     except Exception:
         return False
-    return names == BATCHED.names or names[:4] == SCHEMA.names
+    return bool(names == BATCHED.names or names[:4] == SCHEMA.names)
 
 
 def read_outcomes(data: bytes) -> tuple[Outcomes, int]:
