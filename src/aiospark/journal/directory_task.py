@@ -71,7 +71,7 @@ class DirectoryTask(StoreTask):
         self._whole_read = False
         #: on a local disk: bucket -> its open segment
         self.writers: dict[int, SegmentWriter] = {}
-        #: on an object store: the task's parts
+        #: the task's parts: on an object store, and on a local disk for buckets beyond MAX_OPEN_SEGMENTS
         self.parts: PartsWriter | None = None
         #: rows skipped while loading (bad crc), and segments read
         self.skipped = 0
