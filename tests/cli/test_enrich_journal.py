@@ -111,3 +111,28 @@ def test_journal_counts_each_identity_once_across_runs_and_compact_keeps_every_o
     out = run(rows(0, 100, 3))
     assert len(logged(log)) == n + 10 and not [r for r in out if r._error is not None]
     assert all(r.a == ans(r.key) for r in out)
+
+
+def test_a_journal_an_earlier_release_wrote_is_read_as_it_was_written(spark, tmp_path):
+    """Before enrich identified rows by the URL's columns, its journals identified them by every
+    column (the manifest's key: all input columns). Such a journal is still served, not refused."""
+    from aiospark.app.enrich import run_enrich
+
+    src = tmp_path / "in.csv"
+    src.write_text("id,n\n" + "".join(f"k{i},{i}\n" for i in range(20)))
+    loc = str(tmp_path / "j")
+    quiet = dict(out=lambda line: None, warn=lambda line: None)
+    with EchoServer(delay=0.01) as server:
+        url = server.url + "/item/{id}"
+        # what the earlier release bound: key = every input column
+        run_enrich(str(src), str(tmp_path / "o1.json"), url=url, schema="seen STRING",
+                   journal=aiospark.Journal(loc, key=["id", "n"]), **quiet)
+        assert len(server.paths) == 20
+        again = run_enrich(str(src), str(tmp_path / "o2.json"), url=url, schema="seen STRING",
+                           journal=aiospark.Journal(loc), **quiet)
+        assert len(server.paths) == 20, "a journal of the earlier release was not served"
+        assert again["rows"] == 20
+        fresh = str(tmp_path / "k")  # a new journal is keyed by the URL's columns
+        run_enrich(str(src), str(tmp_path / "o3.json"), url=url, schema="seen STRING",
+                   journal=aiospark.Journal(fresh), **quiet)
+    assert aiospark.Journal(fresh).store.read_manifest().key == ["id"]

@@ -154,7 +154,7 @@ def test_timeout_bounds_each_request_and_the_row(tmp_path):
                         "--schema", "seen STRING", "--timeout", "120", "--master", "local[1]")
         calls_slow = len(server.paths)
         short = aiospark("enrich", str(src), str(tmp_path / "short.json"), "--url", server.url + "/s/{id}",
-                         "--schema", "seen STRING", "--timeout", "3", "--master", "local[1]")
+                         "--schema", "seen STRING", "--timeout", "3", "--retries", "0", "--master", "local[1]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert calls_slow == 1  # one request answered in 12 s, never cut at 10 s and retried
     assert [r["seen"] for r in read_json_lines(tmp_path / "out.json")] == ["/s/slow"]

@@ -242,3 +242,41 @@ def test_a_live_writers_lease_refuses_the_compaction_and_nothing_changes(tmp_pat
     done = compact(loc)
     assert (done.written, done.rows) == (1, 3) and done.removed >= 2
     assert found(bound, "3.1", ["[1]", "[2]", "[3]"]) == {f"[{i}]": (result(i), None) for i in (1, 2, 3)}
+
+
+def test_a_file_compaction_cannot_read_as_a_segment_stops_it_and_nothing_is_deleted(tmp_path):
+    """Compaction deletes what it rewrote: a foreign ``.arrow`` in a bucket folder, or a segment it
+    cannot read, is never taken for an empty segment."""
+    loc = tmp_path / "j"
+    bound = Journal(str(loc), keep_errors=True, buckets=2).bind(manifest())
+    write_run(bound, "1.1", [(f"[{i}]", result(i), None) for i in range(10)])
+    write_run(bound, "1.2", [(f"[{i}]", result(i), None) for i in range(10, 20)])  # two segments per bucket
+    top = f"{loc}/{bound.manifest.digest}"
+    foreign = tmp_path / "j" / bound.manifest.digest / "k=0" / "someone-else.arrow"
+    foreign.write_bytes(b"not a journal's")
+    before = segments(pafs.LocalFileSystem(), top)
+    with pytest.raises(JournalStoreError, match="someone-else.arrow is not a journal segment: move it out"):
+        compact(str(loc))
+    assert foreign.read_bytes() == b"not a journal's"
+    assert segments(pafs.LocalFileSystem(), top) == before  # refused before anything changed
+    assert len(found(bound, "2.1", [f"[{i}]" for i in range(20)])) == 20
+    foreign.unlink()
+    assert compact(str(loc)).rows == 20
+
+
+def test_a_task_on_a_local_disk_keeps_a_bounded_number_of_segments_open(tmp_path):
+    """Without the dedup shuffle a task holds rows of every bucket: beyond MAX_OPEN_SEGMENTS open
+    files its outcomes go into parts (one file per flush), split into bucket segments at close."""
+    from aiospark.journal.directory_task import MAX_OPEN_SEGMENTS
+
+    loc = tmp_path / "j"
+    bound = Journal(str(loc), keep_errors=True, buckets=4 * MAX_OPEN_SEGMENTS).bind(manifest())
+    identities = [f"[{i}]" for i in range(20 * MAX_OPEN_SEGMENTS)]
+    view = bound.open_task(0, None, "1.1")
+    view.store_task.write([(i, result(i), None) for i in identities])  # what one flush hands the store
+    assert len(view.store_task.writers) == MAX_OPEN_SEGMENTS and view.store_task.parts is not None
+    view.close()
+    top = f"{loc}/{bound.manifest.digest}"
+    after = segments(pafs.LocalFileSystem(), top)
+    assert "parts" not in after and len(after) == len({bucket_of(i, 4 * MAX_OPEN_SEGMENTS) for i in identities})
+    assert found(bound, "2.1", identities) == {i: (result(i), None) for i in identities}

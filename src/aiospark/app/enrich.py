@@ -278,21 +278,28 @@ def run_enrich(input_path: str, output_path: str, *, url: str, schema: str, conc
     metrics = Metrics("enrich")
     from ..journal import JournalMismatch
 
-    if journal is not None and journal.key is None:  # a GET's answer is its URL's: equal URLs, one call per job
-        journal = journal.with_key([safe[k] for k in plan.source.key_columns])
     join = dict(on=[safe[k] for k in plan.source.key_columns], how=how, capacity=concurrency, timeout=timeout,
-                retry=retry, ordered=ordered, cache=cache, on_error=on_error, metrics=metrics, journal=journal,
-                budget=budget, rate_limit=rate_limit)
-    try:
-        if dry_run:  # the same lookup_join, counted by Spark instead of run: nothing is called or written
-            from ..spark.plan import plan as plan_run
+                retry=retry, ordered=ordered, cache=cache, on_error=on_error, metrics=metrics, budget=budget,
+                rate_limit=rate_limit)
+    # a GET's answer is its URL's: rows are identified by the URL's columns (equal URLs, one call per
+    # job); a journal an earlier release wrote identifies rows by every column and is read that way
+    journals = [journal] if journal is None or journal.key is not None else \
+        [journal.with_key([safe[k] for k in plan.source.key_columns]), journal]
+    for tried, candidate in enumerate(journals):
+        try:
+            if dry_run:  # the same lookup_join, counted by Spark instead of run: nothing is called or written
+                from ..spark.plan import plan as plan_run
 
-            counted_run = plan_run(lookup_join, df, _MarkedHttp(plan.source), **join)
-            out(f"dry run of {input_path} -> {output_path}: {counted_run}; nothing was called or written")
-            return {"plan": counted_run, "rows": counted_run.rows, "error_rows": 0}
-        enriched = lookup_join(df, _MarkedHttp(plan.source), **join)
-    except JournalMismatch as exc:  # checked on the driver, before any call
-        raise EnrichError(_journal_refusal(str(exc))) from None
+                counted_run = plan_run(lookup_join, df, _MarkedHttp(plan.source), journal=candidate, **join)
+                out(f"dry run of {input_path} -> {output_path}: {counted_run}; nothing was called or written")
+                return {"plan": counted_run, "rows": counted_run.rows, "error_rows": 0}
+            enriched = lookup_join(df, _MarkedHttp(plan.source), journal=candidate, **join)
+            break
+        except JournalMismatch as exc:  # checked on the driver, before any call or write
+            if tried == 0 and len(journals) == 2:
+                refusal = exc
+                continue
+            raise EnrichError(_journal_refusal(str(refusal if tried else exc))) from None
     prepared = _prepare(enriched, columns, plan, on_error, safe)
     if on_error == "row":
         prepared = prepared.unionByName(_malformed_rows(marked, columns, prepared))

@@ -116,6 +116,13 @@ class Journal:
         manifest = dataclasses.replace(manifest, buckets=buckets)
         if write:
             self.store.bind_layout(manifest)
+            # another job may have pinned the buckets first (two first runs at once): its B is the journal's
+            pinned = self.store.layout_buckets()
+            if pinned is not None and pinned != buckets:
+                if self.buckets is not None:
+                    raise ValueError(f"Journal({self.location!r}, buckets={self.buckets}): another run fixed this "
+                                     f"journal's buckets at {pinned} meanwhile; pass buckets={pinned} or leave buckets= out")
+                manifest = dataclasses.replace(manifest, buckets=pinned)
         return BoundJournal(self.store, manifest, self.keep_errors, self.location)
 
     def __repr__(self) -> str:

@@ -48,7 +48,7 @@ from .errors import JournalStoreError
 from .lease import SUFFIX, holder, stem, sweep
 from .listing import listing
 from .manifest import MANIFEST, Manifest
-from .segment import BATCH_ROWS, BATCHED, Outcomes, read_outcomes, write_batch
+from .segment import BATCH_ROWS, BATCHED, Outcomes, is_segment, read_outcomes, write_batch
 from .store import JournalNotFound, JournalSummary
 from .writers import PARTS
 
@@ -135,13 +135,26 @@ def layout_of(store: DirectoryStore, manifest: Manifest) -> Layout:
     return out
 
 
-def read_segment_file(fs: pafs.FileSystem, info: Any) -> tuple[Outcomes, int]:
-    """One segment's outcomes and skipped rows (``({}, 0)`` when it vanished meanwhile)."""
+def read_segment_file(fs: pafs.FileSystem, info: Any, strict: bool = False) -> tuple[Outcomes, int]:
+    """One segment's outcomes and skipped rows (``({}, 0)`` when it vanished meanwhile).
+
+    ``strict`` (what a rewrite that deletes the file needs): a read that fails for another reason
+    than the file being gone, or a non-empty file that is not a segment (someone else's ``.arrow``),
+    is a :class:`JournalStoreError` rather than no outcomes, so nothing unread is ever deleted."""
     try:
         with fs.open_input_stream(info.path) as f:
-            return read_outcomes(f.read())
-    except OSError:
-        return {}, 0  # vanished meanwhile (a concurrent drop): its rows are elsewhere or called again
+            data = f.read()
+    except FileNotFoundError:
+        return {}, 0  # vanished meanwhile (a concurrent drop): its outcomes are in what replaced it
+    except OSError as exc:
+        if strict:
+            raise JournalStoreError(f"cannot read {info.path} ({type(exc).__name__}): nothing was rewritten "
+                                    "from it; run the command again") from None
+        return {}, 0  # only counted or shown: an unreadable segment counts as empty
+    if strict and data and not is_segment(data):
+        raise JournalStoreError(f"{info.path} is not a journal segment: move it out of the journal's "
+                                "folders (a rewrite would delete it)")
+    return read_outcomes(data)
 
 
 def merge(found: Iterable[Outcomes]) -> Outcomes:
@@ -161,10 +174,12 @@ class Buckets:
     ``values=False`` keeps only whether an outcome is a result (``True`` stands for its results):
     counting needs no more. ``skipped``: rows with a bad checksum among the segments read so far."""
 
-    def __init__(self, fs: pafs.FileSystem, layout: Layout, values: bool = True):
+    def __init__(self, fs: pafs.FileSystem, layout: Layout, values: bool = True, strict: bool = False):
         self.fs = fs
         self.layout = layout
         self.values = values
+        #: a rewrite's reading (:func:`read_segment_file`): a segment that cannot be read stops it
+        self.strict = strict
         self.skipped = 0
         #: bucket -> the loose segments' merged outcomes of that bucket
         self.loose: dict[int, Outcomes] = {}
@@ -172,7 +187,7 @@ class Buckets:
             self.loose.setdefault(bucket_of(identity, layout.buckets), {})[identity] = outcome
 
     def _read(self, info: Any) -> Outcomes:
-        found, skipped = read_segment_file(self.fs, info)
+        found, skipped = read_segment_file(self.fs, info, self.strict)
         self.skipped += skipped
         if self.values:
             return found

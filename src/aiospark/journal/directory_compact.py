@@ -46,6 +46,7 @@ from .directory_admin import (
     take_over,
     write_segment,
 )
+from .errors import JournalStoreError
 from .listing import listing
 from .store import Compaction
 from .writers import bucket_dir
@@ -61,7 +62,7 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
     manifest = directory_manifest(store)
     fs, _ = store.fs
     layout = layout_of(store, manifest)
-    reader = Buckets(fs, layout)  # the loose segments, read once
+    reader = Buckets(fs, layout, strict=True)  # the loose segments, read once; what is unread is never deleted
     out = Compaction(store.shown, "directory", buckets=layout.buckets)
     rewrite = {b for b in reader.order() if len(layout.by_bucket.get(b, ())) > 1 or b in reader.loose}
     if drop_errors:  # a one-segment bucket holding a kept error is rewritten too
@@ -71,7 +72,12 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
     rewritten = [info for b in sorted(rewrite) for info in layout.by_bucket.get(b, [])] + consumed
     refuse_written(store, rewritten, quiet, time.time(), "compact it")  # before anything changes
     if rewrite and manifest.buckets is None:  # pin the B its k= folders are written with
-        store.write_manifest(dataclasses.replace(manifest, buckets=layout.buckets), replace=True)
+        now = directory_manifest(store)
+        if now.buckets is not None and now.buckets != layout.buckets:  # a run pinned another B meanwhile
+            raise JournalStoreError(f"{store.shown}: a run fixed the journal's buckets at {now.buckets} while it was "
+                                    "being read; nothing was changed: run the command again")
+        if now.buckets is None:
+            store.write_manifest(dataclasses.replace(manifest, buckets=layout.buckets), replace=True)
     take_over(fs, rewritten)
     for bucket in reader.order():
         merged = reader.merged(bucket)

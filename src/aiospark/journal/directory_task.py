@@ -39,6 +39,11 @@ from .segment import Outcomes, read_outcomes
 from .store import Entry, StoreTask
 from .writers import PARTS, PartsWriter, SegmentWriter, bucket_dir
 
+#: a task on a local disk keeps at most this many bucket segments open (a file descriptor each); the
+#: outcomes of further buckets (a task fed without the dedup shuffle, many buckets) go into parts,
+#: as on an object store: one file per flush, split into bucket segments when the task ends
+MAX_OPEN_SEGMENTS = 64
+
 if TYPE_CHECKING:  # the store makes its tasks (function-level import there): no import back
     from .directory import DirectoryStore
 
@@ -66,7 +71,7 @@ class DirectoryTask(StoreTask):
         self._whole_read = False
         #: on a local disk: bucket -> its open segment
         self.writers: dict[int, SegmentWriter] = {}
-        #: on an object store: the task's parts
+        #: the task's parts: on an object store, and on a local disk for buckets beyond MAX_OPEN_SEGMENTS
         self.parts: PartsWriter | None = None
         #: rows skipped while loading (bad crc), and segments read
         self.skipped = 0
@@ -120,8 +125,10 @@ class DirectoryTask(StoreTask):
             try:
                 with self.fs.open_input_stream(info.path) as f:
                     data = f.read()
-            except OSError:
-                continue  # vanished (compacted meanwhile) or unreadable: its rows are called again
+            except FileNotFoundError:
+                continue  # compacted meanwhile: its outcomes are in the segment that replaced it
+            # any other read error fails the task (JournalStoreError): rows it would have served
+            # must not be paid again unseen; Spark retries the task
             found, skipped = read_outcomes(data)
             self.segments += 1
             self.skipped += skipped
@@ -146,12 +153,20 @@ class DirectoryTask(StoreTask):
         groups: dict[int, list[Entry]] = {}
         for entry in entries:
             groups.setdefault(bucket_of(entry[0], self.buckets), []).append(entry)
+        overflow: list[Entry] = []
         for bucket, group in groups.items():
             writer = self.writers.get(bucket)
+            if writer is None and len(self.writers) >= MAX_OPEN_SEGMENTS:
+                overflow += group  # a file held open per bucket would run out of descriptors
+                continue
             if writer is None:
                 writer = self.writers[bucket] = SegmentWriter(self.fs, bucket_dir(self.top, bucket), self.attempt,
                                                               self.store.lease_seconds)
             writer.write(group)
+        if overflow:  # the buckets beyond the first MAX_OPEN_SEGMENTS: one part per flush, split at close
+            if self.parts is None:
+                self.parts = PartsWriter(self.fs, self.top, self.attempt, self.store.lease_seconds, self.buckets)
+            self.parts.write(overflow)
 
     def _open(self) -> list[SegmentWriter | PartsWriter]:
         return [*self.writers.values(), *([self.parts] if self.parts is not None else [])]

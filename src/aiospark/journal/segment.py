@@ -102,6 +102,15 @@ def write_batch(writer: Any, entries: Sequence[tuple[str, Any, str | None]]) -> 
         writer.write_batch(batch, custom_metadata=meta)
 
 
+def is_segment(data: bytes) -> bool:
+    """Whether ``data`` starts as a journal segment (an Arrow stream with a segment's schema)."""
+    try:
+        names: list[str] = pa.ipc.open_stream(pa.py_buffer(data)).schema.names
+    except Exception:
+        return False
+    return bool(names == BATCHED.names or names[:4] == SCHEMA.names)
+
+
 def read_outcomes(data: bytes) -> tuple[Outcomes, int]:
     """The outcomes in one segment's bytes (results unpickled), and how many rows were skipped
     (a checksum that does not match). A broken tail (a killed writer) ends the reading; complete

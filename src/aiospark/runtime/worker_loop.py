@@ -37,6 +37,10 @@ _current: WorkerLoop | None = None
 #: Opened functions that no running task uses are closed beyond this many (least recently used first).
 MAX_IDLE_FUNCTIONS = 16
 
+#: Per-definition state kept for the tasks a worker runs one after another (:meth:`WorkerLoop.kept`)
+#: beyond this many definitions, the least recently used goes.
+MAX_KEPT = 256
+
 #: How long shutdown waits for ``close()`` of the opened functions.
 SHUTDOWN_SECONDS = 5.0
 
@@ -98,6 +102,7 @@ class WorkerLoop:
         self._functions: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._users: dict[str, weakref.WeakSet[asyncio.Task]] = {}  # tasks that used each instance
         self._opening: dict[str, asyncio.Future] = {}
+        self._kept: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._running: dict[int, str] = {}
         #: how to fail each tracked partition when something escapes the loop (see _escaped)
         self._failers: dict[int, Callable[[BaseException], None]] = {}
@@ -146,6 +151,22 @@ class WorkerLoop:
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Run ``coro`` on the loop; returns a thread-safe future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def kept(self, key: str, make: Callable[[], Any]) -> Any:
+        """The object kept for ``key`` across the tasks this worker runs, made by ``make()`` at first.
+
+        Example (a rate limit's bucket: the next task of the same definition starts where the last
+        one left it, not with a fresh burst)::
+
+            bucket = wl.kept(options.key + ":bucket", spec.bucket)
+        """
+        value = self._kept.get(key)
+        if value is None:
+            value = self._kept[key] = make()
+            while len(self._kept) > MAX_KEPT:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        return value
 
     async def opened(self, key: str, function: Any) -> Any:
         """The opened instance of the function defined as ``key``, opening ``function`` if needed.

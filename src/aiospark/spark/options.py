@@ -130,6 +130,11 @@ class CallOptions:
         rate_limit = self.rate_limit
         if callable(getattr(rate_limit, "acquire", None)) and callable(getattr(rate_limit, "open", None)):
             rate_limit = await wl.opened(self.key + ":rate_limit", rate_limit)  # one per worker, shared
+        elif isinstance(rate_limit, RateLimit):
+            # a worker runs its tasks one after another: the next task of this definition goes on
+            # with the bucket the last one left, so many short tasks (the dedup shuffle's) do not
+            # each start with a fresh burst; still a limit per running task
+            rate_limit = wl.kept(self.key + ":bucket", rate_limit.bucket)
         # the pyarrow lane's slices are the operator's elements: it batches nothing itself
         columnar = self.batch_format == PYARROW
         return AsyncWaitOperator(invoke(function) if invoke else function, output, ordered=self.ordered,
