@@ -814,7 +814,7 @@ EXOTIC = {
     "FLOAT": "CAST(CASE id % 3 WHEN 0 THEN 0.1 WHEN 1 THEN -0.0 ELSE 'NaN' END AS FLOAT)",
     "TIMESTAMP_NTZ": "CAST(make_timestamp_ntz(2024, 3, 10, 1 + id % 3, 30, 0) AS TIMESTAMP_NTZ)",
     "INTERVAL DAY TO SECOND": "make_dt_interval(id % 3, 0, 0, 0.5)",
-    "INTERVAL YEAR TO MONTH": "make_ym_interval(1, CAST(id % 3 AS INT))",
+    # (INTERVAL YEAR TO MONTH is left out: PySpark cannot collect it, journal or not)
     "VARIANT": "parse_json(CASE id % 3 WHEN 0 THEN '{\"a\": 1}' WHEN 1 THEN '[1, \"1\"]' ELSE 'null' END)",
 }
 
@@ -836,11 +836,8 @@ def show(v) -> str:
 def test_exotic_key_types_are_found_again_or_refused_at_definition(spark, tmp_path, kind):
     log = str(tmp_path / "log")
     df = spark.range(0, 60, 1, 2).selectExpr("id", f"{EXOTIC[kind]} AS k")
-    try:
-        inp = df.collect()
-        plain = aiospark.unordered_wait(df, Echo(str(tmp_path / "plain")), SCHEMA).collect()
-    except Exception as e:  # not the journal's business
-        pytest.skip(f"{kind} fails without a journal too: {str(e)[:200]}")
+    inp = df.collect()
+    plain = aiospark.unordered_wait(df, Echo(str(tmp_path / "plain")), SCHEMA).collect()
     want = Counter(r.a for r in plain)  # what the function answers each row without a journal
     assert sum(want.values()) == len(inp) == 60
     j = aiospark.Journal(str(tmp_path / "j"), key="k", buckets=B)
