@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import decimal
-import json
 import math
 import os
 import random
@@ -25,6 +24,8 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark import AsyncFunction
 from aiospark.lookup import LookupSource
+from tests.support.call_log import log_call as _log
+from tests.support.call_log import logged
 from tests.support.s3 import S3Server
 from tests.support.servers import RedisServer
 
@@ -45,21 +46,6 @@ def redis_server():
 def s3():
     with S3Server() as server:
         yield server
-
-
-def _log(path, value):
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(value, default=repr) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def logged(path) -> list:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def flagged(path) -> set:
