@@ -14,7 +14,9 @@ import pytest
 
 from aiospark.app.cli import main
 from aiospark.journal import Journal, Manifest
+from aiospark.journal.buckets import bucket_of
 from aiospark.journal.lease import SUFFIX
+from aiospark.journal.segment import read_outcomes
 from aiospark.journal.summary import summarize
 from tests.support.journal import found, ids, only_segment
 
@@ -156,7 +158,12 @@ def test_a_flush_is_one_object_whatever_buckets_it_holds(s3):
     fs = s3.filesystem()
     top = f"{s3.bucket}/{location.split('@', 1)[1].split('/', 1)[1].split('?')[0]}/{bound.manifest.digest}"
     parts = [n for n in files(fs, f"{top}/parts") if n.endswith(".arrow")]
-    assert 1 <= len(parts) < 8, parts
+    held = []  # the buckets each part holds
+    for name in parts:
+        with fs.open_input_stream(f"{top}/parts/{name}") as f:
+            held.append({bucket_of(i, 8) for i in read_outcomes(f.read())[0]})
+    assert set().union(*held) == set(range(8)) and max(map(len, held)) > 1, held  # a part per flush, not per bucket
+    assert len(parts) < 8, parts
     assert [n for n in files(fs, top) if n.endswith(".arrow")] == parts  # no bucket segment yet
     writer.close()
     buckets = {info.path.rsplit("/", 1)[-1]: files(fs, info.path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import decimal
-import json
 import math
 import os
 import random
@@ -25,6 +24,8 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark import AsyncFunction
 from aiospark.lookup import LookupSource
+from tests.support.call_log import log_call as _log
+from tests.support.call_log import logged
 from tests.support.s3 import S3Server
 from tests.support.servers import RedisServer
 
@@ -45,21 +46,6 @@ def redis_server():
 def s3():
     with S3Server() as server:
         yield server
-
-
-def _log(path, value):
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(value, default=repr) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def logged(path) -> list:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def flagged(path) -> set:
@@ -814,7 +800,7 @@ EXOTIC = {
     "FLOAT": "CAST(CASE id % 3 WHEN 0 THEN 0.1 WHEN 1 THEN -0.0 ELSE 'NaN' END AS FLOAT)",
     "TIMESTAMP_NTZ": "CAST(make_timestamp_ntz(2024, 3, 10, 1 + id % 3, 30, 0) AS TIMESTAMP_NTZ)",
     "INTERVAL DAY TO SECOND": "make_dt_interval(id % 3, 0, 0, 0.5)",
-    "INTERVAL YEAR TO MONTH": "make_ym_interval(1, CAST(id % 3 AS INT))",
+    # (INTERVAL YEAR TO MONTH is left out: PySpark cannot collect it, journal or not)
     "VARIANT": "parse_json(CASE id % 3 WHEN 0 THEN '{\"a\": 1}' WHEN 1 THEN '[1, \"1\"]' ELSE 'null' END)",
 }
 
@@ -836,11 +822,8 @@ def show(v) -> str:
 def test_exotic_key_types_are_found_again_or_refused_at_definition(spark, tmp_path, kind):
     log = str(tmp_path / "log")
     df = spark.range(0, 60, 1, 2).selectExpr("id", f"{EXOTIC[kind]} AS k")
-    try:
-        inp = df.collect()
-        plain = aiospark.unordered_wait(df, Echo(str(tmp_path / "plain")), SCHEMA).collect()
-    except Exception as e:  # not the journal's business
-        pytest.skip(f"{kind} fails without a journal too: {str(e)[:200]}")
+    inp = df.collect()
+    plain = aiospark.unordered_wait(df, Echo(str(tmp_path / "plain")), SCHEMA).collect()
     want = Counter(r.a for r in plain)  # what the function answers each row without a journal
     assert sum(want.values()) == len(inp) == 60
     j = aiospark.Journal(str(tmp_path / "j"), key="k", buckets=B)

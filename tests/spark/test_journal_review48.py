@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import os
 import random
 from collections import Counter
 
@@ -19,6 +18,8 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark import AsyncFunction
 from aiospark.lookup import LookupSource
+from tests.support.call_log import log_call as _log
+from tests.support.call_log import logged
 from tests.support.servers import RedisServer
 
 # journal semantics over the entry points: their Spark surface is tested on every PySpark elsewhere
@@ -31,21 +32,6 @@ B = 4
 def redis_url():
     with RedisServer() as srv:
         yield srv.url
-
-
-def _log(path, key):
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(key, default=repr) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def logged(path) -> list:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def ans(value) -> str:
