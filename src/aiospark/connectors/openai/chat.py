@@ -161,9 +161,9 @@ class OpenAIChat(OpenAIFunction):
         raise TypeError(f"{self._name}: input must be a prompt string or a list of {{role, content}} "
                         f"messages (or NULL), got {type(value).__name__}")
 
-    async def _one(self, value: Any) -> Any:
-        if value is None:
-            return None
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """The request body for a prompt or messages ``value`` (not NULL), and its token estimate
+        (the prompt's, plus ``max_tokens`` and the schema sent): the live and the batch lane send it."""
         messages = self._messages(value)
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if self.max_tokens is not None:
@@ -174,12 +174,21 @@ class OpenAIChat(OpenAIFunction):
         if self._response_format is not None:
             body["response_format"] = self._response_format
             estimate += self._schema_tokens
-        answer = await self._post(body, estimate)  # its usage is recorded, answer or not
+        return body, estimate
+
+    def value_of(self, answer: dict) -> Any:
+        """The output value of an answer (a response body): its content, or the structured value."""
         content, _ = read_choice(answer, f"POST {self._path}", self._name, self.max_tokens,
                                  empty_ok=self._response_format is None)
         if self._response_format is None:
             return content
         return self._read_structured(content)
+
+    async def _one(self, value: Any) -> Any:
+        if value is None:
+            return None
+        body, estimate = self.request_of(value)
+        return self.value_of(await self._answer(body, estimate))  # its usage is recorded, answer or not
 
     def _read_structured(self, content: str) -> dict:
         """The answer as the ``response_type`` value; a retryable error showing its start when it does

@@ -123,16 +123,8 @@ class _EmbeddingsEndpoint(LookupSource):
     async def _request(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         fn = self.function
         texts = [k[0] for k in keys]
-        body: dict[str, Any] = {"model": fn.model, "input": texts, "encoding_format": "float"}
-        if fn.dimensions is not None:
-            body["dimensions"] = fn.dimensions
-        answer = await fn._post(body, sum(estimate_tokens(t) for t in texts))
-        data = answer.get("data")
-        if not isinstance(data, list) or len(data) != len(texts):
-            got = len(data) if isinstance(data, list) else type(data).__name__
-            raise fn._bad_answer(f"expected 'data' with {len(texts)} embedding(s), got {got}")
-        ordered = _by_index(data, len(texts), fn.dimensions, fn._bad_answer)
-        return {k: [v] for k, v in zip(keys, ordered)}
+        answer = await fn._post(fn.body_of(texts), sum(estimate_tokens(t) for t in texts))
+        return {k: [v] for k, v in zip(keys, fn.vectors_of(answer, len(texts)))}
 
 
 class OpenAIEmbeddings(OpenAIFunction):
@@ -214,11 +206,42 @@ class OpenAIEmbeddings(OpenAIFunction):
         """This worker's batching counters (``batches``, ``batched_keys``, ``coalesced``, cache ...)."""
         return self._lookuper.stats() if self._lookuper is not None else {}
 
+    def body_of(self, texts: list[str]) -> dict[str, Any]:
+        """The ``/embeddings`` request body for ``texts``."""
+        body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self.dimensions is not None:
+            body["dimensions"] = self.dimensions
+        return body
+
+    def vectors_of(self, answer: dict, n: int) -> list[list]:
+        """The ``n`` vectors of an answer, in the order of the texts asked (checked: see the module)."""
+        data = answer.get("data")
+        if not isinstance(data, list) or len(data) != n:
+            got = len(data) if isinstance(data, list) else type(data).__name__
+            raise self._bad_answer(f"expected 'data' with {n} embedding(s), got {got}")
+        return _by_index(data, n, self.dimensions, self._bad_answer)
+
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """One text's request body (a batch lane's line) and its token estimate."""
+        text = self._text(value)
+        return self.body_of([text]), estimate_tokens(text)
+
+    def value_of(self, answer: dict) -> Any:
+        """The vector of a one-text answer."""
+        return self.vectors_of(answer, 1)[0]
+
+    def _text(self, text: Any) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
+        return text
+
     async def _one(self, text: Any) -> Any:
         if text is None:
             return None
-        if not isinstance(text, str):
-            raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
+        if self._batch is not None:  # the batch lane's collect: the answer is a batch's, if it has one
+            body, estimate = self.request_of(text)
+            return self.value_of(await self._answer(body, estimate))
+        self._text(text)
         if self._lookuper is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")

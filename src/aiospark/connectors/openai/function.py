@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import math
@@ -160,6 +161,8 @@ class OpenAIFunction(AsyncFunction):
     _answer_settings: tuple[str, ...] = ("model", "base_url", "input", "output", "extra_body")
     #: whether this worker's copy has logged answers whose usage is not token counts
     _warned_usage = False
+    #: the batch lane's answers while it collects (:meth:`with_batch_answers`), else None
+    _batch: Any = None
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the answers, for a journal's manifest (no secret, nothing per run): the
@@ -363,6 +366,29 @@ class OpenAIFunction(AsyncFunction):
         usage = answer.get("usage")
         self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
         return answer
+
+    async def _answer(self, body: dict, estimate: int) -> dict:
+        """The answer to ``body``: from the provider batch that answered this row when the batch
+        lane collects (:mod:`~aiospark.connectors.openai.batch_answers`), else a live request."""
+        if self._batch is not None:
+            return await self._batch.answer(self, body, estimate)
+        return await self._post(body, estimate)
+
+    def with_batch_answers(self, answers: Any) -> Any:
+        """This function answering from a provider batch's ``answers`` (the batch lane's collect,
+        :class:`~aiospark.connectors.openai.batch_answers.BatchAnswers`): the same question --
+        settings, fingerprint, journal -- with another way to pay for it."""
+        collecting = copy.copy(self)
+        collecting._batch = answers
+        return collecting
+
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """The request body for an input ``value`` (not NULL) and its token estimate."""
+        raise NotImplementedError
+
+    def value_of(self, answer: dict) -> Any:
+        """The output value of an answer (the response body)."""
+        raise NotImplementedError
 
     def _bad_answer(self, what: str) -> ConnectorError:
         return ConnectorError(f"POST {self._path}: {what}", source=self._name)
