@@ -59,3 +59,157 @@ def test_batch_lane_gives_the_live_values_and_usage_and_never_submits_twice(spar
         # the answers are in the journal now: a live run over it calls nothing
         served = aiospark.unordered_wait(df, fn, fn.output_schema(df), journal=journal)
         assert answers(served) == got and served.aiospark_metrics.total.calls == 0
+
+
+def test_failed_and_expired_requests_are_error_rows_or_live_calls_never_missing(spark, tmp_path):
+    with DemoOpenAI(batch_delay=0.2, batch_fail_every=4) as endpoint:
+        fn = chat(endpoint.base_url)
+        df = prompts(spark, 200)
+        journal = aiospark.Journal(str(tmp_path / "j"), key="id", keep_errors=True)
+        aiospark.submit_batches(df, fn, journal=journal)
+        out = aiospark.collect_batches(df, fn, journal=journal, poll_interval=0.2, timeout=120, on_error="row")
+        rows = out.collect()
+        assert len(rows) == 200 and endpoint.stats()["answered"] == 0
+        failed = [r for r in rows if r["_error"] is not None]
+        assert len(failed) == 50 and all(r["answer"] is None for r in failed)
+        assert all("server_error" in r["_error"] for r in failed)
+        # a 5xx of the provider says nothing of the row: not kept, even with keep_errors; the live
+        # fallback asks those rows again, and only those
+        live = aiospark.collect_batches(df, fn, journal=journal, fallback="live", poll_interval=0.2, on_error="row")
+        got = live.collect()
+        assert len(got) == 200 and all(r["_error"] is None and r["answer"] for r in got)
+        assert endpoint.stats()["answered"] == 50 and live.aiospark_metrics.total.usage["batch_fallbacks"] == 50
+        assert endpoint.stats()["batch_submitted_twice"] == 0
+
+    with DemoOpenAI(batch_delay=0.2, batch_expire=True) as endpoint:
+        fn = chat(endpoint.base_url)
+        journal = aiospark.Journal(str(tmp_path / "e"), key="id")
+        aiospark.submit_batches(df, fn, journal=journal)
+        rows = aiospark.collect_batches(df, fn, journal=journal, poll_interval=0.2, on_error="row").collect()
+        expired = [r for r in rows if r["_error"] is not None]
+        assert len(rows) == 200 and 0 < len(expired) < 200
+        assert all("batch_expired" in r["_error"] for r in expired)
+
+
+def test_a_row_changed_since_submit_never_gets_the_old_answer(spark, tmp_path):
+    with DemoOpenAI(batch_delay=0.1) as endpoint:
+        fn = chat(endpoint.base_url)
+        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+        aiospark.submit_batches(prompts(spark, 20), fn, journal=journal)
+        changed = spark.createDataFrame([(i, f"ticket number {i}" if i % 2 else f"another text {i}")
+                                         for i in range(20)], "id LONG, prompt STRING")
+        rows = aiospark.collect_batches(changed, fn, journal=journal, poll_interval=0.1, on_error="row").collect()
+        bad = {r["_input"]["id"]: r["_error"] for r in rows if r["_error"] is not None}
+        assert sorted(bad) == list(range(0, 20, 2)) and all("changed" in e for e in bad.values())
+        live = aiospark.unordered_wait(changed, chat(endpoint.base_url), fn.output_schema(changed))
+        want = answers(live)
+        got = {r["id"]: r["answer"] for r in rows if r["_error"] is None}
+        assert got == {i: want[i] for i in got}
+
+
+def test_rows_added_after_submit_are_submitted_alone_and_null_inputs_never(spark, tmp_path):
+    with DemoOpenAI(batch_delay=0.1) as endpoint:
+        fn = chat(endpoint.base_url)
+        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+        assert aiospark.submit_batches(prompts(spark, 10), fn, journal=journal).submitted == 10
+        more = prompts(spark, 15).union(spark.createDataFrame([(99, None)], "id LONG, prompt STRING"))
+        sub = aiospark.submit_batches(more, fn, journal=journal)
+        assert sub.submitted == 5 and sub.already == 10
+        rows = aiospark.collect_batches(more, fn, journal=journal, poll_interval=0.1).collect()
+        assert len(rows) == 16 and {r["id"]: r["answer"] for r in rows}[99] is None
+        assert endpoint.stats()["batch_submitted_twice"] == 0 and endpoint.stats()["answered"] == 0
+
+
+def test_embeddings_and_structured_outputs_in_the_batch_lane_equal_the_live_lane(spark, tmp_path):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    with DemoOpenAI(batch_delay=0.1) as endpoint:
+        texts = spark.createDataFrame([(i, f"text {i}") for i in range(50)], "id LONG, text STRING")
+        emb = OpenAIEmbeddings("demo", base_url=endpoint.base_url, api_key=KEY)
+        journal = aiospark.Journal(str(tmp_path / "emb"), key="id")
+        aiospark.submit_batches(texts, emb, journal=journal)
+        got = answers(aiospark.collect_batches(texts, emb, journal=journal, poll_interval=0.1), "embedding")
+        want = answers(aiospark.unordered_wait(texts, emb, emb.output_schema(texts)), "embedding")
+        assert got == want and len(got) == 50
+
+        shape = StructType([StructField("label", StringType()), StructField("score", LongType())])
+        structured = chat(endpoint.base_url, response_format=shape)
+        df = prompts(spark, 30)
+        journal = aiospark.Journal(str(tmp_path / "chat"), key="id")
+        aiospark.submit_batches(df, structured, journal=journal)
+        got = answers(aiospark.collect_batches(df, structured, journal=journal, poll_interval=0.1))
+        want = answers(aiospark.unordered_wait(df, structured, structured.output_schema(df)))
+        assert got == want and len(got) == 30 and all(v is not None for v in got.values())
+
+
+def test_collect_without_waiting_says_what_is_pending(spark, tmp_path):
+    with DemoOpenAI(batch_delay=30) as endpoint:
+        fn = chat(endpoint.base_url)
+        df = prompts(spark, 5)
+        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+        aiospark.submit_batches(df, fn, journal=journal)
+        with pytest.raises(aiospark.BatchesPending, match="1 batch.*have not ended") as info:
+            aiospark.collect_batches(df, fn, journal=journal, wait=False)
+        assert len(info.value.pending) == 1
+        with pytest.raises(aiospark.BatchesPending):
+            aiospark.collect_batches(df, fn, journal=journal, poll_interval=0.1, timeout=0.3)
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(spark, tmp_path):
+    fn = chat("http://127.0.0.1:9/v1")
+    df = prompts(spark, 3)
+    journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+
+    async def plain(row):
+        return [row]
+
+    with pytest.raises(TypeError, match="OpenAIChat or OpenAIEmbeddings"):
+        aiospark.submit_batches(df, plain, journal=journal)
+    with pytest.raises(TypeError, match="needs journal="):
+        aiospark.submit_batches(df, fn, journal=None)
+    with pytest.raises(ValueError, match="directory journal"):
+        aiospark.submit_batches(df, fn, journal=aiospark.Journal("redis://127.0.0.1:9/0", key="id"))
+    with pytest.raises(ValueError, match="max_requests"):
+        aiospark.submit_batches(df, fn, journal=journal, max_requests=0)
+    with pytest.raises(ValueError, match="fallback"):
+        aiospark.collect_batches(df, fn, journal=journal, fallback="retry")
+    with pytest.raises(ValueError, match="poll_interval"):
+        aiospark.collect_batches(df, fn, journal=journal, poll_interval=0)
+    with pytest.raises(TypeError):
+        aiospark.submit_batches("not a frame", fn, journal=journal)
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    import aiospark
+    from aiospark.connectors.openai import OpenAIChat
+    base_url, path = sys.argv[1], sys.argv[2]
+    spark = aiospark.local_session("local[2]")
+    df = spark.createDataFrame([(i, f"ticket number {i}") for i in range(400)], "id LONG, prompt STRING")
+    fn = OpenAIChat("demo", base_url=base_url, api_key="sk-test-batch-lane-key")
+    aiospark.submit_batches(df, fn, journal=aiospark.Journal(path, key="id"), max_requests=20)
+    print("SUBMITTED", flush=True)
+""")
+
+
+def test_a_driver_killed_while_submitting_resubmits_nothing(spark, tmp_path):
+    with DemoOpenAI(batch_delay=60) as endpoint:
+        path = str(tmp_path / "j")
+        script = tmp_path / "driver.py"
+        script.write_text(DRIVER)
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        child = subprocess.Popen([sys.executable, str(script), endpoint.base_url, path], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(endpoint.stats()["batch_submitted"]) < 100:
+            time.sleep(0.02)
+        child.kill()  # some of the 20 batches made, maybe one made and not yet recorded
+        out, _ = child.communicate()
+        made = len(endpoint.stats()["batch_submitted"])
+        assert 100 <= made < 400 and b"SUBMITTED" not in out
+        fn = chat(endpoint.base_url)
+        df = prompts(spark, 400)
+        sub = aiospark.submit_batches(df, fn, journal=aiospark.Journal(path, key="id"), max_requests=20)
+        stats = endpoint.stats()
+        assert len(stats["batch_submitted"]) == 400 and stats["batch_submitted_twice"] == 0
+        assert sub.submitted + sub.resumed + sub.already >= 400 - 20
