@@ -213,3 +213,24 @@ def test_a_driver_killed_while_submitting_resubmits_nothing(spark, tmp_path):
         stats = endpoint.stats()
         assert len(stats["batch_submitted"]) == 400 and stats["batch_submitted_twice"] == 0
         assert sub.submitted + sub.resumed + sub.already >= 400 - 20
+
+
+def test_batch_status_shows_each_batch_state_counts_and_age(spark, tmp_path, capsys, monkeypatch):
+    from aiospark.app.cli import main
+
+    with DemoOpenAI(batch_delay=0.5) as endpoint:
+        fn = chat(endpoint.base_url)
+        path = str(tmp_path / "j")
+        assert main(["batch", "status", path]) == 0
+        assert "no batches recorded" in capsys.readouterr().out
+        sub = aiospark.submit_batches(prompts(spark, 30), fn, journal=aiospark.Journal(path, key="id"), max_requests=20)
+        assert main(["batch", "status", path]) == 0
+        out = capsys.readouterr().out
+        assert "2 batch(es)" in out and all(b in out for b in sub.batches)
+        assert "answers not read yet" in out and KEY not in out
+        time.sleep(1.5)
+        monkeypatch.setenv("BATCH_TEST_KEY", KEY)
+        assert main(["batch", "status", path, "--base-url", endpoint.base_url, "--api-key-env", "BATCH_TEST_KEY"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("completed ") == 2 and "20 requests: 20 completed, 0 failed" in out and KEY not in out
+    assert main(["batch", "status", "redis://127.0.0.1:9/0"]) == 2
