@@ -70,7 +70,12 @@ class BatchSubmission:
 
 
 def _run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine on a loop of its own (the driver may itself be inside one, as in a notebook)."""
+    """Run a coroutine to its end: here, or on a thread of its own when this thread already runs
+    a loop (a notebook's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())  # type: ignore[arg-type]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(lambda: asyncio.run(factory())).result()  # type: ignore[arg-type]
 
@@ -99,8 +104,10 @@ def _client(function: Any) -> Any:
     from ..connectors.openai.batch_api import BatchClient
 
     query = "".join(f"{'&' if i else '?'}{k}={v}" for i, (k, v) in enumerate(function._query.items()))
+    # a handful of control requests on the driver: aiohttp unless pyreqwest was asked for by name
+    # (pyreqwest's native client crashed a driver that made one per collect, on a new loop each time)
     return BatchClient(function.base_url + query, function._key, headers=function._headers,
-                       client="auto" if function.client == "openai" else function.client, api_key_env=None)
+                       client="pyreqwest" if function.client == "pyreqwest" else "aiohttp", api_key_env=None)
 
 
 # ---------------------------------------------------------------------------------------- submit
