@@ -36,26 +36,26 @@ def answers(df, column: str = "answer") -> dict:
 def test_batch_lane_gives_the_live_values_and_usage_and_never_submits_twice(spark, tmp_path):
     with DemoOpenAI(batch_delay=0.3) as endpoint:
         fn = chat(endpoint.base_url)
-        df = prompts(spark, 3000)
+        df = prompts(spark, 10_000)
         journal = aiospark.Journal(str(tmp_path / "j"), key="id")
-        sub = aiospark.submit_batches(df, fn, journal=journal, max_requests=1000)
-        assert sub.submitted == 3000 and len(sub.batches) == 3
+        sub = aiospark.submit_batches(df, fn, journal=journal, max_requests=4000)
+        assert sub.submitted == 10_000 and len(sub.batches) == 3
         again = aiospark.submit_batches(df, fn, journal=journal)  # a rerun submits nothing
-        assert again.submitted == 0 and again.already == 3000
+        assert again.submitted == 0 and again.already == 10_000
         out = aiospark.collect_batches(df, fn, journal=journal, poll_interval=0.2, timeout=120)
         got = answers(out)
         stats = endpoint.stats()
-        assert len(got) == 3000 and all(isinstance(v, str) and v for v in got.values())
+        assert len(got) == 10_000 and all(isinstance(v, str) and v for v in got.values())
         assert stats["answered"] == 0  # no live request: every answer came from a batch
-        assert len(stats["batch_submitted"]) == 3000 and stats["batch_submitted_twice"] == 0
+        assert len(stats["batch_submitted"]) == 10_000 and stats["batch_submitted_twice"] == 0
         batch_usage = out.aiospark_metrics.total.usage
         live = aiospark.unordered_wait(df, chat(endpoint.base_url), fn.output_schema(df))
         assert answers(live) == got
-        assert endpoint.stats()["answered"] == 3000
+        assert endpoint.stats()["answered"] == 10_000
         live_usage = live.aiospark_metrics.total.usage
         for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
             assert batch_usage[name] == live_usage[name] > 0
-        assert batch_usage["batch_answers"] == 3000
+        assert batch_usage["batch_answers"] == 10_000
         # the answers are in the journal now: a live run over it calls nothing
         served = aiospark.unordered_wait(df, fn, fn.output_schema(df), journal=journal)
         assert answers(served) == got and served.aiospark_metrics.total.calls == 0
@@ -234,3 +234,56 @@ def test_batch_status_shows_each_batch_state_counts_and_age(spark, tmp_path, cap
         out = capsys.readouterr().out
         assert out.count("completed ") == 2 and "20 requests: 20 completed, 0 failed" in out and KEY not in out
     assert main(["batch", "status", "redis://127.0.0.1:9/0"]) == 2
+
+
+WORKER_KILL = textwrap.dedent("""
+    import json, os, signal, sys
+    import aiospark
+    from pyspark.sql import functions as F
+    from aiospark.connectors.openai import OpenAIChat
+    base_url, path, markers = sys.argv[1], sys.argv[2], sys.argv[3]
+    spark = aiospark.local_session("local[2,4]")   # a failed task is tried again, as on a cluster
+
+    def kill_once(step):
+        def prompt(i):
+            if i == 150:
+                try:
+                    fd = os.open(os.path.join(markers, step), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    pass  # the task's retry
+                else:
+                    os.close(fd)
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return f"ticket number {i}"
+        return F.udf(prompt, "string")
+
+    base = spark.range(0, 300, 1, 3)
+    fn = OpenAIChat("demo", base_url=base_url, api_key="sk-test-batch-lane-key")
+    journal = aiospark.Journal(path, key="id")
+    sub = aiospark.submit_batches(base.withColumn("prompt", kill_once("submit")(F.col("id"))), fn, journal=journal,
+                                  max_requests=100)
+    out = aiospark.collect_batches(base.withColumn("prompt", kill_once("collect")(F.col("id"))), fn,
+                                   journal=journal, poll_interval=0.2)
+    rows = {r["id"]: r["answer"] for r in out.collect()}
+    print(json.dumps({"submitted": sub.submitted, "rows": len(rows), "answered": sum(1 for v in rows.values() if v),
+                      "killed": sorted(os.listdir(markers))}))
+""")
+
+
+def test_workers_killed_while_submitting_and_collecting_resubmit_nothing(tmp_path):
+    import json
+
+    with DemoOpenAI(batch_delay=0.2) as endpoint:
+        script = tmp_path / "job.py"
+        script.write_text(WORKER_KILL)
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        done = subprocess.run([sys.executable, str(script), endpoint.base_url, str(tmp_path / "j"), str(markers)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result == {"submitted": 300, "rows": 300, "answered": 300, "killed": ["collect", "submit"]}
+        stats = endpoint.stats()
+        assert len(stats["batch_submitted"]) == 300 and stats["batch_submitted_twice"] == 0
+        assert stats["answered"] == 0
