@@ -48,7 +48,8 @@ def main() -> None:
     table = os.path.join(folder, "outcomes")
     spark.range(0, n * TASKS, 1, TASKS).select(F.col("id").alias("key"), (F.col("id") + 1).alias("v")) \
         .write.parquet(table)
-    print(f"command: python benchmarks/journal_typed_probe.py {n}; {load_line()}")
+    start_load = os.getloadavg()
+    print(f"command: python benchmarks/journal_typed_probe.py {n}")
 
     def sink(frame) -> None:
         frame.write.format("noop").mode("overwrite").save()
@@ -71,7 +72,7 @@ def main() -> None:
                 run()
                 wall = time.perf_counter() - start
                 print(f"| {round_} | {name} | {n * TASKS / wall / TASKS:,.0f} | {wall:.2f} |", flush=True)
-        print(load_line())
+        print(load_line(start_load, os.getloadavg()))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
