@@ -143,8 +143,8 @@ class _Lines:
                 out: dict[str, list[Any]] = {"custom_id": [], "hash": [], "body": []}
                 for row, identity in zip(rows, identities):
                     outcome = known.get(identity) if identity is not None else None
-                    if outcome is not None and outcome[0] is not None:
-                        continue  # answered: served by the journal
+                    if outcome is not None and (outcome[0] is not None or bound.keep_errors):
+                        continue  # answered (or a kept error): the journal serves it, nothing to pay
                     value = row.get(fn.input)
                     if value is None:
                         continue  # a NULL input is a NULL answer, never a request
