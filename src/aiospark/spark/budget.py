@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..budget.billed import BilledCost
 from ..budget.gate import LeaseGate
 from ..budget.ledger import Ledger, check_cost, check_limit, check_units
 from ..budget.ticket import BudgetTicket
@@ -74,6 +75,10 @@ class Budget:
         if redis is not None:
             from ..connectors.redis.budget_leases import RedisPot  # the redis client only with redis=
 
+            if isinstance(self.cost, BilledCost):
+                raise ValueError("Budget(redis=...) counts what calls start, not what they are billed: a "
+                                 f"{self.cost!r} (an estimate reconciled with billed usage) needs the driver's "
+                                 "ledger (leave out redis=), or give a plain cost(row) function")
             if name is None:
                 raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "
                                  "(its Redis key is aiospark:budget:<name>)")
@@ -159,7 +164,8 @@ def _lease_endpoint(request: dict[str, Any]) -> tuple[int, dict[str, Any] | None
         if op == "release":
             refused = request.get("refused", 0)
             back = ledger.release(task, _units(request, "units"), _units(request, "used", 0.0),
-                                  refused if isinstance(refused, int) else 0, request=rid)
+                                  refused if isinstance(refused, int) else 0, request=rid,
+                                  refunded=_units(request, "refunded", 0.0))
             return 200, {"returned": back, "left": ledger.left}
     except ValueError:
         return 400, None

@@ -87,6 +87,7 @@ from .chat import OpenAIChat
 from .embeddings import OpenAIEmbeddings
 from .function import OpenAIFunction, default_retry, estimate_tokens
 from .pacing import RequestTooLarge
+from .price import Price
 
-__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "RequestTooLarge", "default_retry",
+__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "Price", "RequestTooLarge", "default_retry",
            "estimate_tokens"]

@@ -203,7 +203,8 @@ class RedisLeases(LeaseSource):
             raise self._scrubbed(exc) from None
         return float(granted), float(left)
 
-    async def release(self, units: float, used: float, refused: int) -> None:
+    async def release(self, units: float, used: float, refused: int, refunded: float = 0.0) -> None:
+        # (refunded: only a BilledCost gives units back, and Budget(redis=) refuses one)
         try:
             if units > 0 or self._client is not None:  # (a task that leased: its entry in the held hash goes)
                 await self._redis()
