@@ -210,7 +210,10 @@ class LeaseGate:
         self._waiting.clear()
         units, self._lease = max(0.0, self._lease), 0.0  # (a debt is used - refunded beyond the leases)
         try:
-            await self.source.release(units, self.used, self.refused, self.refunded)
+            if self.refunded:  # (only a BilledCost gives back: a source of plain costs takes three)
+                await self.source.release(units, self.used, self.refused, refunded=self.refunded)
+            else:
+                await self.source.release(units, self.used, self.refused)
         except Exception as exc:
             log.warning("aiospark: could not give %s unused budget units back to %s (%s: %s); they stay "
                         "spent", units, self.source.where, type(exc).__name__, exc)

@@ -51,12 +51,12 @@ def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
     calls = counted.calls * requests / rows  # the calls left that make a request
     prompt_left, completion_left = calls * prompt / requests, calls * completion
     price = getattr(function, "price", None)
-    costs: dict[str, float] = {}
+    live = batch = None
     if price is not None:
-        costs = {"cost_live": price.estimate(prompt_left, completion_left, "live"),
-                 "cost_batch": price.estimate(prompt_left, completion_left, "batch")}
+        live = price.estimate(prompt_left, completion_left, "live")
+        batch = price.estimate(prompt_left, completion_left, "batch")
     return dataclasses.replace(counted, tokens=round(prompt_left + completion_left), completion_bounded=bounded,
-                               **costs)
+                               cost_live=live, cost_batch=batch)
 
 
 class _PromptSums:
