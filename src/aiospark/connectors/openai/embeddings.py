@@ -218,6 +218,9 @@ class OpenAIEmbeddings(OpenAIFunction):
         """This worker's batching counters (``batches``, ``batched_keys``, ``coalesced``, cache ...)."""
         return self._lookuper.stats() if self._lookuper is not None else {}
 
+    def _row_prompt_tokens(self, value: Any) -> float:
+        return float(estimate_tokens(str(value)))  # what its request's estimate counts for the text
+
     async def _one(self, text: Any) -> Any:
         if text is None:
             return None
