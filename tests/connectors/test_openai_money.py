@@ -168,3 +168,13 @@ def test_bad_prices_and_budget_costs_are_refused_at_definition(srv):
         OpenAIChat("chat", base_url=url, api_key=KEY).budget_cost("total_tokens", completion_tokens=0)
     chat = OpenAIChat("chat", base_url=url, api_key=KEY, max_tokens=5, price=PRICE)
     assert KEY not in repr(chat.budget_cost()) and KEY not in repr(aiospark.Budget(1.0, cost=chat.budget_cost()))
+
+
+def test_the_progress_line_shows_the_cost_next_to_the_tokens():
+    from aiospark.spark.progress import format_line
+
+    p = {"rows": 10, "inflight": 0, "errors": 0, "running": 1, "finished": 0,
+         "usage": {"prompt_tokens": 900, "completion_tokens": 100, "cost": 0.01234}}
+    line = format_line(p, 2.0, budget_left=0.5)
+    assert "1,000 tokens  cost 0.0123  budget left 0.5" in line
+    assert "cost" not in format_line({**p, "usage": {"total_tokens": 5}}, 2.0)

@@ -51,6 +51,12 @@ class Budget:
     task with :class:`aiospark.BudgetExhausted`. One Budget is one pot: every action run with it
     spends from it. ``cost`` raising (or returning a bad number) is that row's error.
 
+    A :class:`aiospark.BilledCost` (e.g. ``chat.budget_cost()`` of an OpenAI connector with a
+    ``price``) charges its estimate before a call and reconciles with the usage the call records
+    (the provider's bill) after it, so a budget in tokens or money holds against what was billed,
+    over by at most the estimate error of the calls in flight (docs/design.md, "Budgets in tokens
+    and money"); ``spent`` is then the billed total once the tasks ended. Not with ``redis=``.
+
     ``redis="redis://[:password@]host:port/db"`` (password also from ``$REDIS_PASSWORD``) keeps
     the pot in Redis under ``name`` (required then), shared by every job using that name: together
     they start at most ``limit`` units. ``spent`` and ``left`` read it on the driver at any time.
@@ -59,6 +65,7 @@ class Budget:
 
         budget = aiospark.Budget(10_000, cost=lambda row: len(row["text"]) // 4)   # ~tokens
         aiospark.unordered_wait(df, summarize, "id LONG, summary STRING", budget=budget)
+        dollars = aiospark.Budget(20.0, cost=chat.budget_cost())       # $20 billed (chat has price=)
     """
 
     def __init__(self, limit: float, *, cost: Callable[[Any], Any] | None = None, redis: str | None = None,
