@@ -1,7 +1,8 @@
 """Budgets that count billed usage (aiospark.BilledCost), the pure parts: the ledger charges a
 task's calls billed beyond its leases (out of what is free, then as ``overdrawn``) and takes back
 estimates above the bill, once per request; a gate reconciles each attempt with the usage its own
-Task records (never with usage recorded in another Task, e.g. a batcher's request for many rows)."""
+Task records (never with usage recorded in another Task, e.g. a batcher's request for many rows);
+a Redis pot (a real redis-server) does the same in its release script."""
 from __future__ import annotations
 
 import asyncio
@@ -134,6 +135,29 @@ def test_billed_cost_arguments_are_checked():
     assert aiospark.BilledCost is BilledCost
 
 
-def test_a_redis_budget_refuses_a_billed_cost_at_definition():
-    with pytest.raises(ValueError, match="driver's ledger"):
-        aiospark.Budget(10, cost=BilledCost(lambda row: 1, usage="cost"), redis="redis://127.0.0.1:1/0", name="x")
+
+def test_a_redis_release_charges_a_debt_once_and_takes_estimates_back():
+    import uuid
+
+    import redis as redis_py
+
+    from aiospark.connectors.redis.budget_leases import RedisLeases, budget_key
+    from tests.support.servers import RedisServer
+
+    with RedisServer() as server:
+        direct = redis_py.Redis(host="127.0.0.1", port=server.port, decode_responses=True)
+        debt, refund = budget_key(f"debt-{uuid.uuid4().hex}"), budget_key(f"refund-{uuid.uuid4().hex}")
+
+        async def main():
+            source = RedisLeases(server.url, None, None, key=debt, limit=100, task="t")
+            assert (await source.lease(need=10, want=10, used=0))[0] == 10.0
+            await source.release(units=0, used=30, refused=0)               # billed 30 on a lease of 10
+            again = RedisLeases(server.url, None, None, key=debt, limit=100, task="t")
+            await again.release(units=0, used=30, refused=0)                # a replay it forgot: nothing
+            other = RedisLeases(server.url, None, None, key=refund, limit=100, task="t")
+            await other.lease(need=10, want=10, used=0)
+            await other.release(units=4, used=10, refused=0, refunded=4)    # estimated 10, billed 6
+
+        asyncio.run(main())
+        assert (float(direct.get(debt)), float(direct.get(refund))) == (30.0, 6.0)
+        direct.close()

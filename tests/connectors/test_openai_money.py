@@ -16,6 +16,7 @@ from aiospark.core.metrics import OperatorMetrics
 from aiospark.core.usage import bind_usage
 from tests.support.openai_fixtures import openai_fixtures
 from tests.support.openai_server import answer, tokens
+from tests.support.servers import RedisServer
 
 KEY = "sk-money-S3cret-abcdef"
 
@@ -118,6 +119,31 @@ def test_estimates_below_the_bill_are_charged_and_the_overshoot_is_bounded_by_th
     assert budget.spent == bill                                   # the pot counts the bill
     assert bill <= limit + capacity * partitions * (per_call - estimate)  # the documented bound
     assert len(answered) * estimate < bill                         # without the charge, the pot would be short
+
+
+def test_a_redis_budget_counts_the_bill_too_charged_and_given_back(spark, srv):
+    """Short prompts are estimated above their bill (max_tokens), long ones of one-letter words
+    below it: the Redis count ends at the bill exactly, within the bound of the calls in flight."""
+    short, long = "hi there", " ".join(["a"] * 40)
+    prompts = [short if i % 2 else long for i in range(200)]
+    chat = OpenAIChat("chat", base_url=srv.base_url, api_key=KEY, max_tokens=30)
+    cost = chat.budget_cost("total_tokens")
+    assert cost({"prompt": short}) > sum(billed(short)) and cost({"prompt": long}) < sum(billed(long))
+    worst = sum(billed(long)) - cost({"prompt": long})
+    limit, capacity, partitions = 3000, 4, 2
+    with RedisServer() as redis:
+        budget = aiospark.Budget(limit, cost=cost, redis=redis.url, name=f"money-{id(chat)}")
+        out = aiospark.unordered_wait(prompts_df(spark, prompts, partitions), chat,
+                                      "id INT, prompt STRING, answer STRING", capacity=capacity, budget=budget,
+                                      on_error="row")
+        rows = out.collect()
+        answered = [r for r in rows if r._error is None]
+        assert answered and len(answered) < 200
+        assert all("budget is spent" in r._error for r in rows if r._error is not None)
+        bill = out.aiospark_metrics.total.usage["total_tokens"]
+        assert bill == sum(sum(billed(r.prompt)) for r in answered)
+        assert budget.spent == bill
+        assert bill <= limit + capacity * partitions * worst
 
 
 def test_plan_prints_the_tokens_and_the_cost_of_both_lanes(spark, srv):

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..budget.billed import BilledCost
 from ..budget.gate import LeaseGate
 from ..budget.ledger import Ledger, check_cost, check_limit, check_units
 from ..budget.ticket import BudgetTicket
@@ -55,7 +54,7 @@ class Budget:
     ``price``) charges its estimate before a call and reconciles with the usage the call records
     (the provider's bill) after it, so a budget in tokens or money holds against what was billed,
     over by at most the estimate error of the calls in flight (docs/design.md, "Budgets in tokens
-    and money"); ``spent`` is then the billed total once the tasks ended. Not with ``redis=``.
+    and money"); ``spent`` is then the billed total once the tasks ended (with ``redis=`` too).
 
     ``redis="redis://[:password@]host:port/db"`` (password also from ``$REDIS_PASSWORD``) keeps
     the pot in Redis under ``name`` (required then), shared by every job using that name: together
@@ -82,10 +81,6 @@ class Budget:
         if redis is not None:
             from ..connectors.redis.budget_leases import RedisPot  # the redis client only with redis=
 
-            if isinstance(self.cost, BilledCost):
-                raise ValueError("Budget(redis=...) counts what calls start, not what they are billed: a "
-                                 f"{self.cost!r} (an estimate reconciled with billed usage) needs the driver's "
-                                 "ledger (leave out redis=), or give a plain cost(row) function")
             if name is None:
                 raise ValueError("Budget(redis=...) needs name=: the name jobs share the budget by "
                                  "(its Redis key is aiospark:budget:<name>)")
