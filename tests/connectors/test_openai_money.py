@@ -163,6 +163,8 @@ def test_plan_prints_the_tokens_and_the_cost_of_both_lanes(spark, srv):
     bare = OpenAIChat("chat", base_url=srv.base_url, api_key=KEY)
     q = aiospark.plan(aiospark.unordered_wait, df, bare, "id INT, prompt STRING, answer STRING")
     assert q.tokens == prompt_tokens and q.cost_live is None and "prompts only" in str(q)
+    none = aiospark.plan(aiospark.unordered_wait, df.limit(0), chat, "id INT, prompt STRING, answer STRING")
+    assert (none.calls, none.tokens, none.cost_live, none.cost_batch) == (0, 0, 0.0, 0.0)
 
 
 def test_bad_prices_and_budget_costs_are_refused_at_definition(srv):

@@ -34,10 +34,16 @@ _SUMS_DDL = "rows LONG, requests LONG, prompt DOUBLE"
 def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
     """``counted`` with the estimated tokens and costs of its calls when ``function`` is an LLM
     connector (it has ``_row_prompt_tokens``); else as it is."""
-    estimate = getattr(function, "_row_prompt_tokens", None)
+    from ..connectors.openai.price import Priced  # (no LLM function in the run: not imported)
+
     column = getattr(function, "input", None)
-    if estimate is None or not isinstance(column, str) or column not in df.columns or counted.calls == 0:
+    if not isinstance(function, Priced) or type(function)._row_prompt_tokens is Priced._row_prompt_tokens \
+            or not isinstance(column, str) or column not in df.columns:
         return counted
+    price = getattr(function, "price", None)
+    if counted.calls == 0:  # nothing left to call: no Spark pass needed
+        zero = 0.0 if price is not None else None
+        return dataclasses.replace(counted, tokens=0, cost_live=zero, cost_batch=zero)
     try:
         completion = function._completion_estimate(None)
         bounded = True
@@ -47,10 +53,10 @@ def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
     row = sums.groupBy().sum(*_SUMS.names).collect()[0]
     rows, requests, prompt = int(row["sum(rows)"] or 0), int(row["sum(requests)"] or 0), float(row["sum(prompt)"] or 0)
     if rows == 0 or requests == 0:
-        return dataclasses.replace(counted, tokens=0, completion_bounded=bounded)
+        zero = 0.0 if price is not None else None
+        return dataclasses.replace(counted, tokens=0, completion_bounded=bounded, cost_live=zero, cost_batch=zero)
     calls = counted.calls * requests / rows  # the calls left that make a request
     prompt_left, completion_left = calls * prompt / requests, calls * completion
-    price = getattr(function, "price", None)
     live = batch = None
     if price is not None:
         live = price.estimate(prompt_left, completion_left, "live")
