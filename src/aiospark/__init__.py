@@ -33,6 +33,7 @@ from .core.usage import record_usage
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (nothing runs here)
+    from .budget.billed import BilledCost as BilledCost
     from .journal import Journal as Journal
     from .spark.batch_lane import BatchesPending as BatchesPending
     from .spark.batch_lane import BatchSubmission as BatchSubmission
@@ -62,6 +63,7 @@ _SPARK_EXPORTS = {
     "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
     "Metrics": ("aiospark.spark.metrics", "Metrics"),
     "Budget": ("aiospark.spark.budget", "Budget"),
+    "BilledCost": ("aiospark.budget.billed", "BilledCost"),
     "ProgressOptions": ("aiospark.spark.progress", "ProgressOptions"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
     "Journal": ("aiospark.journal", "Journal"),  # imports pyarrow: lazy too

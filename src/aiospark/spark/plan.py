@@ -65,6 +65,14 @@ class RunPlan:
     misses: int = 0
     dedup: bool = False
     journal: str | None = None
+    #: an LLM connector's estimated tokens for the calls left (prompt estimates + ``max_tokens``;
+    #: see :mod:`aiospark.spark.plan_cost`), None for other functions
+    tokens: int | None = None
+    #: False when a chat has no ``max_tokens``: ``tokens`` and the costs count the prompts only
+    completion_bounded: bool = True
+    #: what those tokens cost at the function's ``price``, live and in the provider's batch lane
+    cost_live: float | None = None
+    cost_batch: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -85,6 +93,12 @@ class RunPlan:
         else:
             parts.append(f"calls left at most {self.calls:,} (equal keys shared within a task only; a task that "
                          "starts after another recorded its keys pays less)")
+        if self.tokens is not None:
+            shown = f"estimated tokens {self.tokens:,}"
+            parts.append(shown if self.completion_bounded else shown + " (prompts only: no max_tokens)")
+        if self.cost_live is not None and self.cost_batch is not None:
+            parts.append(f"estimated cost live {self.cost_live:,.4f}, batch lane {self.cost_batch:,.4f} "
+                         "(the price's currency)")
         return " | ".join(parts)
 
 

@@ -89,7 +89,7 @@ class BatchAnswers:
         if found is not None and found[0] == sent and found[1] is not None:
             answer = json.loads(found[1])
             usage = answer.get("usage")
-            function._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+            function._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body), lane="batch")
             record_usage(batch_answers=1)
             return answer
         if found is None:

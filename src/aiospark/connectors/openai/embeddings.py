@@ -150,6 +150,9 @@ class OpenAIEmbeddings(OpenAIFunction):
         extra_body: extra request fields, e.g. ``{"truncate_prompt_tokens": 512}`` for vLLM.
         pace_by_headers: pace by the endpoint's ``x-ratelimit-*`` answer headers (True, the
             default; see :mod:`aiospark.connectors.openai.pacing`); False: never.
+        price: the model's ``Price(input=...)`` per 1M tokens, or a table ``{model: Price}``: each
+            request records its ``cost``. A budget in tokens or money (``budget_cost()``) keeps each
+            row's estimate: a request of many rows is no one row's bill.
 
     Example::
 
@@ -170,11 +173,12 @@ class OpenAIEmbeddings(OpenAIFunction):
                  cache: LookupCache | None = None, client: str = "auto", timeout: float = 60.0,
                  max_connections: int = 100, requests_per_minute: float | None = None,
                  tokens_per_minute: float | None = None, headers: Mapping[str, str] | None = None,
-                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True) -> None:
+                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True,
+                 price: Any = None) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
                          output=output, client=client, timeout=timeout, max_connections=max_connections,
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers, price=price)
         check_positive("batch_size", batch_size, integer=True)
         if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= float(batch_delay) < 60:
             raise ValueError(f"batch_delay must be seconds in [0, 60), got {batch_delay!r}")
@@ -234,6 +238,9 @@ class OpenAIEmbeddings(OpenAIFunction):
         if not isinstance(text, str):
             raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
         return text
+
+    def _row_prompt_tokens(self, value: Any) -> float:
+        return float(estimate_tokens(str(value)))  # what its request's estimate counts for the text
 
     async def _one(self, text: Any) -> Any:
         if text is None:

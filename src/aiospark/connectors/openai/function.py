@@ -32,6 +32,7 @@ from ..secrets import Secret, is_credential_header, resolve_secret
 from .base_url import PUBLIC_QUERY, check_base_url
 from .endpoint import CLIENTS, Endpoint, open_endpoint
 from .pacing import MAX_RETRY_AFTER, Pacer
+from .price import LANES, Price, Priced, check_price
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
 
@@ -148,7 +149,7 @@ def _prompt_estimate(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-class OpenAIFunction(AsyncFunction):
+class OpenAIFunction(Priced, AsyncFunction):
     """What embeddings and chat share: configuration, transport, limits, secrets, input shapes."""
 
     _kind = "openai"
@@ -163,6 +164,8 @@ class OpenAIFunction(AsyncFunction):
     _warned_usage = False
     #: the batch lane's answers while it collects (:meth:`with_batch_answers`), else None
     _batch: Any = None
+    #: whether its answers bill completion tokens (its Price needs ``output=``)
+    _bills_output = False
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the answers, for a journal's manifest (no secret, nothing per run): the
@@ -179,10 +182,12 @@ class OpenAIFunction(AsyncFunction):
                  input: str, output: str, client: str, timeout: float, max_connections: int,
                  requests_per_minute: float | None, tokens_per_minute: float | None,
                  headers: Mapping[str, str] | None, extra_body: Mapping[str, Any] | None,
-                 pace_by_headers: bool = True) -> None:
+                 pace_by_headers: bool = True, price: Any = None) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
         self.model = model
+        #: this model's Price (from ``price=``, a Price or a table {model: Price}), or None
+        self.price: Price | None = check_price(price, model, type(self).__name__, self._bills_output)
         self.base_url, self._hostport, self._query = check_base_url(base_url)
         self.input = _check_column("input", input)
         self.output = _check_column("output", output)
@@ -302,11 +307,17 @@ class OpenAIFunction(AsyncFunction):
             if left > 0:
                 await asyncio.sleep(left)
 
-    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None) -> None:
+    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None, *,
+                lane: str = "live") -> None:
         """Charge the tokens used beyond the estimate (later requests wait for them); record usage,
         and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
         (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
-        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
+        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error). With a
+        ``price``, also ``cost``: what the billed tokens cost in ``lane`` (``"live"``, or ``"batch"``
+        for an answer from a provider batch: at its discount), in the price's currency. The usage
+        recorded is also what a ``Budget(cost=fn.budget_cost(...))`` reconciles with."""
+        if lane not in LANES:
+            raise ValueError(f"lane must be one of {LANES}, got {lane!r}")
         # the endpoint's numbers as they came (an int stays an int in the totals)
         amounts: dict[str, Any] = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                                    if (v := _amount(usage.get(k))) is not None}
@@ -332,6 +343,9 @@ class OpenAIFunction(AsyncFunction):
         if prompt_estimate is not None and "prompt_tokens" in amounts:
             amounts["estimated_prompt_tokens"] = prompt_estimate
             amounts["prompt_estimate_error_tokens"] = abs(prompt_estimate - amounts["prompt_tokens"])
+        if self.price is not None and any(k in amounts for k in ("prompt_tokens", "completion_tokens",
+                                                                  "total_tokens")):
+            amounts["cost"] = self.price.money(amounts, lane)
         if amounts:
             record_usage(**amounts)
 
