@@ -291,3 +291,32 @@ def test_workers_killed_while_submitting_and_collecting_resubmit_nothing(tmp_pat
         stats = endpoint.stats()
         assert len(stats["batch_submitted"]) == 300 and stats["batch_submitted_twice"] == 0
         assert stats["answered"] == 0
+
+
+def test_a_money_budget_holds_against_what_the_batches_billed(spark, tmp_path):
+    from aiospark.connectors.openai import Price
+
+    with DemoOpenAI(batch_delay=0.1) as endpoint:
+        price = Price(input=1_000.0, output=3_000.0)  # per 1M tokens: cents per row, easy to read
+        fn = chat(endpoint.base_url, max_tokens=32, price=price)
+        df = prompts(spark, 60)
+        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+        one = fn.budget_cost()({"prompt": "ticket number 10"}) * price.factor("batch")  # a request's estimate
+        budget = aiospark.Budget(one * 25.5, cost=fn.budget_cost())
+        sub = aiospark.submit_batches(df, fn, journal=journal, budget=budget)
+        assert sub.over_budget > 0 and sub.submitted + sub.over_budget == 60
+        assert budget.spent <= budget.limit + 1e-9  # reserved at submit: never more than given
+        out = aiospark.collect_batches(df, fn, journal=journal, poll_interval=0.1, on_error="row", budget=budget)
+        rows = out.collect()
+        billed = out.aiospark_metrics.total.usage["cost"]
+        answered = [r for r in rows if r["_error"] is None]
+        assert len(answered) == sub.submitted and endpoint.stats()["answered"] == 0
+        assert all("not_submitted" in r["_error"] for r in rows if r["_error"] is not None)
+        # the pot holds what the batches billed (at the batch price), not the estimates
+        assert budget.spent == pytest.approx(billed) and 0 < billed <= budget.limit
+        assert billed < sub.submitted * one  # estimates (prompt + max_tokens) were above the bill
+        with pytest.raises(ValueError, match="fallback='live'"):
+            aiospark.collect_batches(df, fn, journal=journal, budget=budget, fallback="live")
+    with pytest.raises(ValueError, match="redis"):
+        aiospark.submit_batches(df, fn, journal=journal,
+                                budget=aiospark.Budget(5, redis="redis://127.0.0.1:9/0", name="b"))

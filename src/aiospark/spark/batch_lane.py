@@ -28,6 +28,7 @@ import concurrent.futures
 import json
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from ..connectors.openai.batch_answers import FALLBACKS, BatchAnswers, body_hash
 from ..journal import Journal
 from ..journal.directory import DirectoryStore
 from .arrow_names import map_in_arrow
+from .batch_budget import BatchBudget
 from .batch_records import BatchRecords
 from .journaled import Durable
 from .schema import to_python
@@ -45,7 +47,7 @@ from .schema import to_python
 __all__ = ["BatchSubmission", "BatchesPending", "collect_batches", "submit_batches"]
 
 T = TypeVar("T")
-_LINES = pa.schema([("custom_id", pa.string()), ("hash", pa.string()), ("body", pa.string())])
+_LINES = pa.schema([("custom_id", pa.string()), ("hash", pa.string()), ("body", pa.string()), ("units", pa.float64())])
 _ENTRY = "unordered_wait"
 
 
@@ -60,13 +62,17 @@ class BatchesPending(TimeoutError):
 @dataclass
 class BatchSubmission:
     """What :func:`submit_batches` did: ``batches`` (the batch ids made now, resumed ones included),
-    ``submitted`` (requests in them), ``already`` (rows skipped: answered in the journal or in an
-    earlier batch)."""
+    ``submitted`` (requests in them), ``resumed`` (requests of a killed run's file, batched now),
+    ``already`` (rows skipped: answered in the journal or in an earlier batch), ``over_budget``
+    (requests the budget could not cover) and ``too_large`` (a request over ``max_bytes`` alone):
+    those rows are in no batch."""
 
     batches: list[str] = field(default_factory=list)
     submitted: int = 0
     resumed: int = 0
     already: int = 0
+    over_budget: int = 0
+    too_large: int = 0
 
 
 def _run(factory: Callable[[], Awaitable[T]]) -> T:
@@ -113,11 +119,13 @@ def _client(function: Any) -> Any:
 # ---------------------------------------------------------------------------------------- submit
 
 class _Lines:
-    """The request lines of a partition's rows not answered in the journal (picklable)."""
+    """The request lines of a partition's rows not answered in the journal, each with its estimate
+    for the budget (picklable)."""
 
-    def __init__(self, durable: Durable, function: Any):
+    def __init__(self, durable: Durable, function: Any, budget: BatchBudget | None):
         self.durable = durable
         self.function = function
+        self.budget = budget
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -140,7 +148,7 @@ class _Lines:
                 fresh = [i for i in set(identities) if i is not None and i not in known]
                 if fresh and store_task.fetches_by_row:
                     known.update(store_task.fetch(fresh))
-                out: dict[str, list[Any]] = {"custom_id": [], "hash": [], "body": []}
+                out: dict[str, list[Any]] = {"custom_id": [], "hash": [], "body": [], "units": []}
                 for row, identity in zip(rows, identities):
                     outcome = known.get(identity) if identity is not None else None
                     if outcome is not None and (outcome[0] is not None or bound.keep_errors):
@@ -150,27 +158,32 @@ class _Lines:
                         continue  # a NULL input is a NULL answer, never a request
                     try:
                         body, _ = fn.request_of(value)
+                        units = self.budget.units(row) if self.budget is not None else 0.0
                     except Exception:  # the collect reads it again and makes its error row
                         continue
                     body = {**fn.extra_body, **body}
                     out["custom_id"].append(durable.idempotency(row))
                     out["hash"].append(body_hash(body))
                     out["body"].append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
+                    out["units"].append(units)
                 yield pa.RecordBatch.from_pydict(out, schema=_LINES)
         finally:
             store_task.close()
 
 
 def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: int | None = None,
-                   max_bytes: int | None = None) -> BatchSubmission:
+                   max_bytes: int | None = None, budget: Any = None) -> BatchSubmission:
     """Submit the rows of ``df`` not yet answered (in ``journal``) nor in a batch, as provider
     batches of ``function``'s requests; return once the batches exist (see the module doc).
 
-    ``max_requests`` / ``max_bytes``: a file's limits (default OpenAI's: 50,000 requests, 200 MB).
-    Equal rows (equal ``custom_id``) are one request. Rows with a NULL input are not sent (their
-    answer is NULL). Run it again at any time: it first finishes what a killed run left (a file
-    uploaded and recorded whose batch was not recorded: adopted if the provider made it, else
-    created), then submits only rows in no batch.
+    ``max_requests`` / ``max_bytes``: a file's limits (default OpenAI's: 50,000 requests, 200 MB);
+    a request longer than ``max_bytes`` alone is not sent (``too_large``). Equal rows (equal
+    ``custom_id``) are one request. Rows with a NULL input are not sent (their answer is NULL).
+    ``budget``: an :class:`aiospark.Budget` each request's estimate is reserved from, at the batch
+    price; a request it cannot cover is not sent (``over_budget``; see
+    :mod:`~aiospark.spark.batch_budget`). Run it again at any time: it first finishes what a
+    killed run left (a file uploaded and recorded whose batch was not recorded: adopted if the
+    provider made it, else created), then submits only rows in no batch.
 
     Example::
 
@@ -181,9 +194,11 @@ def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: in
 
     max_requests = _limit("max_requests", max_requests, MAX_REQUESTS)
     max_bytes = _limit("max_bytes", max_bytes, MAX_BYTES)
+    priced = None if budget is None else BatchBudget(budget, function, "submit_batches")
     durable, records = _check(df, function, journal, "submit_batches")
     endpoint = f"/v1{function._path}"
-    lines = map_in_arrow(df, _Lines(durable, function), "custom_id STRING, hash STRING, body STRING")
+    lines = map_in_arrow(df, _Lines(durable, function, priced),
+                         "custom_id STRING, hash STRING, body STRING, units DOUBLE")
     lines = lines.dropDuplicates(["custom_id"])
     result = BatchSubmission()
 
@@ -200,32 +215,63 @@ def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: in
                     result.batches.append(info.id)
                     result.resumed += len(upload["custom_ids"])
             done = records.submitted()
-            chunk: list[tuple[str, str, str]] = []
+            chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
             for row in lines.toLocalIterator():
                 if row["custom_id"] in done:
                     result.already += 1
                     continue
-                chunk.append((row["custom_id"], row["hash"], row["body"]))
-                if len(chunk) >= max_requests:
+                line = _line(row["custom_id"], endpoint, row["body"])
+                if len(line) > max_bytes:
+                    result.too_large += 1
+                    continue
+                if chunk.ids and (len(chunk.ids) >= max_requests or chunk.size + len(line) > max_bytes):
                     await send(client, chunk)
-                    chunk = []
-            if chunk:
+                    chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
+                if priced is not None and not priced.reserve(chunk.task, row["units"]):
+                    result.over_budget += 1
+                    continue
+                chunk.add(row, len(line))
+            if chunk.ids:
                 await send(client, chunk)
 
-    async def send(client: Any, chunk: list[tuple[str, str, str]]) -> None:
-        hashes = {cid: h for cid, h, _ in chunk}
-        requests = [BatchRequest(cid, json.loads(body)) for cid, _, body in chunk]
-        for data in plan_files(requests, endpoint, max_requests, max_bytes):
-            ids = [json.loads(line)["custom_id"] for line in data.splitlines() if line.strip()]
-            file_id = await client.upload(data)
-            records.record_upload(file_id, endpoint, ids, [hashes[c] for c in ids])  # before the batch exists
-            info = await client.create(file_id, endpoint, {"aiospark_file": file_id})
-            records.record_batch(file_id, info)
-            result.batches.append(info.id)
-            result.submitted += len(ids)
+    async def send(client: Any, chunk: _Chunk) -> None:
+        requests = [BatchRequest(cid, json.loads(body)) for cid, body in zip(chunk.ids, chunk.bodies)]
+        (data,) = plan_files(requests, endpoint, max_requests, max_bytes)  # one file: cut by its size
+        file_id = await client.upload(data)
+        records.record_upload(file_id, endpoint, chunk.ids, chunk.hashes, chunk.task, chunk.units)  # before the batch
+        info = await client.create(file_id, endpoint, {"aiospark_file": file_id})
+        records.record_batch(file_id, info)
+        result.batches.append(info.id)
+        result.submitted += len(chunk.ids)
 
     _run(run)
     return result
+
+
+class _Chunk:
+    """The lines of one file, as the driver gathers them (``task``: its reservation's name)."""
+
+    def __init__(self, task: str):
+        self.task = task
+        self.ids: list[str] = []
+        self.hashes: list[str] = []
+        self.bodies: list[str] = []
+        self.units: list[float] = []
+        self.size = 0
+
+    def add(self, row: Any, size: int) -> None:
+        self.ids.append(row["custom_id"])
+        self.hashes.append(row["hash"])
+        self.bodies.append(row["body"])
+        self.units.append(row["units"])
+        self.size += size
+
+
+def _line(custom_id: str, endpoint: str, body: str) -> bytes:
+    """A request line's bytes as :func:`~aiospark.connectors.openai.batch_files.plan_files` writes it."""
+    head = json.dumps({"custom_id": custom_id, "method": "POST", "url": endpoint}, separators=(",", ":"),
+                      ensure_ascii=False)
+    return f"{head[:-1]},\"body\":{body}}}\n".encode()
 
 
 def _limit(name: str, value: Any, default: int) -> int:
@@ -240,7 +286,7 @@ def _limit(name: str, value: Any, default: int) -> int:
 
 def collect_batches(df: Any, function: Any, *, journal: Journal, fallback: str = "error", wait: bool = True,
                     poll_interval: float = 10.0, timeout: float | None = None, progress: bool = False,
-                    **options: Any) -> Any:
+                    budget: Any = None, **options: Any) -> Any:
     """``df`` with ``function``'s output column, answered by the batches :func:`submit_batches`
     made (see the module doc): a DataFrame, as ``unordered_wait(df, function, ...)`` gives.
 
@@ -250,7 +296,8 @@ def collect_batches(df: Any, function: Any, *, journal: Journal, fallback: str =
     :class:`BatchesPending`); ``wait=False`` raises it at once while any batch runs. ``progress``:
     print a line per poll (requests completed and failed of all batches). ``options`` go to
     ``unordered_wait`` (``on_error``, ``capacity``, ``timeout`` is this function's own: pass the
-    rows' one as ``row_timeout=``, ``budget``, ...).
+    rows' one as ``row_timeout=``, ...). ``budget``: the Budget of :func:`submit_batches`; each ended
+    batch's billed usage replaces what submit reserved (:mod:`~aiospark.spark.batch_budget`).
 
     Example::
 
@@ -267,6 +314,11 @@ def collect_batches(df: Any, function: Any, *, journal: Journal, fallback: str =
         raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
     if "row_timeout" in options:
         options["timeout"] = options.pop("row_timeout")
+    priced = None if budget is None else BatchBudget(budget, function, "collect_batches")
+    if priced is not None and fallback == "live":
+        raise ValueError("collect_batches(budget=..., fallback='live'): the live calls would be charged beside the "
+                         "batches' bill; collect with on_error='row' and send the error rows through "
+                         "unordered_wait(..., budget=...)")
     durable, records = _check(df, function, journal, "collect_batches")
     uploads = {u["file_id"]: u for u in records.uploads()}
 
@@ -299,9 +351,26 @@ def collect_batches(df: Any, function: Any, *, journal: Journal, fallback: str =
                                     else max(0.0, min(poll_interval, deadline - time.monotonic())))
 
     _run(run)
-    answers = BatchAnswers(records.answer_files(), fallback)
+    files = records.answer_files()
+    if priced is not None:
+        settle(priced, records, uploads, files)
+    answers = BatchAnswers(files, fallback)
     return unordered_wait(df, function.with_batch_answers(answers), function.output_schema(df),
                           journal=journal, **options)
+
+
+def settle(priced: BatchBudget, records: BatchRecords, uploads: dict[str, dict[str, Any]], files: Any) -> None:
+    """Each ended batch's bill replaces its file's reservation (once per batch and Budget)."""
+    kept = files()
+    for record in records.batches().values():
+        upload = uploads.get(record["file_id"])
+        if not record.get("answers") or upload is None:
+            continue
+        ids = upload["custom_ids"]
+        reserved = dict(zip(ids, upload.get("units") or [0.0] * len(ids)))
+        results = {cid: (json.loads(kept[cid][1]) if cid in kept and kept[cid][1] is not None else None)
+                   for cid in ids}
+        priced.settle(upload.get("task") or f"batch-file-{record['file_id']}", record["batch_id"], reserved, results)
 
 
 def status_line(records: BatchRecords) -> str:

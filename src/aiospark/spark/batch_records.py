@@ -83,10 +83,12 @@ class BatchRecords:
         return self.store.guarded("cannot read its batch records", read)
 
     # ---------------------------------------------------------------- uploads
-    def record_upload(self, file_id: str, endpoint: str, custom_ids: Sequence[str], hashes: Sequence[str]) -> None:
-        """The file ``file_id`` holds these requests (before any batch is made of it)."""
+    def record_upload(self, file_id: str, endpoint: str, custom_ids: Sequence[str], hashes: Sequence[str],
+                      task: str | None = None, units: Sequence[float] = ()) -> None:
+        """The file ``file_id`` holds these requests (before any batch is made of it); ``task`` and
+        ``units``: the budget reservation of the file and each request's part of it."""
         record = {"file_id": file_id, "endpoint": endpoint, "custom_ids": list(custom_ids),
-                  "hashes": list(hashes), "at": time.time()}
+                  "hashes": list(hashes), "task": task, "units": list(units), "at": time.time()}
         self._write(f"upload-{_name(file_id)}.json", json.dumps(record).encode())
 
     def uploads(self) -> list[dict[str, Any]]:
