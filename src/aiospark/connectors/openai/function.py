@@ -253,6 +253,18 @@ class OpenAIFunction(Priced, AsyncFunction):
 
     __str__ = __repr__
 
+    @property
+    def journal_identity_columns(self) -> list[str]:
+        """A journal's identity always covers the input column: the answer is a function of it."""
+        return [self.input]
+
+    @property
+    def journal_rows(self) -> Any:
+        """What a journal keeps of an output row: the output column alone (:mod:`.journal_rows`)."""
+        from .journal_rows import AnswerRows
+
+        return AnswerRows(self.output)
+
     def output_schema(self, df_or_schema: Any) -> Any:
         """The ``ordered_wait``/``unordered_wait`` schema: the input's columns plus the output
         column (a ``StructType``). Takes a DataFrame or its ``StructType``."""
