@@ -226,6 +226,8 @@ def test_batch_status_shows_each_batch_state_counts_and_age(spark, tmp_path, cap
     with DemoOpenAI(batch_delay=0.5) as endpoint:
         fn = chat(endpoint.base_url)
         path = str(tmp_path / "j")
+        assert main(["batch", "status", path]) == 2 and "no journal at" in capsys.readouterr().err
+        os.makedirs(path)
         assert main(["batch", "status", path]) == 0
         assert "no batches recorded" in capsys.readouterr().out
         sub = aiospark.submit_batches(prompts(spark, 30), fn, journal=aiospark.Journal(path, key="id"), max_requests=20)

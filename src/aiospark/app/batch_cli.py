@@ -82,7 +82,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"aiospark batch status: {journal.location} is not a directory journal: the batch lane keeps its "
               "batches in a directory journal", file=sys.stderr)
         return 2
-    fs, root = store.fs
+    try:
+        fs, root = store.fs
+        kind = fs.get_file_info(root).type
+    except OSError as exc:
+        print(f"aiospark batch status: {exc}", file=sys.stderr)
+        return 2
+    if kind == pafs.FileType.NotFound:
+        print(f"aiospark batch status: no journal at {journal.location}: check the path", file=sys.stderr)
+        return 2
+    if kind != pafs.FileType.Directory:
+        print(f"aiospark batch status: {journal.location} is a file, not a journal's directory", file=sys.stderr)
+        return 2
     found = store.guarded("cannot list it", lambda: fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)))
     records: list[dict[str, Any]] = []
     waiting: list[dict[str, Any]] = []
@@ -94,7 +105,19 @@ def run(args: argparse.Namespace) -> int:
         records += batches.values()
         waiting += [u for u in book.uploads() if u["file_id"] not in batches]
     if args.base_url:
-        records = asyncio.run(_refresh(records, args.base_url, args.api_key_env))
+        import os
+
+        from ..connectors.errors import ConnectorError
+
+        if args.api_key_env and not os.environ.get(args.api_key_env):
+            print(f"aiospark batch status: --base-url needs the API key in ${args.api_key_env} (--api-key-env), "
+                  "which is not set", file=sys.stderr)
+            return 2
+        try:
+            records = asyncio.run(_refresh(records, args.base_url, args.api_key_env))
+        except (ConnectorError, ValueError) as exc:  # scrubbed of the key by the client
+            print(f"aiospark batch status: cannot ask the provider: {exc}", file=sys.stderr)
+            return 1
     print(f"journal {journal.location}: {len(records)} batch(es)")
     for line in describe(records, waiting, time.time()):
         print(line)

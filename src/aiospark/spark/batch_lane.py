@@ -152,7 +152,12 @@ class _Lines:
                 for row, identity in zip(rows, identities):
                     outcome = known.get(identity) if identity is not None else None
                     if outcome is not None and (outcome[0] is not None or bound.keep_errors):
-                        continue  # answered (or a kept error): the journal serves it, nothing to pay
+                        # answered (or a kept error): the journal serves it, nothing to pay; counted
+                        out["custom_id"].append(durable.idempotency(row))
+                        out["hash"].append(None)
+                        out["body"].append(None)
+                        out["units"].append(0.0)
+                        continue
                     value = row.get(fn.input)
                     if value is None:
                         continue  # a NULL input is a NULL answer, never a request
@@ -190,7 +195,7 @@ def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: in
         sub = aiospark.submit_batches(df, chat, journal=aiospark.Journal(path, key="id"))
         sub.batches, sub.submitted          # (['batch_6a...'], 10000)
     """
-    from ..connectors.openai.batch_api import MAX_BYTES, MAX_REQUESTS, BatchRequest, plan_files
+    from ..connectors.openai.batch_api import MAX_BYTES, MAX_REQUESTS, TERMINAL, BatchRequest, plan_files
 
     max_requests = _limit("max_requests", max_requests, MAX_REQUESTS)
     max_bytes = _limit("max_bytes", max_bytes, MAX_BYTES)
@@ -214,10 +219,13 @@ def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: in
                     records.record_batch(upload["file_id"], info)
                     result.batches.append(info.id)
                     result.resumed += len(upload["custom_ids"])
+            for record in records.batches().values():  # a batch failed whole frees its rows
+                if record["status"] not in TERMINAL:
+                    records.record_batch(record["file_id"], await client.retrieve(record["batch_id"]))
             done = records.submitted()
             chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
             for row in lines.toLocalIterator():
-                if row["custom_id"] in done:
+                if row["body"] is None or row["custom_id"] in done:
                     result.already += 1
                     continue
                 line = _line(row["custom_id"], endpoint, row["body"])

@@ -96,8 +96,11 @@ class BatchRecords:
         return sorted(self._read_json("upload-"), key=lambda r: r["at"])
 
     def submitted(self) -> set[str]:
-        """The custom_ids in an uploaded file (in a batch, or about to be): never submitted again."""
-        return {cid for record in self.uploads() for cid in record["custom_ids"]}
+        """The custom_ids in an uploaded file (in a batch, or about to be): never submitted again --
+        except those of a batch the provider ``failed`` whole (its validation: nothing of it ran
+        nor was billed), which may go into a new file."""
+        failed = {file_id for file_id, batch in self.batches().items() if batch["status"] == "failed"}
+        return {cid for record in self.uploads() if record["file_id"] not in failed for cid in record["custom_ids"]}
 
     # ---------------------------------------------------------------- batches
     def record_batch(self, file_id: str, info: Any, answers: str | None = None) -> dict[str, Any]:
@@ -166,7 +169,9 @@ class AnswerFiles:
                     table = pa.ipc.open_file(f).read_all()
                 columns = [table.column(n).to_pylist() for n in ANSWERS_SCHEMA.names]
                 for cid, *rest in zip(*columns):
-                    out[cid] = tuple(rest)
+                    kept = out.get(cid)
+                    if kept is None or kept[1] is None:  # an answer wins over another batch's failure
+                        out[cid] = tuple(rest)
             return out
 
         return self.store.guarded("cannot read its batch answers", read)

