@@ -81,7 +81,7 @@ class BatchAnswers:
 
     async def answer(self, function: Any, body: dict, estimate: int) -> dict:
         """The answer to ``body`` for the current row (inside its call)."""
-        from .function import _prompt_estimate
+        from .tokens import _prompt_estimate
 
         custom_id = idempotency_key()
         found = (await self._loaded()).get(custom_id)
