@@ -112,7 +112,7 @@ def test_a_row_changed_since_submit_never_gets_the_old_answer(spark, tmp_path):
         assert got == {i: want[i] for i in got}
 
 
-def test_rows_added_after_submit_are_submitted_alone_and_null_inputs_never(spark, tmp_path):
+def test_rows_added_after_submit_are_submitted_alone_and_null_inputs_never(spark, tmp_path, capsys):
     with DemoOpenAI(batch_delay=0.1) as endpoint:
         fn = chat(endpoint.base_url)
         journal = aiospark.Journal(str(tmp_path / "j"), key="id")
@@ -120,8 +120,11 @@ def test_rows_added_after_submit_are_submitted_alone_and_null_inputs_never(spark
         more = prompts(spark, 15).union(spark.createDataFrame([(99, None)], "id LONG, prompt STRING"))
         sub = aiospark.submit_batches(more, fn, journal=journal)
         assert sub.submitted == 5 and sub.already == 10
-        rows = aiospark.collect_batches(more, fn, journal=journal, poll_interval=0.1).collect()
+        rows = aiospark.collect_batches(more, fn, journal=journal, poll_interval=0.1, progress=True).collect()
         assert len(rows) == 16 and {r["id"]: r["answer"] for r in rows}[99] is None
+        # progress: one line per poll, the last with every request completed
+        last = [line for line in capsys.readouterr().err.splitlines() if line.startswith("aiospark batches:")][-1]
+        assert last == "aiospark batches: 2 (2 completed); requests: 15 of 15 completed, 0 failed", last
         assert endpoint.stats()["batch_submitted_twice"] == 0 and endpoint.stats()["answered"] == 0
 
 
