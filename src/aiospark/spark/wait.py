@@ -245,7 +245,7 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
         runner.shuffled = True
     if planning():  # aiospark.plan(): the counts of this run instead of the run
         counted = count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
-                            lookup_on=getattr(function, "journal_identity_columns", ()))
+                            lookup_on=getattr(function, "null_misses", ()))
         return with_costs(counted, given, function)
     out = map_in_arrow(df, runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
