@@ -12,7 +12,7 @@ from typing import Protocol
 
 from .metrics import OperatorMetrics, check_amount
 
-__all__ = ["Bill", "bill_attempt", "bind_usage", "record_usage"]
+__all__ = ["Bill", "bill_attempt", "bill_usage", "bind_usage", "record_usage"]
 
 
 class Bill(Protocol):
@@ -74,6 +74,19 @@ def record_usage(**amounts: float) -> None:
     usage = metrics.usage
     for name, amount in checked.items():
         usage[name] = usage.get(name, 0) + amount
+
+
+def bill_usage(**amounts: float) -> None:
+    """Report ``amounts`` as billed to the current attempt's budget only, without adding them to the
+    operator's ``usage`` (which the request that was billed already recorded once): a share of a
+    request made for several rows, or ``0`` for an answer that bills nothing (an HTTP error).
+
+    Example: ``bill_usage(total_tokens=0)``   # a 429: this attempt's estimate comes back
+    """
+    checked = {name: check_amount(name, amount) for name, amount in amounts.items()}
+    pending = _bill.get()
+    if pending is not None and pending[0] is _task():
+        pending[1].bill(checked)
 
 
 def _task() -> object:

@@ -24,10 +24,12 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from ..budget.billed import BilledCost
+from ..connectors.openai.price import whole_usage
 from .budget import Budget
 
 __all__ = ["BatchBudget"]
@@ -85,7 +87,12 @@ class BatchBudget:
         raw = answer.get("usage")
         usage: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         amounts = {k: float(v) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                   if isinstance(v := usage.get(k), (int, float)) and not isinstance(v, bool)}
+                   if isinstance(v := usage.get(k), (int, float)) and not isinstance(v, bool)
+                   and 0 <= v < math.inf and float(v).is_integer()}
+        if any(usage.get(k) is not None for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+               if k not in amounts):
+            return estimate  # a count that is not a token count: the bill is unknown, the estimate stays
+        amounts = whole_usage(amounts)
         details = usage.get("prompt_tokens_details")
         if isinstance(details, Mapping) and isinstance(details.get("cached_tokens"), (int, float)):
             amounts["cached_prompt_tokens"] = float(details["cached_tokens"])

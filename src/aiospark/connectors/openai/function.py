@@ -23,7 +23,7 @@ from typing import Any
 from ...core.function import AsyncFunction
 from ...core.ratelimit import RateLimit
 from ...core.retry import RetryStrategy
-from ...core.usage import record_usage
+from ...core.usage import bill_usage, record_usage
 from ..checks import check_positive
 from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
@@ -32,7 +32,7 @@ from ..secrets import Secret, is_credential_header, resolve_secret
 from .base_url import PUBLIC_QUERY, check_base_url
 from .endpoint import CLIENTS, Endpoint, open_endpoint
 from .pacing import MAX_RETRY_AFTER, Pacer
-from .price import LANES, Price, Priced, check_price
+from .price import LANES, Price, Priced, check_price, whole_usage
 from .tokens import _prompt_estimate, estimate_tokens, load_tokenizer
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
@@ -288,9 +288,11 @@ class OpenAIFunction(Priced, AsyncFunction):
         if prompt_estimate is not None and "prompt_tokens" in amounts:
             amounts["estimated_prompt_tokens"] = prompt_estimate
             amounts["prompt_estimate_error_tokens"] = abs(prompt_estimate - amounts["prompt_tokens"])
-        if self.price is not None and any(k in amounts for k in ("prompt_tokens", "completion_tokens",
-                                                                  "total_tokens")):
-            amounts["cost"] = self.price.money(amounts, lane)
+        # a count that is not a token count leaves the bill unknown: no cost, so a budget keeps
+        # its estimate rather than settle on the parts it could read
+        if self.price is not None and not broken and any(k in amounts for k in ("prompt_tokens",
+                                                                                "completion_tokens", "total_tokens")):
+            amounts["cost"] = self.price.money(whole_usage(amounts), lane)
         if amounts:
             record_usage(**amounts)
 
@@ -307,6 +309,9 @@ class OpenAIFunction(Priced, AsyncFunction):
                 self._path, {**self.extra_body, **body},
                 None if ticket is None else (lambda headers: pacer.update(ticket, headers)))  # type: ignore[union-attr]
         except HttpStatusError as exc:
+            # an error answer bills nothing (a 429, a 5xx, a refusal): this attempt's estimate comes back
+            bill_usage(**{k: 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+                       **({"cost": 0.0} if self.price is not None else {}))
             if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
                 for bucket in (self._rpm, self._tpm):
                     if bucket is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from ...budget.billed import BilledCost
 from ..checks import check_positive
 
-__all__ = ["LANES", "Price", "Priced", "RowEstimate", "check_price"]
+__all__ = ["LANES", "Price", "Priced", "RowEstimate", "check_price", "whole_usage"]
 
 #: the lanes an answer can come from: ``live`` (one request per call), ``batch`` (a provider batch)
 LANES = ("live", "batch")
@@ -93,6 +93,20 @@ class Price:
     def estimate(self, prompt_tokens: float, completion_tokens: float, lane: str = "live") -> float:
         """What a call of about these tokens costs in ``lane`` (no cache discount: an upper bound)."""
         return (prompt_tokens * self.input + completion_tokens * (self.output or 0.0)) / PER * self.factor(lane)
+
+
+def whole_usage(amounts: Mapping[str, Any]) -> dict[str, Any]:
+    """``amounts`` with a part the provider left out worked out from ``total_tokens`` (``prompt =
+    total - completion``, or the other way round): a usage of ``{"completion_tokens": 5,
+    "total_tokens": 105}`` bills 105 tokens, not 5."""
+    out = dict(amounts)
+    total = out.get("total_tokens")
+    if total is not None:
+        if "prompt_tokens" not in out and "completion_tokens" in out:
+            out["prompt_tokens"] = max(0, total - out["completion_tokens"])
+        elif "completion_tokens" not in out and "prompt_tokens" in out:
+            out["completion_tokens"] = max(0, total - out["prompt_tokens"])
+    return out
 
 
 def check_price(price: Any, model: str, kind: str, needs_output: bool) -> Price | None:
