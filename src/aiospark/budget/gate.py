@@ -57,8 +57,10 @@ class LeaseGate:
     """A task's budget gate (see the module docstring). Used on one event loop."""
 
     def __init__(self, source: LeaseSource, cost: Callable[[Any], Any] | None = None,
-                 batched: bool = False, count: Callable[[Any], int] | None = None):
+                 batched: bool = False, count: Callable[[Any], int] | None = None, limit: float | None = None):
         self.source = source
+        #: the whole budget's limit, when known: a call estimated above it can never start
+        self.limit = limit
         self._cost = cost
         self._batched = batched
         #: the rows of a batch call whose value is not a list (a columnar batch; only without ``cost``)
@@ -86,7 +88,7 @@ class LeaseGate:
             raise BudgetUnavailable(self._broken)
         if cost == 0.0:
             return True  # costs nothing: spends nothing
-        if not self._waiting and cost <= self._lease:
+        if not self._waiting and cost <= self._lease + _slack(cost):
             self._lease -= cost
             self.used += cost
             return True
@@ -130,7 +132,19 @@ class LeaseGate:
                 self._serve()
 
     def _hopeless(self, cost: float) -> bool:
-        return self._left_seen is not None and cost > self._lease + self._left_seen
+        return self._left_seen is not None and cost > self._lease + self._left_seen + _slack(cost)
+
+    def refusal(self, value: Any) -> str:
+        """Why the attempt for ``value`` was refused, for its error."""
+        try:
+            cost = self.cost_of(value)
+        except Exception:  # (its cost was computed once already; here only for the message)
+            cost = None
+        if cost is not None and self.limit is not None and cost > self.limit + _slack(cost):
+            return (f"this row's call is estimated at {cost:g} units, more than the whole budget of {self.limit:g}: "
+                    "it was not started (raise the Budget's limit, or lower the estimate, e.g. max_tokens)")
+        return ("the budget is spent: this row's call was not started (rerun with a larger aiospark.Budget; with a "
+                "journal, only the rows not done are called)")
 
     async def _wait(self, cost: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -147,7 +161,7 @@ class LeaseGate:
             cost, future = waiting[0]
             if future.done():  # cancelled while waiting (its deadline): it spends nothing
                 waiting.popleft()
-            elif cost <= self._lease:
+            elif cost <= self._lease + _slack(cost):
                 waiting.popleft()
                 self._lease -= cost
                 self.used += cost
@@ -217,6 +231,11 @@ class LeaseGate:
         except Exception as exc:
             log.warning("aiospark: could not give %s unused budget units back to %s (%s: %s); they stay "
                         "spent", units, self.source.where, type(exc).__name__, exc)
+
+
+def _slack(cost: float) -> float:
+    """Float crumbs: three calls of 0.1 fit a budget of 0.3 (0.1 + 0.1 + 0.1 is 0.30000000000000004)."""
+    return 1e-9 * max(1.0, abs(cost))
 
 
 class _Attempt:

@@ -107,7 +107,7 @@ class Ledger:
     def _lease(self, task: str, need: float, want: float, used: float) -> tuple[float, float]:
         # (under the lock)
         self._note_used(task, used)
-        if need > self._free:
+        if need > self._free + 1e-9 * max(1.0, need):  # (float crumbs: 0.1 * 3 fits in 0.3)
             return 0.0, self._free
         self._open.add(task)
         share = math.floor(self._free / (2 * len(self._open)))  # whole units: no float crumbs
