@@ -15,6 +15,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.usage import bill_usage
 from ...lookup.cache import LookupCache
 from ...lookup.lookuper import Lookuper
 from ...lookup.source import LookupSource
@@ -23,6 +24,11 @@ from ..http.response import HttpStatusError
 from ..secrets import Secret
 from .function import OpenAIFunction, estimate_tokens
 from .pacing import RequestTooLarge
+
+#: what a request bills, in usage amounts (a budget's BilledCost reconciles with one of them)
+BILLED = ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
+#: what a row whose vector needed no request of its own bills
+NOTHING = {name: 0 for name in BILLED}
 
 __all__ = ["OpenAIEmbeddings"]
 
@@ -123,8 +129,16 @@ class _EmbeddingsEndpoint(LookupSource):
     async def _request(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         fn = self.function
         texts = [k[0] for k in keys]
-        answer = await fn._post(fn.body_of(texts), sum(estimate_tokens(t) for t in texts))
-        return {k: [v] for k, v in zip(keys, fn.vectors_of(answer, len(texts)))}
+        estimates = [estimate_tokens(t) for t in texts]
+        billed: dict[str, Any] = {}
+        answer = await fn._post(fn.body_of(texts), sum(estimates), billed)
+        vectors = fn.vectors_of(answer, len(texts))
+        # the request's bill, shared among its texts by their estimates: each row's call reports
+        # its share to its budget (recorded once in the usage already, by the request)
+        whole = sum(estimates)
+        for text, estimate in zip(texts, estimates):
+            fn._shares[text] = {k: billed[k] * estimate / whole for k in BILLED if k in billed}  # type: ignore[index]
+        return {k: [v] for k, v in zip(keys, vectors)}
 
 
 class OpenAIEmbeddings(OpenAIFunction):
@@ -191,10 +205,14 @@ class OpenAIEmbeddings(OpenAIFunction):
         self.dimensions: int | None = dimensions
         self.cache: LookupCache | None = cache
         self._lookuper: Lookuper | None = None
+        #: text -> its share of the bill of the request that embedded it, until its row reports it
+        self._shares: dict[str, dict[str, float]] | None = {}
 
     async def open(self) -> None:
         """Open the shared client and this worker's batcher."""
         await super().open()
+        if self._shares is None:  # (not pickled: the worker's own)
+            self._shares = {}
         if self._lookuper is None:
             self._lookuper = Lookuper(_EmbeddingsEndpoint(self), cache=self.cache, batch=True)
             await self._lookuper.open()
@@ -252,7 +270,14 @@ class OpenAIEmbeddings(OpenAIFunction):
         if self._lookuper is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
-        rows = await self._lookuper.lookup((text,))
+        try:
+            rows = await self._lookuper.lookup((text,))
+        except HttpStatusError:
+            bill_usage(**NOTHING)  # an error answer bills nothing
+            raise
+        # this row's share of the request's bill; none when its vector came from the cache or a
+        # request another row of the same text made (that row reports the share)
+        bill_usage(**((self._shares or {}).pop(text, None) or NOTHING))
         return rows[0]
 
 

@@ -39,7 +39,7 @@ __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer
 
 log = logging.getLogger(__name__)
 
-_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
+_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer", "_shares")
 #: the entry points' default row timeout (seconds): a request timeout above it is cut short there
 _ROW_TIMEOUT = 60.0
 
@@ -253,7 +253,7 @@ class OpenAIFunction(Priced, AsyncFunction):
                 await asyncio.sleep(left)
 
     def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None, *,
-                lane: str = "live") -> None:
+                lane: str = "live") -> dict[str, Any]:
         """Charge the tokens used beyond the estimate (later requests wait for them); record usage,
         and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
         (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
@@ -295,8 +295,9 @@ class OpenAIFunction(Priced, AsyncFunction):
             amounts["cost"] = self.price.money(whole_usage(amounts), lane)
         if amounts:
             record_usage(**amounts)
+        return amounts
 
-    async def _post(self, body: dict, estimate: int) -> dict:
+    async def _post(self, body: dict, estimate: int, billed: dict | None = None) -> dict:
         if self._transport is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
@@ -328,7 +329,9 @@ class OpenAIFunction(Priced, AsyncFunction):
             if ticket is not None:
                 pacer.finished(ticket)  # type: ignore[union-attr]
         usage = answer.get("usage")
-        self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+        settled = self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+        if billed is not None:  # a request for several rows: the caller shares the bill among them
+            billed.update(settled)
         return answer
 
     async def _answer(self, body: dict, estimate: int) -> dict:
