@@ -31,15 +31,37 @@ _SUMS = pa.schema([("rows", pa.int64()), ("requests", pa.int64()), ("prompt", pa
 _SUMS_DDL = "rows LONG, requests LONG, prompt DOUBLE"
 
 
-def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
-    """``counted`` with the estimated tokens and costs of its calls when ``function`` is an LLM
-    connector (it has ``_row_prompt_tokens``); else as it is."""
+def _priced(function: Any, columns: Any) -> bool:
+    """Whether ``function`` is an LLM connector that estimates its prompts, reading one of ``columns``."""
     from ..connectors.openai.price import Priced  # (no LLM function in the run: not imported)
 
     column = getattr(function, "input", None)
-    if not isinstance(function, Priced) or type(function)._row_prompt_tokens is Priced._row_prompt_tokens \
-            or not isinstance(column, str) or column not in df.columns:
+    return isinstance(function, Priced) and type(function)._row_prompt_tokens is not Priced._row_prompt_tokens \
+        and isinstance(column, str) and column in columns
+
+
+def prompt_estimate(function: Any, columns: Any) -> PromptEstimate | None:
+    """What :func:`~aiospark.spark.plan.count_run` sums over the calls left, for an LLM connector."""
+    return PromptEstimate(function) if _priced(function, columns) else None
+
+
+class PromptEstimate:
+    """A row's prompt estimate, or None when it sends no request (picklable: the function travels)."""
+
+    def __init__(self, function: Any):
+        self.function = function
+
+    def __call__(self, row: Any) -> float | None:
+        value = row.get(self.function.input)
+        return None if value is None else float(self.function._row_prompt_tokens(value))
+
+
+def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
+    """``counted`` with the estimated tokens and costs of its calls when ``function`` is an LLM
+    connector (it has ``_row_prompt_tokens``); else as it is."""
+    if not _priced(function, df.columns):
         return counted
+    column: str = function.input
     price = getattr(function, "price", None)
     if counted.calls == 0:  # nothing left to call: no Spark pass needed
         zero = 0.0 if price is not None else None
@@ -49,6 +71,9 @@ def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
         bounded = True
     except ValueError:  # a chat without max_tokens: the answers' length is not bounded
         completion, bounded = 0, False
+    if counted.prompt_left is not None and counted.requests_left is not None:  # summed over the calls left
+        return _priced_plan(counted, price, counted.prompt_left, counted.requests_left * completion, bounded)
+    # without a journal every row is called: the sums over the rows are the calls'
     sums = map_in_arrow(df.select(column), _PromptSums(function, column), _SUMS_DDL)
     row = sums.groupBy().sum(*_SUMS.names).collect()[0]
     rows, requests, prompt = int(row["sum(rows)"] or 0), int(row["sum(requests)"] or 0), float(row["sum(prompt)"] or 0)
@@ -56,7 +81,10 @@ def with_costs(counted: RunPlan, df: Any, function: Any) -> RunPlan:
         zero = 0.0 if price is not None else None
         return dataclasses.replace(counted, tokens=0, completion_bounded=bounded, cost_live=zero, cost_batch=zero)
     calls = counted.calls * requests / rows  # the calls left that make a request
-    prompt_left, completion_left = calls * prompt / requests, calls * completion
+    return _priced_plan(counted, price, calls * prompt / requests, calls * completion, bounded)
+
+
+def _priced_plan(counted: RunPlan, price: Any, prompt_left: float, completion_left: float, bounded: bool) -> RunPlan:
     live = batch = None
     if price is not None:
         live = price.estimate(prompt_left, completion_left, "live")
