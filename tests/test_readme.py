@@ -70,6 +70,7 @@ def substitutions(servers, tmp: Path) -> list[tuple[str, str]]:
         ('"/tmp/enriched"', repr(str(tmp / "enriched"))),
         ('"/tmp/geo"', repr(str(tmp / "geo"))),
         ('"/tmp/journals/enrich-v1"', repr(str(tmp / "journal"))),
+        ('"/tmp/journals/tickets-batch"', repr(str(tmp / "batch-journal"))),
     ]
 
 
@@ -147,6 +148,13 @@ def check_idempotency(out: str, tmp: Path) -> None:
     assert "same keys: True distinct: 100 shared with refund: 0" in out, out
 
 
+def check_batch_lane(out: str, tmp: Path) -> None:
+    # every row answered by a batch, each request submitted once, no live request
+    assert "submitted 1000 in 1 batch(es)" in out, out
+    assert "submitted again 0" in out, out
+    assert "answered 1000 by batches 1000" in out, out
+
+
 CHECKS: dict[str, Callable[[str, Path], None]] = {
     "class Geo(aiospark.AsyncFunction)": check_ten_lines,
     "async def price(row)": check_wait,
@@ -157,8 +165,9 @@ CHECKS: dict[str, Callable[[str, Path], None]] = {
     "OpenAIEmbeddings(": check_llm,
     "print(out.count(), out.first().name.startswith": check_http_client,
     "response_format=": check_structured,
-    "aiospark.Journal(": check_durable,
+    "aiospark.Journal(\"/tmp/journals/enrich-v1\"": check_durable,
     '"Idempotency-Key": key': check_idempotency,
+    "aiospark.submit_batches(": check_batch_lane,
 }
 
 

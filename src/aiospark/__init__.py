@@ -33,7 +33,12 @@ from .core.usage import record_usage
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (nothing runs here)
+    from .budget.billed import BilledCost as BilledCost
     from .journal import Journal as Journal
+    from .spark.batch_lane import BatchesPending as BatchesPending
+    from .spark.batch_lane import BatchSubmission as BatchSubmission
+    from .spark.batch_lane import collect_batches as collect_batches
+    from .spark.batch_lane import submit_batches as submit_batches
     from .spark.budget import Budget as Budget
     from .spark.lookup_join import lookup_join as lookup_join
     from .spark.lookup_join import lookup_udf as lookup_udf
@@ -58,11 +63,16 @@ _SPARK_EXPORTS = {
     "lookup_join": ("aiospark.spark.lookup_join", "lookup_join"),
     "Metrics": ("aiospark.spark.metrics", "Metrics"),
     "Budget": ("aiospark.spark.budget", "Budget"),
+    "BilledCost": ("aiospark.budget.billed", "BilledCost"),
     "ProgressOptions": ("aiospark.spark.progress", "ProgressOptions"),
     "lookup_udf": ("aiospark.spark.lookup_join", "lookup_udf"),
     "Journal": ("aiospark.journal", "Journal"),  # imports pyarrow: lazy too
     "plan": ("aiospark.spark.plan", "plan"),
     "RunPlan": ("aiospark.spark.plan", "RunPlan"),
+    "submit_batches": ("aiospark.spark.batch_lane", "submit_batches"),
+    "collect_batches": ("aiospark.spark.batch_lane", "collect_batches"),
+    "BatchSubmission": ("aiospark.spark.batch_lane", "BatchSubmission"),
+    "BatchesPending": ("aiospark.spark.batch_lane", "BatchesPending"),
 }
 
 

@@ -20,7 +20,7 @@ from aiospark import AsyncFunctionError, RetryStrategy
 from aiospark.connectors import ConnectorError, ConnectorTimeout, HttpStatusError, is_retryable
 from aiospark.connectors.clients import SHARED
 from aiospark.connectors.openai import OpenAIChat, OpenAIEmbeddings, default_retry, estimate_tokens
-from aiospark.connectors.openai import function as openai_base
+from aiospark.connectors.openai import tokens as openai_tokens
 from aiospark.lookup import LookupCache
 from tests.support.openai_server import OpenAIServer, answer, tokens, vector
 
@@ -199,8 +199,8 @@ def test_tokens_per_minute_charges_the_estimate_then_what_was_used(srv, monkeypa
     # 600/min = 10 tokens/s, burst 60. 80 one-letter words: estimated ceil(159/4) = 40 tokens,
     # used 80 (the server counts words): the 40 more are charged after the answer, so the next
     # request waits about (80 - 60) / 10 = 2 s. Without the correction it would not wait at all.
-    monkeypatch.setattr(openai_base, "_encoder", None)  # characters / 4, even where tiktoken loads
-    monkeypatch.setattr(openai_base, "_tokenizer_tried", True)
+    monkeypatch.setattr(openai_tokens, "_encoder", None)  # characters / 4, even where tiktoken loads
+    monkeypatch.setattr(openai_tokens, "_tokenizer_tried", True)
     text = " ".join(["a"] * 80)
     assert estimate_tokens(text) == 40
     fn = OpenAIEmbeddings("emb", base_url=srv.base_url, api_key=KEY, tokens_per_minute=600)
@@ -343,7 +343,7 @@ def test_a_429_retry_after_pauses_the_workers_limits(srv):
 # --- token estimates --------------------------------------------------------------------------
 
 def test_estimates_are_characters_over_4_without_a_tokenizer(monkeypatch):
-    monkeypatch.setattr(openai_base, "_encoder", None)
+    monkeypatch.setattr(openai_tokens, "_encoder", None)
     assert [estimate_tokens(t) for t in ("", "abc", "abcd", "abcde", "x" * 400)] == [1, 1, 1, 2, 100]
 
 

@@ -81,7 +81,7 @@ def test_every_module_of_the_wheel_imports_in_a_fresh_venv(fresh, tmp_path):
     where, count = run(["python", "-c", code], cwd=tmp_path, env=env).stdout.split()
     assert where.startswith(str(venv)), where  # the installed wheel, not the checkout
     assert int(count) == len(list((ROOT / "src" / "aiospark").rglob("*.py"))) - 1  # all but aiospark/__init__
-    assert "{demo,enrich,journal}" in run(["aiospark", "--help"], cwd=tmp_path, env=env).stdout
+    assert "{demo,enrich,journal,batch}" in run(["aiospark", "--help"], cwd=tmp_path, env=env).stdout
 
 
 def test_readme_first_command_word_for_word(fresh):

@@ -80,4 +80,4 @@ def test_the_command_and_module_entry_points_run():
     out = subprocess.run([sys.executable, "-m", "aiospark.app.cli", "--help"], capture_output=True,
                          text=True, timeout=300, cwd=SRC.parent)
     assert out.returncode == 0, out.stderr
-    assert "{demo,enrich,journal}" in out.stdout
+    assert "{demo,enrich,journal,batch}" in out.stdout

@@ -1,4 +1,4 @@
-"""The ``aiospark`` command: ``aiospark demo``, ``aiospark enrich`` and ``aiospark journal``.
+"""The ``aiospark`` command: ``aiospark demo``, ``aiospark enrich``, ``aiospark journal`` and ``aiospark batch``.
 
 Errors are short: one or two lines saying what failed and what to change, exit code 2 for a bad
 argument or input (found before Spark starts), 1 for a job that failed, 3 for a job that wrote its
@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .journal_cli import add_parser as add_journal
 
     add_journal(commands, fmt)
+    from .batch_cli import add_parser as add_batch
+
+    add_batch(commands, fmt)
     return parser
 
 
@@ -308,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         from .journal_cli import run
 
         return run(args)
+    if args.command == "batch":  # no Spark needed
+        from .batch_cli import run as run_batch
+
+        return run_batch(args)
     from ..spark.session import use_this_python
 
     use_this_python()

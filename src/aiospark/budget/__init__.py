@@ -12,9 +12,10 @@ Example (what a task does)::
     gate = LeaseGate(HttpLeases(address, budget_id, secret, task="3.0.0"))
     op = AsyncWaitOperator(fetch, out.append, budget=gate)
 """
+from .billed import BilledCost
 from .gate import BudgetCostError, BudgetUnavailable, LeaseGate
 from .ledger import Ledger, check_cost, check_limit
 from .source import LeaseSource, SharedPot
 
-__all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource", "Ledger", "SharedPot", "check_cost",
+__all__ = ["BilledCost", "BudgetCostError", "BudgetUnavailable", "LeaseGate", "LeaseSource", "Ledger", "SharedPot", "check_cost",
            "check_limit"]

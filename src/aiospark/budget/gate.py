@@ -27,10 +27,12 @@ import math
 import numbers
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..core.errors import error_line
+from ..core.usage import bill_attempt
+from .billed import BilledCost
 from .source import LeaseSource
 
 __all__ = ["BudgetCostError", "BudgetUnavailable", "LeaseGate"]
@@ -55,14 +57,19 @@ class LeaseGate:
     """A task's budget gate (see the module docstring). Used on one event loop."""
 
     def __init__(self, source: LeaseSource, cost: Callable[[Any], Any] | None = None,
-                 batched: bool = False, count: Callable[[Any], int] | None = None):
+                 batched: bool = False, count: Callable[[Any], int] | None = None, limit: float | None = None):
         self.source = source
+        #: the whole budget's limit, when known: a call estimated above it can never start
+        self.limit = limit
         self._cost = cost
         self._batched = batched
         #: the rows of a batch call whose value is not a list (a columnar batch; only without ``cost``)
         self._count = count
         self._lease = 0.0
-        self.used = 0.0          # units of the attempts let through
+        self.used = 0.0          # units of the attempts let through, and billed beyond their estimates
+        self.refunded = 0.0      # units given back to the lease: estimates above what was billed
+        #: a cost that reconciles with the billed usage (see aiospark.budget.billed)
+        self._billed = cost if isinstance(cost, BilledCost) else None
         self.refused = 0         # attempts refused (budget spent)
         self.round_trips = 0
         self._waiting: deque[tuple[float, asyncio.Future[bool]]] = deque()
@@ -75,11 +82,13 @@ class LeaseGate:
     # ------------------------------------------------------------------ the gate
     def take(self, value: Any) -> bool | Awaitable[bool]:
         cost = self.cost_of(value)
+        if self._billed is not None:  # the attempt's billed usage settles its estimate (if it goes)
+            bill_attempt(_Attempt(self, self._billed, cost))
         if self._broken is not None:
             raise BudgetUnavailable(self._broken)
         if cost == 0.0:
             return True  # costs nothing: spends nothing
-        if not self._waiting and cost <= self._lease:
+        if not self._waiting and cost <= self._lease + _slack(cost):
             self._lease -= cost
             self.used += cost
             return True
@@ -109,8 +118,33 @@ class LeaseGate:
                                   f"got {shown if len(shown) <= 80 else shown[:77] + '...'}")
         return float(cost)
 
+    def settle(self, delta: float) -> None:
+        """A call was billed ``delta`` units more than its estimate (less, when negative): charge
+        it to the lease (which may go below 0: the next refill covers that debt first, and a
+        task ending in debt reports it, see :meth:`Ledger.release`), or give it back."""
+        if delta > 0.0:
+            self._lease -= delta
+            self.used += delta
+        elif delta < 0.0:
+            self._lease -= delta
+            self.refunded -= delta
+            if self._waiting:
+                self._serve()
+
     def _hopeless(self, cost: float) -> bool:
-        return self._left_seen is not None and cost > self._lease + self._left_seen
+        return self._left_seen is not None and cost > self._lease + self._left_seen + _slack(cost)
+
+    def refusal(self, value: Any) -> str:
+        """Why the attempt for ``value`` was refused, for its error."""
+        try:
+            cost = self.cost_of(value)
+        except Exception:  # (its cost was computed once already; here only for the message)
+            cost = None
+        if cost is not None and self.limit is not None and cost > self.limit + _slack(cost):
+            return (f"this row's call is estimated at {cost:g} units, more than the whole budget of {self.limit:g}: "
+                    "it was not started (raise the Budget's limit, or lower the estimate, e.g. max_tokens)")
+        return ("the budget is spent: this row's call was not started (rerun with a larger aiospark.Budget; with a "
+                "journal, only the rows not done are called)")
 
     async def _wait(self, cost: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -127,7 +161,7 @@ class LeaseGate:
             cost, future = waiting[0]
             if future.done():  # cancelled while waiting (its deadline): it spends nothing
                 waiting.popleft()
-            elif cost <= self._lease:
+            elif cost <= self._lease + _slack(cost):
                 waiting.popleft()
                 self._lease -= cost
                 self.used += cost
@@ -188,9 +222,38 @@ class LeaseGate:
             if not future.done():
                 future.cancel()
         self._waiting.clear()
-        units, self._lease = self._lease, 0.0
+        units, self._lease = max(0.0, self._lease), 0.0  # (a debt is used - refunded beyond the leases)
         try:
-            await self.source.release(units, self.used, self.refused)
+            if self.refunded:  # (only a BilledCost gives back: a source of plain costs takes three)
+                await self.source.release(units, self.used, self.refused, refunded=self.refunded)
+            else:
+                await self.source.release(units, self.used, self.refused)
         except Exception as exc:
             log.warning("aiospark: could not give %s unused budget units back to %s (%s: %s); they stay "
                         "spent", units, self.source.where, type(exc).__name__, exc)
+
+
+def _slack(cost: float) -> float:
+    """Float crumbs: three calls of 0.1 fit a budget of 0.3 (0.1 + 0.1 + 0.1 is 0.30000000000000004)."""
+    return 1e-9 * max(1.0, abs(cost))
+
+
+class _Attempt:
+    """One attempt's charge under a :class:`BilledCost`: its billed usage replaces its estimate."""
+
+    __slots__ = ("gate", "cost", "estimate", "billed")
+
+    def __init__(self, gate: LeaseGate, cost: BilledCost, estimate: float):
+        self.gate = gate
+        self.cost = cost
+        self.estimate = estimate
+        self.billed = False
+
+    def bill(self, amounts: Mapping[str, float]) -> None:
+        billed = self.cost.billed(amounts)
+        if billed is None or not 0.0 <= billed < math.inf:
+            return
+        # the first bill replaces the estimate; a second request of the same attempt adds to it
+        delta = billed if self.billed else billed - self.estimate
+        self.billed = True
+        self.gate.settle(delta)

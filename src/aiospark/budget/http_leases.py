@@ -63,8 +63,8 @@ class HttpLeases(LeaseSource):
             raise ValueError(f"the ledger's reply has no numbers: {str(reply)[:200]}")
         return float(granted), float(left)
 
-    async def release(self, units: float, used: float, refused: int) -> None:
-        await self._post({"op": "release", "units": units, "used": used, "refused": refused})
+    async def release(self, units: float, used: float, refused: int, refunded: float = 0.0) -> None:
+        await self._post({"op": "release", "units": units, "used": used, "refused": refused, "refunded": refunded})
 
     async def _post(self, message: dict[str, Any]) -> dict[str, Any]:
         # one id for every attempt of this request: the ledger acts on it once

@@ -79,6 +79,9 @@ class Ledger:
         self._free = self.limit
         self._held: dict[str, float] = {}   # task -> units leased to it and not given back
         self._used: dict[str, float] = {}   # task -> units its calls started (as it reported)
+        self._refunded: dict[str, float] = {}  # task -> estimates it gave back (billed less: a BilledCost)
+        #: units billed beyond the limit: calls in flight when the pot ran dry billed above their estimates
+        self.overdrawn = 0.0
         self._open: set[str] = set()        # tasks that hold a lease and have not ended
         self.refused = 0                     # calls refused, as tasks reported at their end
         self.leases = 0                      # leases granted (round trips that got units)
@@ -104,7 +107,7 @@ class Ledger:
     def _lease(self, task: str, need: float, want: float, used: float) -> tuple[float, float]:
         # (under the lock)
         self._note_used(task, used)
-        if need > self._free:
+        if need > self._free + 1e-9 * max(1.0, need):  # (float crumbs: 0.1 * 3 fits in 0.3)
             return 0.0, self._free
         self._open.add(task)
         share = math.floor(self._free / (2 * len(self._open)))  # whole units: no float crumbs
@@ -117,11 +120,15 @@ class Ledger:
         return granted, self._free
 
     def release(self, task: str, units: float, used: float = 0.0, refused: int = 0,
-                request: str | None = None) -> float:
+                request: str | None = None, refunded: float = 0.0) -> float:
         """``task`` ended: put back ``units`` it did not use, never more than it holds minus what
-        it used (so a replayed release gives back nothing twice); returns what was put back.
-        ``request``: the request's id; a replay of it gets the first answer and changes nothing."""
+        it used (``used - refunded``: so a replayed release gives back nothing twice); returns what
+        was put back. What it used beyond what it holds (calls billed above their estimates, a
+        :class:`~aiospark.budget.billed.BilledCost`) is charged: out of ``free``, and beyond that
+        into :attr:`overdrawn`. ``request``: the request's id; a replay of it gets the first answer
+        and changes nothing."""
         units, used = check_units(units, "units"), check_units(used, "used")
+        refunded = check_units(refunded, "refunded")
         with self._lock:
             if request is not None and request in self._answers:
                 seen = self._answers[request]
@@ -129,12 +136,22 @@ class Ledger:
                     raise ValueError("a release request reuses the id of a lease")
                 return seen
             self._note_used(task, used)
+            if refunded > self._refunded.get(task, 0.0):
+                self._refunded[task] = refunded
             held = self._held.get(task, 0.0)
-            room = held - self._used.get(task, 0.0)
-            # (float crumbs: the task computed ``units`` as held - used by other additions)
-            back = max(0.0, min(held, units if units <= room + 1e-9 else room))
-            self._held[task] = held - back
-            self._free = min(self.limit, self._free + back)
+            room = held - (self._used.get(task, 0.0) - self._refunded.get(task, 0.0))
+            if room < -1e-9:  # in debt: billed beyond its leases; now it holds what it used
+                debt = -room
+                paid = min(self._free, debt)
+                self._free -= paid
+                self.overdrawn += debt - paid
+                self._held[task] = held + debt
+                back = 0.0
+            else:
+                # (float crumbs: the task computed ``units`` as held - used by other additions)
+                back = max(0.0, min(held, units if units <= room + 1e-9 else room))
+                self._held[task] = held - back
+                self._free = min(self.limit, self._free + back)
             self._open.discard(task)
             if isinstance(refused, int) and not isinstance(refused, bool) and refused > 0:
                 self.refused += refused
@@ -155,9 +172,10 @@ class Ledger:
     @property
     def spent(self) -> float:
         """Units out of the pot: leased to tasks and not given back (what running tasks hold and
-        dead tasks kept included, so it is >= the units of the calls started)."""
+        dead tasks kept included, so it is >= the units of the calls started), plus what ended tasks
+        were billed beyond the limit (:attr:`overdrawn`)."""
         with self._lock:
-            return self.limit - self._free
+            return self.limit - self._free + self.overdrawn
 
     @property
     def left(self) -> float:
@@ -170,7 +188,7 @@ class Ledger:
         """Units of the calls that started, as the tasks reported them (each lease request and each
         task's end carries its count)."""
         with self._lock:
-            return sum(self._used.values())
+            return sum(self._used.values()) - sum(self._refunded.values())
 
     @property
     def holders(self) -> int:

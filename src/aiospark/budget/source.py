@@ -23,7 +23,7 @@ Example::
             granted = min(self.free, max(need, want)) if need <= self.free else 0.0
             self.free -= granted
             return granted, self.free
-        async def release(self, units, used, refused): self.free += units
+        async def release(self, units, used, refused, refunded=0.0): self.free += units
 
     gate = LeaseGate(Fixed())
 """
@@ -47,9 +47,11 @@ class LeaseSource(abc.ABC):
         calls started so far. A retried request never leases twice."""
 
     @abc.abstractmethod
-    async def release(self, units: float, used: float, refused: int) -> None:
+    async def release(self, units: float, used: float, refused: int, refunded: float = 0.0) -> None:
         """The task ended: give back ``units`` it did not use (never more than it holds minus
-        ``used``); ``refused``: its attempts the pot could not cover."""
+        ``used - refunded``, and ``used - refunded`` beyond what it holds is charged: calls billed
+        above their estimates); ``refused``: its attempts the pot could not cover; ``refunded``:
+        estimates given back because the calls were billed less (a :class:`BilledCost`)."""
 
 
 class SharedPot(abc.ABC):

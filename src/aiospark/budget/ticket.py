@@ -46,4 +46,4 @@ class BudgetTicket:
             source = self.pot.source(self.limit, attempt)
         else:
             source = HttpLeases(self.address or "", self.budget_id, self._secret, attempt)
-        return LeaseGate(source, self.cost, batched, count)
+        return LeaseGate(source, self.cost, batched, count, self.limit)

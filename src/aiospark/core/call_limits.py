@@ -66,7 +66,9 @@ class CallLimits:
         if not isinstance(granted, bool):
             granted = await granted
         if not granted:
-            raise BudgetExhausted("the budget is spent: this row's call was not started (rerun with a "
+            refusal = getattr(budget, "refusal", None)
+            raise BudgetExhausted(refusal(value) if callable(refusal) else
+                                  "the budget is spent: this row's call was not started (rerun with a "
                                   "larger aiospark.Budget; with a journal, only the rows not done are called)")
 
     def cost_of(self, value: Any) -> float:

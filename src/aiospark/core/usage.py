@@ -5,11 +5,34 @@ The operator binds its metrics in ``open()`` (:func:`bind_usage`); a call then r
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
+from collections.abc import Mapping
+from typing import Protocol
 
 from .metrics import OperatorMetrics, check_amount
 
-__all__ = ["bind_usage", "record_usage"]
+__all__ = ["Bill", "bill_attempt", "bill_usage", "bind_usage", "record_usage"]
+
+
+class Bill(Protocol):
+    """What an attempt's billed usage is reported to (a budget's reconciling charge)."""
+
+    def bill(self, amounts: Mapping[str, float]) -> None:
+        """The attempt recorded ``amounts`` (checked: finite numbers >= 0)."""
+
+
+#: the current attempt's bill and the Task it runs in: usage recorded in that Task, and only
+#: there, is that attempt's (a request a batcher makes for several rows runs in its own Task)
+_bill: contextvars.ContextVar[tuple[object, Bill] | None] = contextvars.ContextVar("aiospark_bill", default=None)
+
+
+def bill_attempt(bill: Bill) -> None:
+    """Make the usage recorded from now on in the current Task go to ``bill`` too (a budget's
+    gate does this as it lets an attempt through)."""
+    task = asyncio.current_task()
+    if task is not None:
+        _bill.set((task, bill))
 
 #: the metrics of the operator whose calls run in the current context (set by ``open()``)
 _current: contextvars.ContextVar[OperatorMetrics | None] = contextvars.ContextVar(
@@ -42,9 +65,32 @@ def record_usage(**amounts: float) -> None:
             return {"id": row["id"], "answer": reply.choices[0].message.content}
     """
     checked = {name: check_amount(name, amount) for name, amount in amounts.items()}
+    pending = _bill.get()
+    if pending is not None and pending[0] is _task():
+        pending[1].bill(checked)
     metrics = _current.get()
     if metrics is None:
         return
     usage = metrics.usage
     for name, amount in checked.items():
         usage[name] = usage.get(name, 0) + amount
+
+
+def bill_usage(**amounts: float) -> None:
+    """Report ``amounts`` as billed to the current attempt's budget only, without adding them to the
+    operator's ``usage`` (which the request that was billed already recorded once): a share of a
+    request made for several rows, or ``0`` for an answer that bills nothing (an HTTP error).
+
+    Example: ``bill_usage(total_tokens=0)``   # a 429: this attempt's estimate comes back
+    """
+    checked = {name: check_amount(name, amount) for name, amount in amounts.items()}
+    pending = _bill.get()
+    if pending is not None and pending[0] is _task():
+        pending[1].bill(checked)
+
+
+def _task() -> object:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop: no attempt's Task
+        return None

@@ -50,6 +50,12 @@ class Budget:
     task with :class:`aiospark.BudgetExhausted`. One Budget is one pot: every action run with it
     spends from it. ``cost`` raising (or returning a bad number) is that row's error.
 
+    A :class:`aiospark.BilledCost` (e.g. ``chat.budget_cost()`` of an OpenAI connector with a
+    ``price``) charges its estimate before a call and reconciles with the usage the call records
+    (the provider's bill) after it, so a budget in tokens or money holds against what was billed,
+    over by at most the estimate error of the calls in flight (docs/design.md, "Budgets in tokens
+    and money"); ``spent`` is then the billed total once the tasks ended (with ``redis=`` too).
+
     ``redis="redis://[:password@]host:port/db"`` (password also from ``$REDIS_PASSWORD``) keeps
     the pot in Redis under ``name`` (required then), shared by every job using that name: together
     they start at most ``limit`` units. ``spent`` and ``left`` read it on the driver at any time.
@@ -58,6 +64,7 @@ class Budget:
 
         budget = aiospark.Budget(10_000, cost=lambda row: len(row["text"]) // 4)   # ~tokens
         aiospark.unordered_wait(df, summarize, "id LONG, summary STRING", budget=budget)
+        dollars = aiospark.Budget(20.0, cost=chat.budget_cost())       # $20 billed (chat has price=)
     """
 
     def __init__(self, limit: float, *, cost: Callable[[Any], Any] | None = None, redis: str | None = None,
@@ -159,7 +166,8 @@ def _lease_endpoint(request: dict[str, Any]) -> tuple[int, dict[str, Any] | None
         if op == "release":
             refused = request.get("refused", 0)
             back = ledger.release(task, _units(request, "units"), _units(request, "used", 0.0),
-                                  refused if isinstance(refused, int) else 0, request=rid)
+                                  refused if isinstance(refused, int) else 0, request=rid,
+                                  refunded=_units(request, "refunded", 0.0))
             return 200, {"returned": back, "left": ledger.left}
     except ValueError:
         return 400, None

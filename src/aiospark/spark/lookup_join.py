@@ -57,6 +57,8 @@ class _LookupJoin(AsyncFunction):
         #: values, so a row whose ``on`` values changed under the same ``Journal(key=)`` value
         #: (order 100 moved to customer 2) is another question, looked up again
         self.journal_identity_columns = list(on)
+        #: a NULL in these is a miss, answered without a call (what aiospark.plan counts apart)
+        self.null_misses = list(on)
         #: the schema a journal's manifest pins: the looked-up columns it stores (the input
         #: columns are the current row's: adding or reordering them asks the same question)
         self.journal_schema = journal_schema

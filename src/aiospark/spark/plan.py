@@ -43,8 +43,10 @@ _ENTRIES = {("aiospark.spark.wait", "ordered_wait"), ("aiospark.spark.wait", "un
             ("aiospark.spark.lookup_join", "lookup_join")}
 
 _COUNTS = pa.schema([("rows", pa.int64()), ("null_keys", pa.int64()), ("misses", pa.int64()),
-                     ("invalid", pa.int64()), ("distinct_keys", pa.int64()), ("recorded", pa.int64())])
-_COUNTS_DDL = "rows LONG, null_keys LONG, misses LONG, invalid LONG, distinct_keys LONG, recorded LONG"
+                     ("invalid", pa.int64()), ("distinct_keys", pa.int64()), ("recorded", pa.int64()),
+                     ("requests", pa.int64()), ("prompt", pa.float64())])
+_COUNTS_DDL = ("rows LONG, null_keys LONG, misses LONG, invalid LONG, distinct_keys LONG, recorded LONG, "
+               "requests LONG, prompt DOUBLE")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,18 @@ class RunPlan:
     misses: int = 0
     dedup: bool = False
     journal: str | None = None
+    #: an LLM connector's estimated tokens for the calls left (prompt estimates + ``max_tokens``;
+    #: see :mod:`aiospark.spark.plan_cost`), None for other functions
+    tokens: int | None = None
+    #: False when a chat has no ``max_tokens``: ``tokens`` and the costs count the prompts only
+    completion_bounded: bool = True
+    #: what those tokens cost at the function's ``price``, live and in the provider's batch lane
+    cost_live: float | None = None
+    cost_batch: float | None = None
+    #: with a journal and an LLM connector: the prompt estimates of the calls left, and how many of
+    #: them send a request (a NULL input sends none)
+    prompt_left: float | None = None
+    requests_left: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -85,6 +99,12 @@ class RunPlan:
         else:
             parts.append(f"calls left at most {self.calls:,} (equal keys shared within a task only; a task that "
                          "starts after another recorded its keys pays less)")
+        if self.tokens is not None:
+            shown = f"estimated tokens {self.tokens:,}"
+            parts.append(shown if self.completion_bounded else shown + " (prompts only: no max_tokens)")
+        if self.cost_live is not None and self.cost_batch is not None:
+            parts.append(f"estimated cost live {self.cost_live:,.4f}, batch lane {self.cost_batch:,.4f} "
+                         "(the price's currency)")
         return " | ".join(parts)
 
 
@@ -109,23 +129,26 @@ def plan(entry: Callable[..., Any], df: Any, *args: Any, **kwargs: Any) -> RunPl
     return result
 
 
-def count_run(df: Any, durable: Durable, *, shuffled: Any, entry: str, lookup_on: Sequence[str] = ()) -> RunPlan:
+def count_run(df: Any, durable: Durable, *, shuffled: Any, entry: str, lookup_on: Sequence[str] = (),
+              estimate: Callable[[Any], float | None] | None = None) -> RunPlan:
     """The counts of a run over ``df`` (see the module docstring). ``shuffled``: the input as the
     dedup shuffle hands it to the tasks, or None when the run does not shuffle. ``lookup_on``: a
-    lookup join's ``on`` columns (a NULL there is a miss, no call)."""
+    lookup join's ``on`` columns (a NULL there is a miss, no call). ``estimate``: a row's prompt
+    estimate (None: it sends no request), summed over the calls left (``prompt_left``)."""
     bound = durable.bound
     if bound is None:  # no journal: every row is called (a lookup join's NULL keys excepted)
         rows = df.count()
         misses = df.where(" OR ".join(f"{quoted(c)} IS NULL" for c in lookup_on)).count() if lookup_on else 0
         return RunPlan(entry, rows, 0, 0, 0, rows - misses, misses=misses)
-    job = _sum(shuffled if shuffled is not None else _by_identity(df, durable), durable, True, lookup_on)
-    if shuffled is not None:
-        calls = job["null_keys"] + job["distinct_keys"] - job["recorded"]
-    else:  # each task pays for the distinct keys it holds: counted over the input's own partitions
-        tasks = _sum(df, durable, False, lookup_on)
-        calls = tasks["null_keys"] + tasks["distinct_keys"] - tasks["recorded"]
+    job = _sum(shuffled if shuffled is not None else _by_identity(df, durable), durable, True, lookup_on, estimate)
+    paying = job
+    if shuffled is None:  # each task pays for the distinct keys it holds: counted over the input's own partitions
+        paying = _sum(df, durable, False, lookup_on, estimate)
+    calls = paying["null_keys"] + paying["distinct_keys"] - paying["recorded"]
+    left = {} if estimate is None else {"prompt_left": paying["prompt"], "requests_left": paying["requests"]}
     return RunPlan(entry, job["rows"], job["null_keys"], job["distinct_keys"], job["recorded"], calls,
-                   invalid=job["invalid"], misses=job["misses"], dedup=shuffled is not None, journal=bound.shown)
+                   invalid=job["invalid"], misses=job["misses"], dedup=shuffled is not None, journal=bound.shown,
+                   **left)
 
 
 def _by_identity(df: Any, durable: Durable) -> Any:
@@ -135,10 +158,11 @@ def _by_identity(df: Any, durable: Durable) -> Any:
     return shuffled(df, durable, "aiospark.plan")
 
 
-def _sum(df: Any, durable: Durable, has_part: bool, lookup_on: Sequence[str]) -> dict[str, int]:
-    counted = map_in_arrow(df, _Count(durable, has_part, lookup_on), _COUNTS_DDL)
+def _sum(df: Any, durable: Durable, has_part: bool, lookup_on: Sequence[str],
+         estimate: Callable[[Any], float | None] | None = None) -> dict[str, Any]:
+    counted = map_in_arrow(df, _Count(durable, has_part, lookup_on, estimate), _COUNTS_DDL)
     row = counted.groupBy().sum(*_COUNTS.names).collect()[0]
-    return {name: int(row[f"sum({name})"] or 0) for name in _COUNTS.names}
+    return {name: (float if name == "prompt" else int)(row[f"sum({name})"] or 0) for name in _COUNTS.names}
 
 
 class _Count:
@@ -146,10 +170,21 @@ class _Count:
     asked for each chunk's new identities (a directory loads their buckets, Redis answers one
     MGET), exactly as a run's task asks it; nothing is written."""
 
-    def __init__(self, durable: Durable, has_part: bool, lookup_on: Sequence[str]):
+    def __init__(self, durable: Durable, has_part: bool, lookup_on: Sequence[str],
+                 estimate: Callable[[Any], float | None] | None = None):
         self.durable = durable
         self.has_part = has_part
         self.lookup_on = list(lookup_on)
+        self.estimate = estimate
+
+    def _estimate(self, row: Any) -> float | None:
+        """A call's prompt estimate, or None when it sends no request (or cannot be estimated)."""
+        if self.estimate is None:
+            return None
+        try:
+            return self.estimate(row)
+        except Exception:  # the run makes this row's error, with no request
+            return None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -160,16 +195,19 @@ class _Count:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         store_task = bound.store.task(bound.manifest, partition, None, "plan")
-        rows = nulls = misses = invalid = recorded = 0
+        rows = nulls = misses = invalid = recorded = requests = 0
+        prompt = 0.0
         on = self.lookup_on
         seen: set[str] = set()
+        whole = self.estimate is not None  # the rows themselves, to estimate those called
         try:
             known = store_task.load()
             for batch in batches:
                 if self.has_part:
                     batch = without_part(batch)
                 fresh: list[str] = []
-                for value in to_python(batch.select(durable.columns)):
+                estimates: dict[str, float | None] = {}
+                for value in to_python(batch if whole else batch.select(durable.columns)):
                     rows += 1
                     if on and any(value[c] is None for c in on):
                         misses += 1
@@ -181,16 +219,27 @@ class _Count:
                         continue
                     if identity is None:
                         nulls += 1
+                        if (cost := self._estimate(value)) is not None:  # each such row is called
+                            requests += 1
+                            prompt += cost
                     elif identity not in seen:
                         seen.add(identity)
                         fresh.append(identity)
+                        if whole:
+                            estimates[identity] = self._estimate(value)
                 if fresh and store_task.fetches_by_row:
                     known.update(store_task.fetch(fresh))
-                recorded += sum(1 for i in fresh if _served(known.get(i), bound.keep_errors))
+                served = [_served(known.get(i), bound.keep_errors) for i in fresh]
+                recorded += sum(served)
+                for identity, done in zip(fresh, served):
+                    if not done and (cost := estimates.get(identity)) is not None:
+                        requests += 1
+                        prompt += cost
         finally:
             store_task.close()
         yield pa.RecordBatch.from_pylist([{"rows": rows, "null_keys": nulls, "misses": misses, "invalid": invalid,
-                                           "distinct_keys": len(seen), "recorded": recorded}], schema=_COUNTS)
+                                           "distinct_keys": len(seen), "recorded": recorded, "requests": requests,
+                                           "prompt": prompt}], schema=_COUNTS)
 
 
 def _served(outcome: tuple[Any, str | None] | None, keep_errors: bool) -> bool:

@@ -141,6 +141,9 @@ def format_line(p: dict[str, Any], elapsed: float, label: str = "", *, budget_le
     tokens = _tokens(p.get("usage") or {})
     if tokens is not None:
         parts.append(f"{tokens:,.0f} tokens")
+    cost = (p.get("usage") or {}).get("cost")
+    if cost is not None:  # a connector's price= (in the price's currency)
+        parts.append(f"cost {cost:,.4f}")
     if budget_left is not None:
         parts.append(f"budget left {budget_left:,.6g}")
     if tasks_total:

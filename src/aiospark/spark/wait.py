@@ -28,6 +28,7 @@ from .journaled import Durable, check_journal, planning
 from .metrics import Metrics
 from .options import AsyncCallable, CallOptions, Capacity, ProgressLike, RateLimitLike
 from .plan import count_run
+from .plan_cost import prompt_estimate, with_costs
 from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
@@ -243,8 +244,10 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
         df = shuffled(df, durable, name.split(" ")[0])  # equal keys meet in one task: each called once per job
         runner.shuffled = True
     if planning():  # aiospark.plan(): the counts of this run instead of the run
-        return count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
-                         lookup_on=getattr(function, "journal_identity_columns", ()))
+        counted = count_run(given, durable, shuffled=df if shuffle else None, entry=name.split(" ")[0],
+                            lookup_on=getattr(function, "null_misses", ()),
+                            estimate=prompt_estimate(function, given.columns))
+        return with_costs(counted, given, function)
     out = map_in_arrow(df, runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics

@@ -67,6 +67,12 @@ Details (also in docs/design.md, "OpenAI-compatible connector"):
   ``cached_prompt_tokens`` and ``reasoning_tokens`` where the endpoint reports them;
   ``abandoned_requests`` for requests a timeout gave up on after sending);
   the job's total is ``out.aiospark_metrics.total.usage``.
+* Money: ``price=Price(input=..., output=..., cached_input=..., batch_discount=0.5)`` per 1M
+  tokens (or a table ``{model: Price}``) adds a ``cost`` amount to each call's usage, in the
+  price's currency (an answer of the provider batch lane at the discount); progress shows it and
+  ``aiospark.plan`` estimates it per lane. ``aiospark.Budget(20.0, cost=chat.budget_cost())`` holds
+  a budget in money (or ``budget_cost("total_tokens")``: tokens) against what was billed
+  (:mod:`aiospark.connectors.openai.price`, :mod:`aiospark.budget.billed`).
 * Secrets: ``api_key`` (else the ``api_key_env`` environment variable, ``OPENAI_API_KEY`` by
   default; ``api_key_env=None`` never reads it) never shows in a repr, message or error text
   (:class:`~aiospark.connectors.redaction.Redactor`); no key -> no ``Authorization`` header.
@@ -75,7 +81,7 @@ The package: ``function.py`` (what both functions share: limits, retries, usage,
 life), ``embeddings.py``, ``chat.py`` with ``answers.py`` (what a choice holds), ``schema.py``
 (structured outputs: the JSON Schema, with ``response_format.py`` and ``answer_values.py`` for the
 way in and back) and ``choices.py`` (their allowed values), ``pacing.py`` (the
-endpoint's ``x-ratelimit-*`` headers) and ``endpoint.py`` (the API's requests and errors, over the
+endpoint's ``x-ratelimit-*`` headers), ``price.py`` (prices and budgets in tokens or money) and ``endpoint.py`` (the API's requests and errors, over the
 HTTP transport or the ``openai`` SDK). Every
 import inside it is relative or absolute, so ``import openai`` there is always the SDK.
 """
@@ -87,6 +93,7 @@ from .chat import OpenAIChat
 from .embeddings import OpenAIEmbeddings
 from .function import OpenAIFunction, default_retry, estimate_tokens
 from .pacing import RequestTooLarge
+from .price import Price
 
-__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "RequestTooLarge", "default_retry",
+__all__ = ["NotAnAnswer", "OpenAIChat", "OpenAIEmbeddings", "OpenAIFunction", "Price", "RequestTooLarge", "default_retry",
            "estimate_tokens"]

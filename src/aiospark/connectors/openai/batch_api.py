@@ -277,6 +277,24 @@ class BatchClient:
                 raise ConnectorTimeout(f"batch {batch_id} still {info.status} after {timeout}s", source=self._name)
             await asyncio.sleep(interval)
 
+    async def find(self, input_file_id: str, since: float | None = None) -> BatchInfo | None:
+        """The batch made of ``input_file_id``, if any (``GET /batches``, newest first, paged; the
+        scan stops at batches created before ``since``, a Unix time)."""
+        after: str | None = None
+        while True:
+            path = "/batches?limit=100" + (f"&after={quote(after, safe='')}" if after else "")
+            page = await self._json("GET", path)
+            items = page.get("data") or []
+            for item in items:
+                info = self._info("GET /batches", item)
+                if info.input_file_id == input_file_id:
+                    return info
+                if since is not None and info.created_at is not None and info.created_at < since:
+                    return None
+            if not page.get("has_more") or not items:
+                return None
+            after = str(items[-1].get("id"))
+
     async def content(self, file_id: str) -> bytes:
         """The bytes of a file (an input, output or error file)."""
         return (await self._send("GET", f"/files/{quote(file_id, safe='')}/content")).body

@@ -63,6 +63,9 @@ class OpenAIChat(OpenAIFunction):
         extra_body: any other request fields, e.g. ``{"top_p": 0.9, "seed": 7}``.
         response_format: the answer's fields (DDL string, ``StructType`` or pydantic model class), or None
             for a plain ``STRING`` answer. A DDL string is parsed by the active Spark session.
+        price: the model's :class:`~aiospark.connectors.openai.Price` per 1M tokens, or a table
+            ``{model: Price}`` holding this model: each call then records its ``cost`` (see
+            :mod:`aiospark.connectors.openai.price`), and ``budget_cost()`` gives a money budget.
 
     Example::
 
@@ -82,6 +85,7 @@ class OpenAIChat(OpenAIFunction):
     __module__ = "aiospark.connectors.openai"  # its public home (pickles, reprs)
     _path = "/chat/completions"
     _output_type = "STRING"
+    _bills_output = True
 
     def __init__(self, model: str, *, base_url: str, api_key: str | Secret | None = None,
                  api_key_env: str | None = "OPENAI_API_KEY", input: str = "prompt", output: str = "answer",
@@ -89,11 +93,11 @@ class OpenAIChat(OpenAIFunction):
                  client: str = "auto", timeout: float = 60.0, max_connections: int = 100,
                  requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
                  headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
-                 response_format: Any = None, pace_by_headers: bool = True) -> None:
+                 response_format: Any = None, pace_by_headers: bool = True, price: Any = None) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
                          output=output, client=client, timeout=timeout, max_connections=max_connections,
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers, price=price)
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system must be a string (the system message) or None, got {type(system).__name__}")
         if max_tokens is not None:
@@ -143,6 +147,19 @@ class OpenAIChat(OpenAIFunction):
         # nullable: a NULL input (or on_error="null") gives a NULL struct
         return StructType(list(schema.fields) + [StructField(self.output, self.response_type, True)])
 
+    def _completion_estimate(self, completion_tokens: int | None) -> int:
+        if completion_tokens is None and self.max_tokens is None:
+            raise ValueError(f"{self._name}: a budget in tokens or money charges each call's estimate before it "
+                             "starts, and the answer's length needs a bound: give OpenAIChat(max_tokens=...) or "
+                             "budget_cost(completion_tokens=...)")
+        return super()._completion_estimate(self.max_tokens if completion_tokens is None else completion_tokens)
+
+    def _row_prompt_tokens(self, value: Any) -> float:
+        # what _one's estimate counts: the messages' contents, and the schema sent
+        messages = self._messages(value)
+        schema = self._schema_tokens if self._response_format is not None else 0
+        return float(sum(estimate_tokens(str(m["content"] or "")) for m in messages) + schema)
+
     def _messages(self, value: Any) -> list[dict]:
         if isinstance(value, str):
             head = [{"role": "system", "content": self.system}] if self.system is not None else []
@@ -161,9 +178,9 @@ class OpenAIChat(OpenAIFunction):
         raise TypeError(f"{self._name}: input must be a prompt string or a list of {{role, content}} "
                         f"messages (or NULL), got {type(value).__name__}")
 
-    async def _one(self, value: Any) -> Any:
-        if value is None:
-            return None
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """The request body for a prompt or messages ``value`` (not NULL), and its token estimate
+        (the prompt's, plus ``max_tokens`` and the schema sent): the live and the batch lane send it."""
         messages = self._messages(value)
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if self.max_tokens is not None:
@@ -174,12 +191,21 @@ class OpenAIChat(OpenAIFunction):
         if self._response_format is not None:
             body["response_format"] = self._response_format
             estimate += self._schema_tokens
-        answer = await self._post(body, estimate)  # its usage is recorded, answer or not
+        return body, estimate
+
+    def value_of(self, answer: dict) -> Any:
+        """The output value of an answer (a response body): its content, or the structured value."""
         content, _ = read_choice(answer, f"POST {self._path}", self._name, self.max_tokens,
                                  empty_ok=self._response_format is None)
         if self._response_format is None:
             return content
         return self._read_structured(content)
+
+    async def _one(self, value: Any) -> Any:
+        if value is None:
+            return None
+        body, estimate = self.request_of(value)
+        return self.value_of(await self._answer(body, estimate))  # its usage is recorded, answer or not
 
     def _read_structured(self, content: str) -> dict:
         """The answer as the ``response_type`` value; a retryable error showing its start when it does

@@ -15,6 +15,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.usage import bill_usage
 from ...lookup.cache import LookupCache
 from ...lookup.lookuper import Lookuper
 from ...lookup.source import LookupSource
@@ -23,6 +24,11 @@ from ..http.response import HttpStatusError
 from ..secrets import Secret
 from .function import OpenAIFunction, estimate_tokens
 from .pacing import RequestTooLarge
+
+#: what a request bills, in usage amounts (a budget's BilledCost reconciles with one of them)
+BILLED = ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
+#: what a row whose vector needed no request of its own bills
+NOTHING = {name: 0 for name in BILLED}
 
 __all__ = ["OpenAIEmbeddings"]
 
@@ -123,16 +129,16 @@ class _EmbeddingsEndpoint(LookupSource):
     async def _request(self, keys: Sequence[tuple]) -> dict[tuple, Any]:
         fn = self.function
         texts = [k[0] for k in keys]
-        body: dict[str, Any] = {"model": fn.model, "input": texts, "encoding_format": "float"}
-        if fn.dimensions is not None:
-            body["dimensions"] = fn.dimensions
-        answer = await fn._post(body, sum(estimate_tokens(t) for t in texts))
-        data = answer.get("data")
-        if not isinstance(data, list) or len(data) != len(texts):
-            got = len(data) if isinstance(data, list) else type(data).__name__
-            raise fn._bad_answer(f"expected 'data' with {len(texts)} embedding(s), got {got}")
-        ordered = _by_index(data, len(texts), fn.dimensions, fn._bad_answer)
-        return {k: [v] for k, v in zip(keys, ordered)}
+        estimates = [estimate_tokens(t) for t in texts]
+        billed: dict[str, Any] = {}
+        answer = await fn._post(fn.body_of(texts), sum(estimates), billed)
+        vectors = fn.vectors_of(answer, len(texts))
+        # the request's bill, shared among its texts by their estimates: each row's call reports
+        # its share to its budget (recorded once in the usage already, by the request)
+        whole = sum(estimates)
+        for text, estimate in zip(texts, estimates):
+            fn._shares[text] = {k: billed[k] * estimate / whole for k in BILLED if k in billed}  # type: ignore[index]
+        return {k: [v] for k, v in zip(keys, vectors)}
 
 
 class OpenAIEmbeddings(OpenAIFunction):
@@ -158,6 +164,9 @@ class OpenAIEmbeddings(OpenAIFunction):
         extra_body: extra request fields, e.g. ``{"truncate_prompt_tokens": 512}`` for vLLM.
         pace_by_headers: pace by the endpoint's ``x-ratelimit-*`` answer headers (True, the
             default; see :mod:`aiospark.connectors.openai.pacing`); False: never.
+        price: the model's ``Price(input=...)`` per 1M tokens, or a table ``{model: Price}``: each
+            request records its ``cost``. A budget in tokens or money (``budget_cost()``) keeps each
+            row's estimate: a request of many rows is no one row's bill.
 
     Example::
 
@@ -178,11 +187,12 @@ class OpenAIEmbeddings(OpenAIFunction):
                  cache: LookupCache | None = None, client: str = "auto", timeout: float = 60.0,
                  max_connections: int = 100, requests_per_minute: float | None = None,
                  tokens_per_minute: float | None = None, headers: Mapping[str, str] | None = None,
-                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True) -> None:
+                 extra_body: Mapping[str, Any] | None = None, pace_by_headers: bool = True,
+                 price: Any = None) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, input=input,
                          output=output, client=client, timeout=timeout, max_connections=max_connections,
                          requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers)
+                         headers=headers, extra_body=extra_body, pace_by_headers=pace_by_headers, price=price)
         check_positive("batch_size", batch_size, integer=True)
         if isinstance(batch_delay, bool) or not isinstance(batch_delay, numbers.Real) or not 0 <= float(batch_delay) < 60:
             raise ValueError(f"batch_delay must be seconds in [0, 60), got {batch_delay!r}")
@@ -195,10 +205,14 @@ class OpenAIEmbeddings(OpenAIFunction):
         self.dimensions: int | None = dimensions
         self.cache: LookupCache | None = cache
         self._lookuper: Lookuper | None = None
+        #: text -> its share of the bill of the request that embedded it, until its row reports it
+        self._shares: dict[str, dict[str, float]] | None = {}
 
     async def open(self) -> None:
         """Open the shared client and this worker's batcher."""
         await super().open()
+        if self._shares is None:  # (not pickled: the worker's own)
+            self._shares = {}
         if self._lookuper is None:
             self._lookuper = Lookuper(_EmbeddingsEndpoint(self), cache=self.cache, batch=True)
             await self._lookuper.open()
@@ -214,15 +228,56 @@ class OpenAIEmbeddings(OpenAIFunction):
         """This worker's batching counters (``batches``, ``batched_keys``, ``coalesced``, cache ...)."""
         return self._lookuper.stats() if self._lookuper is not None else {}
 
+    def body_of(self, texts: list[str]) -> dict[str, Any]:
+        """The ``/embeddings`` request body for ``texts``."""
+        body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self.dimensions is not None:
+            body["dimensions"] = self.dimensions
+        return body
+
+    def vectors_of(self, answer: dict, n: int) -> list[list]:
+        """The ``n`` vectors of an answer, in the order of the texts asked (checked: see the module)."""
+        data = answer.get("data")
+        if not isinstance(data, list) or len(data) != n:
+            got = len(data) if isinstance(data, list) else type(data).__name__
+            raise self._bad_answer(f"expected 'data' with {n} embedding(s), got {got}")
+        return _by_index(data, n, self.dimensions, self._bad_answer)
+
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """One text's request body (a batch lane's line) and its token estimate."""
+        text = self._text(value)
+        return self.body_of([text]), estimate_tokens(text)
+
+    def value_of(self, answer: dict) -> Any:
+        """The vector of a one-text answer."""
+        return self.vectors_of(answer, 1)[0]
+
+    def _text(self, text: Any) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
+        return text
+
+    def _row_prompt_tokens(self, value: Any) -> float:
+        return float(estimate_tokens(str(value)))  # what its request's estimate counts for the text
+
     async def _one(self, text: Any) -> Any:
         if text is None:
             return None
-        if not isinstance(text, str):
-            raise TypeError(f"{self._name}: input must be a string (or NULL), got {type(text).__name__}")
+        if self._batch is not None:  # the batch lane's collect: the answer is a batch's, if it has one
+            body, estimate = self.request_of(text)
+            return self.value_of(await self._answer(body, estimate))
+        self._text(text)
         if self._lookuper is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
-        rows = await self._lookuper.lookup((text,))
+        try:
+            rows = await self._lookuper.lookup((text,))
+        except HttpStatusError:
+            bill_usage(**NOTHING)  # an error answer bills nothing
+            raise
+        # this row's share of the request's bill; none when its vector came from the cache or a
+        # request another row of the same text made (that row reports the share)
+        bill_usage(**((self._shares or {}).pop(text, None) or NOTHING))
         return rows[0]
 
 

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import math
@@ -22,77 +23,25 @@ from typing import Any
 from ...core.function import AsyncFunction
 from ...core.ratelimit import RateLimit
 from ...core.retry import RetryStrategy
-from ...core.usage import record_usage
+from ...core.usage import bill_usage, record_usage
 from ..checks import check_positive
 from ..errors import ConnectorError, ConnectorTimeout, is_retryable
 from ..http.response import HttpStatusError
-from ..redaction import Redactor, scrubbed, short
+from ..redaction import Redactor, scrubbed
 from ..secrets import Secret, is_credential_header, resolve_secret
 from .base_url import PUBLIC_QUERY, check_base_url
 from .endpoint import CLIENTS, Endpoint, open_endpoint
 from .pacing import MAX_RETRY_AFTER, Pacer
+from .price import LANES, Price, Priced, check_price, whole_usage
+from .tokens import _prompt_estimate, estimate_tokens, load_tokenizer
 
 __all__ = ["OpenAIFunction", "default_retry", "estimate_tokens", "load_tokenizer"]
 
 log = logging.getLogger(__name__)
 
-_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer")
+_RUNTIME = ("_transport", "_rpm", "_tpm", "_lookuper", "_pacer", "_shares")
 #: the entry points' default row timeout (seconds): a request timeout above it is cut short there
 _ROW_TIMEOUT = 60.0
-
-
-#: tiktoken's encoding of OpenAI's current models, used for every model name it does not know
-ENCODING = "o200k_base"
-#: seconds the first open() waits for tiktoken to load its encoding (it may try to download it)
-TOKENIZER_LOAD_SECONDS = 10.0
-_encoder: Any = None        # tiktoken's Encoding once loaded in this process
-_tokenizer_tried = False    # loaded or failed once: never tried again in this process
-
-
-def estimate_tokens(text: str) -> int:
-    """The tokens charged to ``tokens_per_minute`` (and to the endpoint's advertised token budget)
-    for ``text`` before the request: tiktoken's count in its ``o200k_base`` encoding when the
-    ``tiktoken`` package is installed and its encoding loaded (:func:`load_tokenizer`, which
-    ``open()`` calls), else ``ceil(len(text) / 4)`` (OpenAI's rule of thumb for English); at least 1."""
-    if _encoder is not None:
-        return max(1, len(_encoder.encode(text, disallowed_special=())))
-    return max(1, math.ceil(len(text) / 4))
-
-
-async def load_tokenizer(seconds: float | None = None) -> bool:
-    """Load tiktoken's encoding once per process, off the event loop; True if token estimates
-    use it. Without ``tiktoken`` installed: False, silently. If it cannot load (tiktoken
-    downloads its encoding files at first use, and caches them in ``TIKTOKEN_CACHE_DIR``: a
-    machine without internet access needs that cache filled beforehand), or takes longer than
-    ``seconds``: one warning in the log, and estimates stay ``characters / 4``.
-
-    Example: ``await load_tokenizer()`` then ``estimate_tokens("hello world")  # 2``
-    """
-    global _encoder, _tokenizer_tried
-    if _tokenizer_tried:
-        return _encoder is not None
-    _tokenizer_tried = True
-    try:
-        import tiktoken
-    except ImportError:
-        return False
-
-    try:
-        # a thread: the download is a blocking HTTP request with no timeout of its own
-        found = await asyncio.wait_for(asyncio.to_thread(tiktoken.get_encoding, ENCODING),
-                                       TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
-    except asyncio.TimeoutError:
-        log.warning("tiktoken did not load its %s encoding within %ss; token estimates use "
-                    "characters / 4 in this process", ENCODING, TOKENIZER_LOAD_SECONDS if seconds is None else seconds)
-        return False
-    except Exception as exc:  # any failure to load means: the fallback estimate
-        # an estimate only: the request is sent either way, and this says once why it is rougher
-        log.warning("tiktoken could not load its %s encoding (%s); token estimates use characters / 4 "
-                    "in this process (fill TIKTOKEN_CACHE_DIR on a machine without internet access)",
-                    ENCODING, short(exc, limit=200))
-        return False
-    _encoder = found
-    return True
 
 
 def default_retry(max_retries: int = 6) -> RetryStrategy:
@@ -133,21 +82,7 @@ def _amount(value: Any) -> Any:
     return None
 
 
-def _prompt_estimate(body: Mapping[str, Any]) -> int | None:
-    """The estimate of the prompt alone (the texts, or the messages' contents), to compare with
-    the endpoint's ``prompt_tokens``; None for a body of another shape."""
-    texts = body.get("input")
-    if isinstance(texts, str):
-        return estimate_tokens(texts)
-    if isinstance(texts, list):
-        return sum(estimate_tokens(str(t)) for t in texts)
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        return sum(estimate_tokens(str(m.get("content") or "")) for m in messages if isinstance(m, Mapping))
-    return None
-
-
-class OpenAIFunction(AsyncFunction):
+class OpenAIFunction(Priced, AsyncFunction):
     """What embeddings and chat share: configuration, transport, limits, secrets, input shapes."""
 
     _kind = "openai"
@@ -160,6 +95,10 @@ class OpenAIFunction(AsyncFunction):
     _answer_settings: tuple[str, ...] = ("model", "base_url", "input", "output", "extra_body")
     #: whether this worker's copy has logged answers whose usage is not token counts
     _warned_usage = False
+    #: the batch lane's answers while it collects (:meth:`with_batch_answers`), else None
+    _batch: Any = None
+    #: whether its answers bill completion tokens (its Price needs ``output=``)
+    _bills_output = False
 
     def __aiospark_fingerprint__(self) -> dict[str, Any]:
         """What decides the answers, for a journal's manifest (no secret, nothing per run): the
@@ -176,10 +115,12 @@ class OpenAIFunction(AsyncFunction):
                  input: str, output: str, client: str, timeout: float, max_connections: int,
                  requests_per_minute: float | None, tokens_per_minute: float | None,
                  headers: Mapping[str, str] | None, extra_body: Mapping[str, Any] | None,
-                 pace_by_headers: bool = True) -> None:
+                 pace_by_headers: bool = True, price: Any = None) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be the endpoint's model name, a non-empty string, got {model!r}")
         self.model = model
+        #: this model's Price (from ``price=``, a Price or a table {model: Price}), or None
+        self.price: Price | None = check_price(price, model, type(self).__name__, self._bills_output)
         self.base_url, self._hostport, self._query = check_base_url(base_url)
         self.input = _check_column("input", input)
         self.output = _check_column("output", output)
@@ -245,6 +186,18 @@ class OpenAIFunction(AsyncFunction):
 
     __str__ = __repr__
 
+    @property
+    def journal_identity_columns(self) -> list[str]:
+        """A journal's identity always covers the input column: the answer is a function of it."""
+        return [self.input]
+
+    @property
+    def journal_rows(self) -> Any:
+        """What a journal keeps of an output row: the output column alone (:mod:`.journal_rows`)."""
+        from .journal_rows import AnswerRows
+
+        return AnswerRows(self.output)
+
     def output_schema(self, df_or_schema: Any) -> Any:
         """The ``ordered_wait``/``unordered_wait`` schema: the input's columns plus the output
         column (a ``StructType``). Takes a DataFrame or its ``StructType``."""
@@ -299,11 +252,17 @@ class OpenAIFunction(AsyncFunction):
             if left > 0:
                 await asyncio.sleep(left)
 
-    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None) -> None:
+    def _settle(self, estimate: int, usage: Mapping[str, Any], prompt_estimate: int | None = None, *,
+                lane: str = "live") -> dict[str, Any]:
         """Charge the tokens used beyond the estimate (later requests wait for them); record usage,
         and how far the prompt's estimate was from the ``prompt_tokens`` counted by the endpoint
         (``estimated_prompt_tokens``, ``prompt_estimate_error_tokens``: the sum of |estimate -
-        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error)."""
+        counted|; their ratio to ``prompt_tokens`` is the estimate's relative error). With a
+        ``price``, also ``cost``: what the billed tokens cost in ``lane`` (``"live"``, or ``"batch"``
+        for an answer from a provider batch: at its discount), in the price's currency. The usage
+        recorded is also what a ``Budget(cost=fn.budget_cost(...))`` reconciles with."""
+        if lane not in LANES:
+            raise ValueError(f"lane must be one of {LANES}, got {lane!r}")
         # the endpoint's numbers as they came (an int stays an int in the totals)
         amounts: dict[str, Any] = {k: v for k in ("prompt_tokens", "completion_tokens", "total_tokens")
                                    if (v := _amount(usage.get(k))) is not None}
@@ -329,10 +288,16 @@ class OpenAIFunction(AsyncFunction):
         if prompt_estimate is not None and "prompt_tokens" in amounts:
             amounts["estimated_prompt_tokens"] = prompt_estimate
             amounts["prompt_estimate_error_tokens"] = abs(prompt_estimate - amounts["prompt_tokens"])
+        # a count that is not a token count leaves the bill unknown: no cost, so a budget keeps
+        # its estimate rather than settle on the parts it could read
+        if self.price is not None and not broken and any(k in amounts for k in ("prompt_tokens",
+                                                                                "completion_tokens", "total_tokens")):
+            amounts["cost"] = self.price.money(whole_usage(amounts), lane)
         if amounts:
             record_usage(**amounts)
+        return amounts
 
-    async def _post(self, body: dict, estimate: int) -> dict:
+    async def _post(self, body: dict, estimate: int, billed: dict | None = None) -> dict:
         if self._transport is None:
             raise RuntimeError(f"{self._name} is not open: call 'await function.open()' first "
                                "(the entry points do it for you)")
@@ -345,6 +310,9 @@ class OpenAIFunction(AsyncFunction):
                 self._path, {**self.extra_body, **body},
                 None if ticket is None else (lambda headers: pacer.update(ticket, headers)))  # type: ignore[union-attr]
         except HttpStatusError as exc:
+            # an error answer bills nothing (a 429, a 5xx, a refusal): this attempt's estimate comes back
+            bill_usage(**{k: 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+                       **({"cost": 0.0} if self.price is not None else {}))
             if exc.retry_after:  # a 429's Retry-After holds back this worker's next requests too
                 for bucket in (self._rpm, self._tpm):
                     if bucket is not None:
@@ -361,8 +329,33 @@ class OpenAIFunction(AsyncFunction):
             if ticket is not None:
                 pacer.finished(ticket)  # type: ignore[union-attr]
         usage = answer.get("usage")
-        self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+        settled = self._settle(estimate, usage if isinstance(usage, Mapping) else {}, _prompt_estimate(body))
+        if billed is not None:  # a request for several rows: the caller shares the bill among them
+            billed.update(settled)
         return answer
+
+    async def _answer(self, body: dict, estimate: int) -> dict:
+        """The answer to ``body``: from the provider batch that answered this row when the batch
+        lane collects (:mod:`~aiospark.connectors.openai.batch_answers`), else a live request."""
+        if self._batch is not None:
+            return await self._batch.answer(self, body, estimate)
+        return await self._post(body, estimate)
+
+    def with_batch_answers(self, answers: Any) -> Any:
+        """This function answering from a provider batch's ``answers`` (the batch lane's collect,
+        :class:`~aiospark.connectors.openai.batch_answers.BatchAnswers`): the same question --
+        settings, fingerprint, journal -- with another way to pay for it."""
+        collecting = copy.copy(self)
+        collecting._batch = answers
+        return collecting
+
+    def request_of(self, value: Any) -> tuple[dict[str, Any], int]:
+        """The request body for an input ``value`` (not NULL) and its token estimate."""
+        raise NotImplementedError
+
+    def value_of(self, answer: dict) -> Any:
+        """The output value of an answer (the response body)."""
+        raise NotImplementedError
 
     def _bad_answer(self, what: str) -> ConnectorError:
         return ConnectorError(f"POST {self._path}: {what}", source=self._name)

@@ -16,7 +16,10 @@ timeout, a reset: up to :data:`ATTEMPTS` tries). So every lease and release carr
 and the script stores its answer under ``<key>:request:<id>`` (for :data:`REQUEST_TTL` seconds):
 a second run returns that answer and changes nothing. The hash ``<key>:held`` holds what each
 live task attempt leased and has not given back; a release gives back at most that minus what the
-task used, so even a replay older than the stored answers cannot hand back spent units.
+task used, so even a replay older than the stored answers cannot hand back spent units. A task
+whose calls were billed beyond what it held (a ``BilledCost``) adds that debt to the count at its
+release: the count is then the billed total, over the limit by at most the calls in flight's
+estimate error (a replay older than the stored answers finds no entry: it changes nothing).
 
 Example::
 
@@ -75,7 +78,8 @@ return answer
 """
 
 #: KEYS = the spent counter, the held hash, this request's answer. ARGV = units given back, units
-#: the task used, task, request TTL. Returns the units given back.
+#: the task used (net of estimates given back; beyond what it held: a debt added to the count),
+#: task, request TTL. Returns the units given back.
 RELEASE_SCRIPT = """
 local seen = redis.call('GET', KEYS[3])
 if seen then
@@ -88,12 +92,17 @@ if not units or not used or not ttl or units < 0 or used < 0 or units ~= units o
     or units == math.huge then
   return redis.error_reply('aiospark budget: bad units')
 end
-local held = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') or 0
+local entry = redis.call('HGET', KEYS[2], ARGV[3])
+local held = tonumber(entry or '0') or 0
+-- calls billed beyond their estimates (a BilledCost): charged to the count; only by a task that
+-- holds an entry (a replay the answers forgot finds none, as the entry goes below)
+local debt = 0
+if entry and used - held > 1e-9 then debt = used - held end
 local back = held - used
 if units <= back + 1e-9 then back = units end  -- float crumbs: the task summed the same units its own way
 if back > held then back = held end
 if back < 0 then back = 0 end
-local spent = (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) - back
+local spent = (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) - back + debt
 if spent < 0 then spent = 0 end
 redis.call('SET', KEYS[1], string.format('%.17g', spent))
 redis.call('HDEL', KEYS[2], ARGV[3])
@@ -203,11 +212,12 @@ class RedisLeases(LeaseSource):
             raise self._scrubbed(exc) from None
         return float(granted), float(left)
 
-    async def release(self, units: float, used: float, refused: int) -> None:
+    async def release(self, units: float, used: float, refused: int, refunded: float = 0.0) -> None:
+        net = max(0.0, used - refunded)  # what its calls were billed (a BilledCost), else what they started
         try:
             if units > 0 or self._client is not None:  # (a task that leased: its entry in the held hash goes)
                 await self._redis()
-                await self._run(self._release, [repr(units), repr(used), self.task, REQUEST_TTL])
+                await self._run(self._release, [repr(units), repr(net), self.task, REQUEST_TTL])
         except Exception as exc:
             raise self._scrubbed(exc) from None
         finally:
