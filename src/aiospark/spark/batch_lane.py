@@ -164,10 +164,11 @@ class _Lines:
                     try:
                         body, _ = fn.request_of(value)
                         units = self.budget.units(row) if self.budget is not None else 0.0
+                        custom_id = durable.idempotency(row)  # (a row without identity raises here too)
                     except Exception:  # the collect reads it again and makes its error row
                         continue
                     body = {**fn.extra_body, **body}
-                    out["custom_id"].append(durable.idempotency(row))
+                    out["custom_id"].append(custom_id)
                     out["hash"].append(body_hash(body))
                     out["body"].append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
                     out["units"].append(units)
