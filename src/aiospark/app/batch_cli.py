@@ -13,7 +13,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
@@ -108,13 +107,14 @@ def run(args: argparse.Namespace) -> int:
         import os
 
         from ..connectors.errors import ConnectorError
+        from ..runtime.worker_loop import worker_loop
 
         if args.api_key_env and not os.environ.get(args.api_key_env):
             print(f"aiospark batch status: --base-url needs the API key in ${args.api_key_env} (--api-key-env), "
                   "which is not set", file=sys.stderr)
             return 2
         try:
-            records = asyncio.run(_refresh(records, args.base_url, args.api_key_env))
+            records = worker_loop().submit(_refresh(records, args.base_url, args.api_key_env)).result()
         except (ConnectorError, ValueError) as exc:  # scrubbed of the key by the client
             print(f"aiospark batch status: cannot ask the provider: {exc}", file=sys.stderr)
             return 1

@@ -23,13 +23,11 @@ Example::
 """
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,6 +36,7 @@ import pyarrow as pa
 from ..connectors.openai.batch_answers import FALLBACKS, BatchAnswers, body_hash
 from ..journal import Journal
 from ..journal.directory import DirectoryStore
+from ..runtime.worker_loop import worker_loop
 from .arrow_names import map_in_arrow
 from .batch_budget import BatchBudget
 from .batch_records import BatchRecords
@@ -75,15 +74,24 @@ class BatchSubmission:
     too_large: int = 0
 
 
-def _run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to its end: here, or on a thread of its own when this thread already runs
-    a loop (a notebook's)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())  # type: ignore[arg-type]
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()  # type: ignore[arg-type]
+class _Control:
+    """The driver's batch control client on the process's one event loop (:func:`worker_loop`):
+    the Spark work (``toLocalIterator``) and the journal's records stay on the caller's thread, each
+    request is one coroutine run there. ``with _Control(fn) as call: call(client.retrieve(id))``."""
+
+    def __init__(self, function: Any):
+        self.client = _client(function)
+        self.loop = worker_loop()
+
+    def __call__(self, coro: Awaitable[T]) -> T:
+        return self.loop.submit(coro).result()  # type: ignore[arg-type]
+
+    def __enter__(self) -> _Control:
+        self(self.client.open())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self(self.client.close())
 
 
 def _check(df: Any, function: Any, journal: Any, what: str) -> tuple[Durable, BatchRecords]:
@@ -111,7 +119,7 @@ def _client(function: Any) -> Any:
 
     query = "".join(f"{'&' if i else '?'}{k}={v}" for i, (k, v) in enumerate(function._query.items()))
     # a handful of control requests on the driver: aiohttp unless pyreqwest was asked for by name
-    # (pyreqwest's native client crashed a driver that made one per collect, on a new loop each time)
+    # (pyreqwest's native client crashed a driver that made one on a fresh loop in a second thread)
     return BatchClient(function.base_url + query, function._key, headers=function._headers,
                        client="pyreqwest" if function.client == "pyreqwest" else "aiohttp", api_key_env=None)
 
@@ -208,52 +216,49 @@ def submit_batches(df: Any, function: Any, *, journal: Journal, max_requests: in
     lines = lines.dropDuplicates(["custom_id"])
     result = BatchSubmission()
 
-    async def run() -> None:
-        async with _client(function) as client:
-            batches = records.batches()
-            for upload in records.uploads():  # a killed run's file without its batch
-                if upload["file_id"] not in batches:
-                    info = await client.find(upload["file_id"], since=upload["at"] - 3600)
-                    if info is None:
-                        info = await client.create(upload["file_id"], upload["endpoint"],
-                                                   {"aiospark_file": upload["file_id"]})
-                    records.record_batch(upload["file_id"], info)
-                    result.batches.append(info.id)
-                    result.resumed += len(upload["custom_ids"])
-            for record in records.batches().values():  # a batch failed whole frees its rows
-                if record["status"] not in TERMINAL:
-                    records.record_batch(record["file_id"], await client.retrieve(record["batch_id"]))
-            done = records.submitted()
-            chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
-            for row in lines.toLocalIterator():
-                if row["body"] is None or row["custom_id"] in done:
-                    result.already += 1
-                    continue
-                line = _line(row["custom_id"], endpoint, row["body"])
-                if len(line) > max_bytes:
-                    result.too_large += 1
-                    continue
-                if chunk.ids and (len(chunk.ids) >= max_requests or chunk.size + len(line) > max_bytes):
-                    await send(client, chunk)
-                    chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
-                if priced is not None and not priced.reserve(chunk.task, row["units"]):
-                    result.over_budget += 1
-                    continue
-                chunk.add(row, len(line))
-            if chunk.ids:
-                await send(client, chunk)
-
-    async def send(client: Any, chunk: _Chunk) -> None:
+    def send(call: _Control, chunk: _Chunk) -> None:
         requests = [BatchRequest(cid, json.loads(body)) for cid, body in zip(chunk.ids, chunk.bodies)]
         (data,) = plan_files(requests, endpoint, max_requests, max_bytes)  # one file: cut by its size
-        file_id = await client.upload(data)
+        file_id = call(call.client.upload(data))
         records.record_upload(file_id, endpoint, chunk.ids, chunk.hashes, chunk.task, chunk.units)  # before the batch
-        info = await client.create(file_id, endpoint, {"aiospark_file": file_id})
+        info = call(call.client.create(file_id, endpoint, {"aiospark_file": file_id}))
         records.record_batch(file_id, info)
         result.batches.append(info.id)
         result.submitted += len(chunk.ids)
 
-    _run(run)
+    with _Control(function) as call:
+        client = call.client
+        batches = records.batches()
+        for upload in records.uploads():  # a killed run's file without its batch
+            if upload["file_id"] not in batches:
+                info = call(client.find(upload["file_id"], since=upload["at"] - 3600))
+                if info is None:
+                    info = call(client.create(upload["file_id"], upload["endpoint"], {"aiospark_file": upload["file_id"]}))
+                records.record_batch(upload["file_id"], info)
+                result.batches.append(info.id)
+                result.resumed += len(upload["custom_ids"])
+        for record in records.batches().values():  # a batch failed whole frees its rows
+            if record["status"] not in TERMINAL:
+                records.record_batch(record["file_id"], call(client.retrieve(record["batch_id"])))
+        done = records.submitted()
+        chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
+        for row in lines.toLocalIterator():
+            if row["body"] is None or row["custom_id"] in done:
+                result.already += 1
+                continue
+            line = _line(row["custom_id"], endpoint, row["body"])
+            if len(line) > max_bytes:
+                result.too_large += 1
+                continue
+            if chunk.ids and (len(chunk.ids) >= max_requests or chunk.size + len(line) > max_bytes):
+                send(call, chunk)
+                chunk = _Chunk(f"batch-file-{uuid.uuid4().hex}")
+            if priced is not None and not priced.reserve(chunk.task, row["units"]):
+                result.over_budget += 1
+                continue
+            chunk.add(row, len(line))
+        if chunk.ids:
+            send(call, chunk)
     return result
 
 
@@ -331,35 +336,30 @@ def collect_batches(df: Any, function: Any, *, journal: Journal, fallback: str =
     durable, records = _check(df, function, journal, "collect_batches")
     uploads = {u["file_id"]: u for u in records.uploads()}
 
-    async def run() -> None:
-        async with _client(function) as client:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                batches = records.batches()
-                pending = [b for b in batches.values() if not b.get("answers")]
-                for record in pending:
-                    info = await client.retrieve(record["batch_id"])
-                    if info.terminal:
-                        upload = uploads.get(record["file_id"]) or {}
-                        ids = upload.get("custom_ids")
-                        found = await client.results(info, ids)
-                        hashes = dict(zip(ids or [], upload.get("hashes") or []))
-                        records.record_batch(record["file_id"], info, records.write_answers(info.id, found, hashes))
-                    else:
-                        records.record_batch(record["file_id"], info)
-                left = [b for b in records.batches().values() if not b.get("answers")]
-                if progress:
-                    print(status_line(records), file=sys.stderr, flush=True)
-                if not left:
-                    return
-                if not wait or (deadline is not None and time.monotonic() >= deadline):
-                    raise BatchesPending(f"collect_batches: {len(left)} batch(es) have not ended "
-                                         f"({', '.join(b['batch_id'] + ' ' + b['status'] for b in left[:5])}): "
-                                         "call it again later", left)
-                await asyncio.sleep(poll_interval if deadline is None
-                                    else max(0.0, min(poll_interval, deadline - time.monotonic())))
-
-    _run(run)
+    with _Control(function) as call:
+        client = call.client
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for record in [b for b in records.batches().values() if not b.get("answers")]:
+                info = call(client.retrieve(record["batch_id"]))
+                if info.terminal:
+                    upload = uploads.get(record["file_id"]) or {}
+                    ids = upload.get("custom_ids")
+                    found = call(client.results(info, ids))
+                    hashes = dict(zip(ids or [], upload.get("hashes") or []))
+                    records.record_batch(record["file_id"], info, records.write_answers(info.id, found, hashes))
+                else:
+                    records.record_batch(record["file_id"], info)
+            left = [b for b in records.batches().values() if not b.get("answers")]
+            if progress:
+                print(status_line(records), file=sys.stderr, flush=True)
+            if not left:
+                break
+            if not wait or (deadline is not None and time.monotonic() >= deadline):
+                raise BatchesPending(f"collect_batches: {len(left)} batch(es) have not ended "
+                                     f"({', '.join(b['batch_id'] + ' ' + b['status'] for b in left[:5])}): "
+                                     "call it again later", left)
+            time.sleep(poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic())))
     files = records.answer_files()
     if priced is not None:
         settle(priced, records, uploads, files)
