@@ -31,15 +31,20 @@ def by_prompt(df) -> dict:
     return {r["_input"]["prompt"] if r["_error"] else r["prompt"]: (r["answer"], r["_error"]) for r in df.collect()}
 
 
+def original_and_edited(spark, endpoint, tmp_path):
+    """The function, a keyed journal, 3 rows and the same keys with edited prompts."""
+    journal = aiospark.Journal(str(tmp_path / "j"), key="id")
+    original = frame(spark, [(i, f"ticket {i}") for i in range(3)])
+    edited = frame(spark, [(i, f"edited ticket {i}") for i in range(3)])
+    return chat(endpoint.base_url), journal, original, edited
+
+
 def test_a_prompt_edited_after_a_collect_never_gets_the_old_row(spark, tmp_path):
     """Submit, collect once (answers recorded), edit the prompts under the same keys, collect again:
     an error row (the edited rows are in no batch), or a live call with fallback="live" -- never the
     old answer, and the returned frame holds the user's own input values."""
     with DemoOpenAI(batch_delay=0.1) as endpoint:
-        fn = chat(endpoint.base_url)
-        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
-        before = frame(spark, [(i, f"ticket {i}") for i in range(3)])
-        edited = frame(spark, [(i, f"edited ticket {i}") for i in range(3)])
+        fn, journal, before, edited = original_and_edited(spark, endpoint, tmp_path)
         aiospark.submit_batches(before, fn, journal=journal)
         aiospark.collect_batches(before, fn, journal=journal, poll_interval=0.1).collect()
 
@@ -62,10 +67,7 @@ def test_a_live_fallback_answer_is_not_given_to_the_original_rows_afterwards(spa
     under the same keys), then collect the original rows -- which still have their batch answers. What
     happens: the original rows come back as the edited rows (edited prompt, edited answer)."""
     with DemoOpenAI(batch_delay=0.1) as endpoint:
-        fn = chat(endpoint.base_url)
-        journal = aiospark.Journal(str(tmp_path / "j"), key="id")
-        original = frame(spark, [(i, f"ticket {i}") for i in range(3)])
-        edited = frame(spark, [(i, f"edited ticket {i}") for i in range(3)])
+        fn, journal, original, edited = original_and_edited(spark, endpoint, tmp_path)
         aiospark.submit_batches(original, fn, journal=journal)
         aiospark.collect_batches(edited, fn, journal=journal, fallback="live", poll_interval=0.1, on_error="row").collect()
         got = by_prompt(aiospark.collect_batches(original, fn, journal=journal, poll_interval=0.1, on_error="row"))
