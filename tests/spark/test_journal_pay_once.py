@@ -673,7 +673,8 @@ def test_compact_refuses_while_a_spark_task_writes_and_keeps_every_outcome_and_f
 
     log, loc = str(tmp_path / "log"), tmp_path / "j"
     df = keyed(spark, rows=120, keys=120, parts=2)
-    aiospark.unordered_wait(df.filter("id < 40"), Call(log, delay=0.25), SCHEMA, capacity=50,
+    # dedup=False: the bucket route writes segments (the table route's Parquet is never compacted)
+    aiospark.unordered_wait(df.filter("id < 40"), Call(log, delay=0.25), SCHEMA, capacity=50, dedup=False,
                             journal=aiospark.Journal(str(loc), key="key", buckets=2)).collect()
     foreign = [loc / "NOTES.txt", loc / "other" / "data.bin"]
     (digest,) = [d for d in loc.iterdir() if d.is_dir() and any(d.glob("k=*"))]

@@ -109,6 +109,8 @@ def layout(summary: JournalSummary) -> str:
         kinds.append(_n(summary.parts, "part"))
     if summary.legacy:
         kinds.append(_n(summary.legacy, "legacy segment") + " (before buckets)")
+    if summary.table_files:
+        kinds.append(_n(summary.table_files, "table file") + " (results Spark joins)")
     head = f"{summary.buckets:,} buckets" if summary.buckets is not None else "no buckets yet (written before buckets)"
     tail = "--compact makes it one segment per bucket" if summary.compactable else "one segment per bucket"
     return f"{head}: {', '.join(kinds)}; {tail}"

@@ -98,6 +98,8 @@ class TaskJournal(Protocol):
         """The call of ``identity`` is over: keep ``results`` (and ``error``, if the journal keeps
         errors). Must not block the loop: writing is the journal's own business."""
 
+    # optional: ``record_value(identity, value, results, error)``, called instead of ``record``:
+    # the same, with the element ``value`` itself (a journal that stores its key columns typed)
     # optional: ``adopt(value, results, recorded) -> outputs``: the outputs of element ``value``
     # from its identity's outcome (recorded, or shared from an equal element's call); a journal
     # without it hands the results over as they are

@@ -60,6 +60,8 @@ class Identities:
         self._adopt = getattr(journal, "adopt", None)
         #: ``recorded_run(identities) -> (outputs, n)``: a journal's bulk read (see TaskJournal)
         self._bulk = getattr(journal, "recorded_run", None)
+        #: ``record_value(identity, value, results, error)``: ``record`` with the element itself
+        self._record_value = getattr(journal, "record_value", None)
         #: ``id(value) -> (value, identity, read, recorded)`` of elements :meth:`recorded_run`
         #: identified (and read, when ``read``) but did not take: :meth:`admit` takes them from here
         #: instead of asking again (one identity per element; the value is held, so its id stays its own)
@@ -174,7 +176,11 @@ class Identities:
         # recorded: what the call answered (see the module docstring)
         if what in ("", CALL) and not call.timed_out and (error is None or is_answer(error)):
             try:
-                journal.record(identity, results, error)
+                record_value = self._record_value
+                if record_value is not None:  # a journal that keeps the row's key values too
+                    record_value(identity, call.element[0], results, error)
+                else:
+                    journal.record(identity, results, error)
             except Exception as exc:
                 self._fail(call.value, exc, "journal")
                 return

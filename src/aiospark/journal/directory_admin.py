@@ -42,21 +42,25 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from .buckets import DEFAULT_BUCKETS, bucket_of
 from .errors import JournalStoreError
+from .identity import RowIdentity
 from .lease import SUFFIX, holder, stem, sweep
 from .listing import listing
 from .manifest import MANIFEST, Manifest
 from .segment import BATCH_ROWS, BATCHED, Outcomes, is_segment, read_outcomes, write_batch
 from .store import JournalNotFound, JournalSummary
+from .table import key_column, table_dir, table_infos
 from .writers import PARTS
 
 if TYPE_CHECKING:  # the store calls in here (function-level): no import back
     from .directory import DirectoryStore
 
 __all__ = ["Buckets", "Layout", "delete_segments", "directory_drop", "directory_manifest", "directory_summary",
-           "layout_of", "merge", "read_segment_file", "refuse_written", "sweep_leases", "take_over", "write_segment"]
+           "layout_of", "merge", "read_segment_file", "refuse_written", "sweep_leases", "table_counts", "take_over",
+           "write_segment"]
 
 
 def directory_manifest(store: DirectoryStore) -> Manifest:
@@ -220,6 +224,46 @@ def directory_summary(store: DirectoryStore, samples: int) -> JournalSummary:
             if len(out.error_samples) < samples:
                 out.error_samples.append((identity, error or ""))
     out.skipped = reader.skipped
+    table = table_counts(store, manifest, {i: p is not None for b in reader.order()
+                                           for i, (p, _) in reader.merged(b).items()})
+    out.table_files, out.bytes = table.files, out.bytes + table.bytes
+    out.results += table.results
+    out.errors -= table.outranked
+    return out
+
+
+@dataclass
+class TableCounts:
+    """The table route's results (:mod:`aiospark.journal.table`) beside the bucket segments':
+    ``results`` keys the segments do not hold as results already, ``outranked`` kept errors
+    there that a table result outranks."""
+
+    files: int = 0
+    bytes: int = 0
+    results: int = 0
+    outranked: int = 0
+
+
+def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, bool]) -> TableCounts:
+    """Count the table's keys once each (two writers of one key count once) against ``known``,
+    the bucket segments' identities (True: a result, False: a kept error)."""
+    fs, root = store.fs
+    infos = table_infos(fs, table_dir(f"{root}/{manifest.digest}"))
+    out = TableCounts(len(infos), sum(i.size or 0 for i in infos))
+    if not infos:
+        return out
+    columns = [key_column(i) for i in range(len(manifest.key))]
+    keys = pa.concat_tables([pq.read_table(i.path, columns=columns, filesystem=fs) for i in infos])
+    distinct = keys.group_by(columns).aggregate([]).rename_columns(list(manifest.key))
+    out.results = distinct.num_rows
+    if known:  # only then can a key be in both
+        identify = RowIdentity(manifest.key)
+        for row in distinct.to_pylist():
+            was_result = known.get(identify(row) or "")
+            if was_result is True:
+                out.results -= 1
+            elif was_result is False:
+                out.outranked += 1
     return out
 
 

@@ -43,6 +43,7 @@ from .directory_admin import (
     layout_of,
     refuse_written,
     sweep_leases,
+    table_counts,
     take_over,
     write_segment,
 )
@@ -79,6 +80,7 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
         if now.buckets is None:
             store.write_manifest(dataclasses.replace(manifest, buckets=layout.buckets), replace=True)
     take_over(fs, rewritten)
+    known: dict[str, bool] = {}
     for bucket in reader.order():
         merged = reader.merged(bucket)
         if bucket in rewrite:
@@ -94,9 +96,13 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
             out.removed += len(old)
         elif merged:
             out.kept += 1
+        known.update((i, r is not None) for i, (r, _) in merged.items())
         errors = sum(1 for r, _ in merged.values() if r is None)
         out.results += len(merged) - errors
         out.errors += errors
+    table = table_counts(store, manifest, known)  # left as they are: Spark reads them, a file per flush
+    out.results += table.results
+    out.errors -= table.outranked
     delete_segments(fs, consumed)  # every bucket holds their outcomes now
     out.removed += len(consumed)
     out.removed_parts, out.removed_legacy = len(layout.parts), len(layout.legacy)

@@ -12,7 +12,8 @@ Writes (:mod:`~aiospark.journal.writers`): on a local disk, one segment per buck
 object store one part per flush in ``<digest>/parts/``, split into bucket segments when the task
 closes.
 
-Folders not split by bucket are read whole, once per task, at its first fetch: an object store's
+Folders not split by bucket are read whole, once per task, at its first fetch: the results the
+table route of ``unordered_wait`` keeps as Parquet (:mod:`~aiospark.journal.table`), an object store's
 ``parts/`` (killed tasks' parts, and running ones') and a journal written before buckets
 (``p=<partition>/`` and ``b=<batch>/p=<partition>/`` folders; correct, but each task reads them
 all).
@@ -37,6 +38,7 @@ from .listing import listing
 from .manifest import Manifest, refuse
 from .segment import Outcomes, read_outcomes
 from .store import Entry, StoreTask
+from .table import read_table_outcomes, table_dir, table_files
 from .writers import PARTS, PartsWriter, SegmentWriter, bucket_dir
 
 #: a task on a local disk keeps at most this many bucket segments open (a file descriptor each); the
@@ -69,6 +71,11 @@ class DirectoryTask(StoreTask):
         self.cache: Outcomes = {}
         self.loaded: set[int] = set()
         self._whole_read = False
+        #: whether the results of the table route's Parquet files (journal/table.py) are read
+        #: whole at the first fetch; the table route itself finds them by a Spark join instead
+        self.read_table = True
+        #: buckets whose folder existed at the first fetch (the table route only; None: every bucket is looked at)
+        self.present: set[int] | None = None
         #: on a local disk: bucket -> its open segment
         self.writers: dict[int, SegmentWriter] = {}
         #: the task's parts: on an object store, and on a local disk for buckets beyond MAX_OPEN_SEGMENTS
@@ -94,14 +101,22 @@ class DirectoryTask(StoreTask):
             bucket = bucket_of(identity, buckets)
             if bucket not in self.loaded:
                 self.loaded.add(bucket)
-                self._read_dir(bucket_dir(self.top, bucket))
+                if self.present is None or bucket in self.present:
+                    self._read_dir(bucket_dir(self.top, bucket))
         return {i: cache[i] for i in identities if i in cache}
 
     def _read_whole(self) -> None:
         """The folders not split by bucket, read whole once: an object store's parts (killed
         tasks', and running ones') and a journal from before buckets (``p=``/``b=`` folders)."""
+        if self.read_table:
+            for identity, outcome in read_table_outcomes(self.fs, table_files(self.fs, table_dir(self.top)),
+                                                         self.manifest.key).items():
+                self.cache.setdefault(identity, outcome)
+        present = set()
         for info in listing(self.fs, self.top):
             name = info.path.rsplit("/", 1)[-1]
+            if name.startswith("k=") and name[2:].isdigit():
+                present.add(int(name[2:]))
             if info.type != pafs.FileType.Directory or not (name == PARTS or name.startswith(("p=", "b="))):
                 continue
             if not name.startswith("b="):
@@ -110,6 +125,10 @@ class DirectoryTask(StoreTask):
             for sub in listing(self.fs, info.path):
                 if sub.type == pafs.FileType.Directory and sub.path.rsplit("/", 1)[-1].startswith("p="):
                     self._read_dir(sub.path)
+        if not self.read_table:
+            # the table route: its tasks touch every bucket, most of them empty (results go to the
+            # table); the folders that exist now are read, the others hold nothing of this run
+            self.present = present
 
     def _read_dir(self, directory: str) -> None:
         """Every segment of ``directory`` into the cache (a result outranks a kept error)."""

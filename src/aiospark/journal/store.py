@@ -63,7 +63,8 @@ class JournalSummary:
     The layout (a directory): ``buckets`` is the manifest's (None: a journal written before
     buckets, or Redis), ``bucket_segments`` the segments in ``bucket_folders`` ``k=<bucket>``
     folders, ``parts`` an object store's per-flush parts (``parts/``: running or killed tasks'),
-    ``legacy`` the segments of folders written before buckets (``p=``, ``b=/p=``); ``layout``: a
+    ``legacy`` the segments of folders written before buckets (``p=``, ``b=/p=``), ``table_files``
+    the Parquet files of the table route (results Spark reads); ``layout``: a
     store without segments says how it keeps outcomes instead (Redis).
 
     Example::
@@ -87,6 +88,8 @@ class JournalSummary:
     parts: int = 0
     legacy: int = 0
     layout: str = ""
+    #: the table route's Parquet files (results of ``unordered_wait``: :mod:`aiospark.journal.table`)
+    table_files: int = 0
 
     @property
     def rows(self) -> int:

@@ -150,6 +150,9 @@ class TaskView:
             entry = (identity, results, None)  # pickled by the store, a batch at a time
         self._pending.append(entry)
         self.known[identity] = entry[1:]  # a later equal row of this task completes from it, with no call
+        self._start_writer()
+
+    def _start_writer(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name="aiospark-journal", daemon=True)
             self._thread.start()
@@ -163,6 +166,11 @@ class TaskView:
         except IndexError:
             return out
 
+    def _flush(self, entries: list[Entry]) -> None:
+        """Hand ``entries`` to the store (the writer thread; the task's, at close)."""
+        self.store_task.write(entries)
+        self.written += len(entries)
+
     def _write_loop(self) -> None:
         renew = self.store_task.renew  # a directory segment's lease (journal/lease.py); else a no-op
         while True:
@@ -170,8 +178,7 @@ class TaskView:
             entries = self._drain()
             try:
                 if entries:
-                    self.store_task.write(entries)
-                    self.written += len(entries)
+                    self._flush(entries)
                 if not stopping:
                     renew()  # also while no call completes: a quiet writer is still alive
             except BaseException as exc:  # the next record() or close() raises it
@@ -193,8 +200,7 @@ class TaskView:
             if self._failure is None:
                 entries = self._drain()
                 if entries:
-                    self.store_task.write(entries)
-                    self.written += len(entries)
+                    self._flush(entries)
         finally:
             self.store_task.close()
         if self._failure is not None:

@@ -213,7 +213,7 @@ Report = Callable[[AsyncWaitOperator, int, bool], None]
 def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, capacity: int,
                   out_rows: int = 10_000, loop: WorkerLoop | None = None,
                   report: Report | None = None, post_rows: int = POST_ROWS,
-                  count: Callable[[list[Any]], int] = len) -> Iterator[list[Any]]:
+                  count: Callable[[list[Any]], int] = len, direct: type | None = None) -> Iterator[list[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator that
     ``await make_operator(output)`` builds on the loop;
     yield lists of output values (at least ``out_rows`` each, except the last).
@@ -224,6 +224,9 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
     (``final=True``, also after a failure), with the rows output so far: ``count(values)`` of
     every output list (an output value may stand for several rows). The loop posts output to this
     thread once ``max(post_rows, out_rows)`` values are pending (or after FLUSH_SECONDS).
+    A chunk of type ``direct`` is output rows already made, not input: it is yielded alone, as
+    ``[chunk]``, the moment the source gives it (a journal's recorded rows, served by Spark's
+    join: :mod:`aiospark.spark.table_route`), and never reaches the operator.
     """
     wl = loop or worker_loop()
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -246,6 +249,10 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
                     yield out
             elif kind == NEED:
                 chunk = next(source, None)
+                while direct is not None and type(chunk) is direct:
+                    rows += count([chunk])
+                    yield [chunk]
+                    chunk = next(source, None)
                 wl.loop.call_soon_threadsafe(pump.accept, chunk)
             elif kind == ERROR:
                 finished = True

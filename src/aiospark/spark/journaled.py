@@ -69,6 +69,10 @@ class Durable:
         self.idempotency = idempotency
         #: the columns a row's journal identity is made of (empty without a journal)
         self.columns = list(columns)
+        #: whether NULLs are key values (the default key: every column) or make no identity
+        self.nulls = True
+        #: the table route's target (aiospark.spark.table_route), when the run takes it
+        self.table: Any = None
 
     @classmethod
     def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
@@ -90,7 +94,9 @@ class Durable:
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)
         bound = journal.bind(manifest, default_buckets=shuffle_partitions(getattr(df, "sparkSession", None)),
                              write=not planning())
-        return cls(of, bound, keys, key)
+        durable = cls(of, bound, keys, key)
+        durable.nulls = journal.key is None
+        return durable
 
     @staticmethod
     def identity_columns(journal: Journal, columns: list[str], what: str, function: Any) -> list[str]:
@@ -107,6 +113,10 @@ class Durable:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        if self.table is not None:  # the table route: results go to typed Parquet
+            partition, attempt = (0, "local") if ctx is None else (ctx.partitionId(),
+                                                                   f"{ctx.stageId()}.{ctx.taskAttemptId()}")
+            return self.table.open_view(self.bound, partition, attempt, encode, rebuild)
         if ctx is None:  # not in a Spark task (a direct call in tests)
             return self.bound.open_task(0, None, "local", encode, rebuild)
         batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)

@@ -58,7 +58,8 @@ class TaskPlan:
     failed element's outputs instead of failing the task. ``invoke(function)``: the function as
     the operator calls it. ``units(value)``: the budget units of one element (None: one each).
     ``out_rows``/``post_rows``: values per yielded list / per post from the loop; ``count(values)``:
-    the rows a list of emitted values stands for (a pyarrow slice stands for several)."""
+    the rows a list of emitted values stands for (a pyarrow slice stands for several); ``direct``:
+    the type of a chunk that is output already (:func:`aiospark.runtime.run_partition`)."""
 
     options: CallOptions
     durable: Durable | None = None
@@ -69,6 +70,7 @@ class TaskPlan:
     out_rows: int = 10_000
     post_rows: int = POST_ROWS
     count: Callable[[list[Any]], int] = len
+    direct: type | None = None
 
 
 class FedIdentities:
@@ -85,10 +87,13 @@ class FedIdentities:
         self.view = view
         self._known: dict[int, tuple[Any, str | None]] = {}
 
-    def fed(self, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]:
+    def fed(self, chunks: Iterable[Any]) -> Iterator[Any]:
         """``chunks`` as they are, each one's outcomes fetched first."""
         of, known, view = self.of, self._known, self.view
         for chunk in chunks:
+            if type(chunk) is not list:  # output already (run_partition's ``direct``): nothing to fetch
+                yield chunk
+                continue
             wanted = []
             for value in chunk:
                 try:
@@ -118,10 +123,13 @@ class OperatorJournal:
         self.recorded = view.recorded
         self.record = view.record
         self.recorded_run: Callable[[list[str | None]], tuple[list[Any], int]] | None = None
+        record_value = getattr(view, "record_value", None)
+        if record_value is not None:  # the table route's view (aiospark.journal.table_task)
+            self.record_value = record_value
         self.adopt: Callable[[Any, list[Any], bool], list[Any]] | None = None
-        if view.rebuild is None:
+        if view.rebuild is None and getattr(view, "bulk_reads", True):
             self.recorded_run = view.recorded_prefix
-        else:
+        elif view.rebuild is not None:
             self.adopt = view.adopt
 
 
@@ -152,6 +160,6 @@ def run_task(plan: TaskPlan, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]
 
         yield from run_journaled(view, run_partition(
             chunks, make_operator, capacity=options.max_capacity, out_rows=plan.out_rows, loop=wl,
-            report=task_reporter(options.metrics), post_rows=plan.post_rows, count=plan.count))
+            report=task_reporter(options.metrics), post_rows=plan.post_rows, count=plan.count, direct=plan.direct))
     finally:
         close_gate(wl, gate)  # unused units go back to the budget

@@ -34,6 +34,7 @@ from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
+from .table_route import Served, TableSplit, routed, served_rows, table_target
 from .task import TaskPlan, run_task
 
 if TYPE_CHECKING:
@@ -80,6 +81,8 @@ class _PartitionRunner:
         self.durable: Durable | None = None
         #: rows come through the dedup shuffle (aiospark.spark.dedup), with its column to drop
         self.shuffled = False
+        #: the table route's split of joined batches into recorded outputs and rows to call
+        self.table_split: TableSplit | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.options.batch_format == PYARROW:
@@ -100,10 +103,16 @@ class _PartitionRunner:
         if checks is not None:
             invoke = functools.partial(checks.invoke, batch=options.batch_size is not None)
             options = checks.options(options)  # retry predicates see the rows, not their tags
+        split = self.table_split
         plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
-                        on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows)
+                        on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows,
+                        count=len if split is None else served_rows, direct=None if split is None else Served)
         drop = without_part if self.shuffled else _same
-        for values in run_task(plan, (to_python(drop(batch)) for batch in batches)):
+        chunks = (to_python(drop(batch)) for batch in batches) if split is None else _split(batches, split)
+        for values in run_task(plan, chunks):
+            if split is not None and type(values[0]) is Served:  # recorded rows: output already
+                yield values[0].batch
+                continue
             rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
             if rows:
                 yield converter.to_batch(rows)
@@ -120,6 +129,16 @@ class _PartitionRunner:
 
 def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
+
+
+def _split(batches: Iterator[pa.RecordBatch], split: TableSplit) -> Iterator[Any]:
+    """The table route's chunks: each batch's recorded outputs (:class:`Served`), then its rows to call."""
+    for batch in batches:
+        served, todo = split(batch)
+        if served is not None and served.batch.num_rows:
+            yield served
+        if todo.num_rows:
+            yield to_python(todo)
 
 
 def _error_row(value: Any, exc: BaseException) -> list[Any]:
@@ -240,7 +259,10 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
     durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
     given = df
-    if shuffle:
+    table = None if planning() else table_target(
+        df, durable, ordered=ordered, order_key=order_key, shuffle=shuffle, batch_format=call.batch_format,
+        function=function, declared=declared, what=runner.what)
+    if shuffle and table is None:
         df = shuffled(df, durable, name.split(" ")[0])  # equal keys meet in one task: each called once per job
         runner.shuffled = True
     if planning():  # aiospark.plan(): the counts of this run instead of the run
@@ -248,7 +270,12 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
                             lookup_on=getattr(function, "null_misses", ()),
                             estimate=prompt_estimate(function, given.columns))
         return with_costs(counted, given, function)
-    out = map_in_arrow(df, runner, out_schema)
+    if table is not None:  # recorded rows served by a Spark join; the others called, sorted by key
+        table.capacity = options.max_capacity
+        durable.table = table
+        out = routed(given, runner, durable, table, out_schema)
+    else:
+        out = map_in_arrow(df, runner, out_schema)
     # read after the action: print(out.aiospark_metrics); an attribute of aiospark's on Spark's object
     out.aiospark_metrics = options.metrics
     watch(options.metrics, progress_options, label=getattr(options.metrics, "name", name), budget=budget,

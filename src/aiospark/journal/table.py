@@ -1,0 +1,174 @@
+"""A journal's results as a table Spark reads: typed Parquet files beside the bucket segments.
+
+The table route of ``unordered_wait`` (:mod:`aiospark.spark.table_route`) serves recorded rows
+with a Spark join, no Python: so their results are kept as the output's own typed columns, one
+Parquet file per flush of a task attempt, under ``<location>/<digest>/table/<run>/<partition>/``
+(``<run>``: one definition of the DataFrame; a retried task finds what its earlier attempts wrote
+in its own folder). A file is written under a hidden name and renamed when whole, so a reader
+(Spark lists files, skipping names that start with ``.`` or ``_``) never sees half a file.
+
+Columns: the key columns as ``_aiospark_k0``, ``_aiospark_k1``, ... (typed as the input's: the
+join's side; readers that are not Spark -- every other entry point, ``aiospark.plan`` -- make a
+row's identity of them, as the operator does of the input row's), :data:`N_COLUMN`
+(the result's index in the call's list of results; ``-1`` on the one row of a call that gave no
+row), then the declared output columns. Only results are kept here; a kept error goes to the
+bucket segments, as every entry point keeps it.
+
+Example::
+
+    writer = TableWriter(fs, table_dir(top), run="a1b2", partition=3, attempt="5.41")
+    writer.write(pa.table({...}))              # one file, durable when this returns
+    found = read_table_outcomes(fs, table_files(fs, table_dir(top)), ["id"])   # identity -> (results, None)
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .identity import RowIdentity
+from .listing import listing
+
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OVERLAP_MARGIN", "TABLE", "TableWriter", "key_column",
+           "may_repeat_keys", "new_run", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
+
+#: the folder of a question's table, under its digest
+TABLE = "table"
+#: a result's index among its call's results; NO_ROW marks a call that gave no row
+N_COLUMN = "_aiospark_n"
+NO_ROW = -1
+#: key column i is stored as KEY_PREFIX + str(i): an output column may have a key's name
+KEY_PREFIX = "_aiospark_k"
+
+
+#: seconds of clock slack when telling whether two writers' lives overlapped (see may_repeat_keys)
+OVERLAP_MARGIN = 5.0
+_RUN = re.compile(r"(\d{13})-[0-9a-f]{8}")
+_NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
+
+
+def key_column(i: int) -> str:
+    return f"{KEY_PREFIX}{i}"
+
+
+def table_dir(top: str) -> str:
+    """The table's folder (``top``: ``<location>/<digest>``)."""
+    return f"{top}/{TABLE}"
+
+
+def table_infos(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
+    """Every whole Parquet file under ``directory`` (sorted by path; none when it does not exist)."""
+    return sorted((info for info in listing(fs, directory, recursive=True)
+                   if info.type == pafs.FileType.File and info.path.endswith(".parquet")
+                   and not info.path.rsplit("/", 1)[-1].startswith((".", "_"))), key=lambda i: i.path)
+
+
+def table_files(fs: pafs.FileSystem, directory: str) -> list[str]:
+    """The paths of :func:`table_infos`."""
+    return [info.path for info in table_infos(fs, directory)]
+
+
+def new_run() -> str:
+    """A run's folder name: when it was defined (ms) and a random part."""
+    return f"{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}"
+
+
+def may_repeat_keys(infos: Sequence[pafs.FileInfo], margin: float = OVERLAP_MARGIN) -> bool:
+    """Whether two writers may have recorded one key, so a reader must keep one answer per key.
+
+    A key is written once per run: a run calls only keys its snapshot of the table lacked (taken
+    when it was defined), and one task holds all rows of a key, reading at its start what its own
+    earlier attempts wrote. So two answers to one key need two writers at once: two runs whose
+    lives overlap (from definition to last file), or two attempts of one task that overlap (a
+    speculative one, a zombie); sequential reruns and retries never repeat a key. Lives are
+    compared with ``margin`` seconds of slack for clocks; a name this module did not make counts
+    as a possible repeat."""
+    runs: dict[str, list[float]] = {}
+    writers: dict[tuple[str, str, str], list[float]] = {}
+    for info in infos:
+        parts = info.path.rsplit("/", 3)
+        if len(parts) < 4 or info.mtime_ns is None:
+            return True
+        run, partition, name = parts[1], parts[2], parts[3]
+        match = _RUN.fullmatch(run), _NAME.fullmatch(name)
+        if match[0] is None or match[1] is None:
+            return True
+        mtime = info.mtime_ns / 1e9
+        life = runs.setdefault(run, [int(match[0].group(1)) / 1000, mtime])
+        life[1] = max(life[1], mtime)
+        own = writers.setdefault((run, partition, match[1].group(1)), [int(match[1].group(2)) / 1000, mtime])
+        own[1] = max(own[1], mtime)
+    if _overlap(list(runs.values()), margin):
+        return True
+    tasks: dict[tuple[str, str], list[list[float]]] = {}
+    for (run, partition, _), life in writers.items():
+        tasks.setdefault((run, partition), []).append(life)
+    return any(_overlap(lives, margin) for lives in tasks.values())
+
+
+def _overlap(lives: list[list[float]], margin: float) -> bool:
+    lives = sorted(lives)
+    return any(later[0] - margin <= max(e[1] for e in lives[:i + 1])
+               for i, later in enumerate(lives[1:]))
+
+
+class TableWriter:
+    """One task attempt's files of the table: one per :meth:`write`, durable when it returns."""
+
+    def __init__(self, fs: pafs.FileSystem, directory: str, run: str, partition: int, attempt: str):
+        self.fs = fs
+        self.folder = f"{directory}/{run}/{partition}"
+        #: the writer's start: readers tell from it whether two writers overlapped (may_repeat_keys)
+        self.prefix = f"{attempt}-{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}"
+        self.files = 0
+        self._made = False
+
+    def write(self, table: pa.Table) -> None:
+        if not self._made:
+            self.fs.create_dir(self.folder, recursive=True)
+            self._made = True
+        name = f"{self.prefix}~{self.files}.parquet"
+        hidden = f"{self.folder}/.{name}"
+        with self.fs.open_output_stream(hidden) as out:
+            pq.write_table(table, out, compression="snappy")
+        self.fs.move(hidden, f"{self.folder}/{name}")  # a reader sees the whole file or none
+        self.files += 1
+
+
+def read_table_outcomes(fs: pafs.FileSystem, paths: Sequence[str],
+                        key: Sequence[str]) -> dict[str, tuple[list[Any], None]]:
+    """identity -> (results, None) of the table files ``paths`` (``key``: the journal's key
+    columns, whose identity each row's stored key values make): each call's results as dicts of
+    the output columns, in their order (a call that gave no row: ``[]``). Where two writers
+    recorded one identity, the first file read (in path order) stands."""
+    identify = RowIdentity(key)  # a stored key is never NULL unless NULLs are values (the default key)
+    found: dict[str, tuple[list[Any], None]] = {}
+    for path in paths:
+        try:
+            table = pq.read_table(path, filesystem=fs)
+        except FileNotFoundError:
+            continue
+        keys = table.select([key_column(i) for i in range(len(key))]).rename_columns(list(key)).to_pylist()
+        outputs = [n for n in table.column_names if not n.startswith("_aiospark_")]
+        ns = table.column(N_COLUMN).to_pylist()
+        rows = table.select(outputs).to_pylist(maps_as_pydicts="strict")
+        mine: dict[str, list[Any]] = {}
+        for values, n, row in zip(keys, ns, rows):
+            identity = identify(values)
+            assert identity is not None
+            results = mine.get(identity)
+            if results is None:
+                if identity in found:
+                    continue  # an earlier file's answer to the same question stands
+                results = mine[identity] = []
+            if n != NO_ROW:
+                results.append(row)
+        for identity, results in mine.items():
+            found[identity] = (results, None)
+    return found

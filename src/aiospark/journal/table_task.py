@@ -1,0 +1,113 @@
+"""One task's journal on the table route of ``unordered_wait``: results written as typed Parquet.
+
+On that route (:mod:`aiospark.spark.table_route`) Spark has already served every row whose
+outcome the table held when the DataFrame was defined, and sorted the others by key: a task sees
+each key's rows one after another. So this view keeps, of its own outcomes, only the last few
+(:data:`RECENT`: the rows of one key share its call; memory stays flat whatever the rows per
+task) and writes results to the table (:class:`~aiospark.journal.table.TableWriter`, a file per
+flush). What an earlier attempt of the same task wrote (Spark retried it) is loaded first, so a
+retry pays only what was in flight. Kept errors and outcomes written by the other entry points
+are the bucket segments', asked row by row as on every route.
+
+Example (what :meth:`aiospark.spark.journaled.Durable.open_task` does on the table route)::
+
+    view = TableView(directory_task, keep_errors, writer, to_table, prior)
+    op = AsyncWaitOperator(fn, out.append, identify=row_identity, journal=view)
+    ...
+    view.close()
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from ..core.durable import Recorded
+from .segment import Outcomes
+from .store import Entry, StoreTask
+from .table import TableWriter
+from .task import TaskView
+
+__all__ = ["RECENT", "TableView"]
+
+#: own outcomes kept for equal rows still to come, at least (they arrive together, the input being
+#: sorted by key: a key's next row is admitted at most ``capacity`` completions after its call ended)
+RECENT = 1024
+
+#: (identity, input row, results) of one call, as :class:`TableView` hands them to ``to_table``
+TableEntry = tuple[str, Any, list[Any]]
+
+
+class TableView(TaskView):
+    """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
+    docstring). ``to_table(entries)`` makes one file's table of a flush's :data:`TableEntry` list;
+    ``prior``: the outcomes earlier attempts of this task wrote; ``writer`` may be set later, before
+    the first call (the task's folder is known at its first rows)."""
+
+    def __init__(self, store_task: StoreTask, keep_errors: bool, writer: TableWriter | None,
+                 to_table: Callable[[list[TableEntry]], pa.Table | None], prior: Outcomes,
+                 encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
+                 recent: int = RECENT):
+        super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
+        self.keep = max(RECENT, recent)
+        self.writer = writer
+        self.to_table = to_table
+        self.known.update(prior)
+        self.recent: OrderedDict[str, list[Any]] = OrderedDict()
+        self._by_row = True
+
+    #: no bulk read of recorded runs: on this route a task's rows are the ones Spark found no
+    #: outcome for, so a run of recorded rows is rare (a retried task's), and looking costs every row
+    bulk_reads = False
+
+    def load(self) -> TableView:
+        """Check the manifest and read what is not split by bucket; the bucket segments are asked
+        row by row only if some exist (kept errors, other entry points' outcomes)."""
+        super().load()
+        task: Any = self.store_task
+        task.fetch([])  # the first fetch reads the folders not split by bucket, and lists the buckets
+        self.known.update(task.cache)
+        self._by_row = bool(getattr(task, "present", True))
+        return self
+
+    @property
+    def fetches_by_row(self) -> bool:
+        return self._by_row
+
+    def recorded(self, identity: str) -> Recorded | None:
+        results = self.recent.get(identity)
+        if results is not None:
+            self.hits += 1
+            return Recorded(results)
+        return super().recorded(identity)
+
+    def record_value(self, identity: str, value: Any, results: list[Any] | None,
+                     error: BaseException | None) -> None:
+        """The outcome of ``value``'s call: a result goes to the table, with the row's key values."""
+        if error is not None or results is None:
+            self.record(identity, results, error)  # a kept error: the bucket segments'
+            return
+        if self._failure is not None:
+            raise self._failure
+        if self.encode is not None:
+            results = self.encode(results)
+        self._pending.append((identity, value, results))  # type: ignore[arg-type]  # a TableEntry
+        recent = self.recent
+        recent[identity] = results
+        if len(recent) > self.keep:
+            recent.popitem(last=False)
+        self._start_writer()
+
+    def _flush(self, entries: list[Entry]) -> None:
+        errors = [e for e in entries if e[2] is None or type(e[2]) is str]
+        calls: list[TableEntry] = [e for e in entries if not (e[2] is None or type(e[2]) is str)]  # type: ignore[misc]
+        if errors:
+            self.store_task.write(errors)
+        if calls:
+            assert self.writer is not None  # set at the task's first rows, before any call
+            table = self.to_table(calls)
+            if table is not None and table.num_rows:
+                self.writer.write(table)
+        self.written += len(entries)

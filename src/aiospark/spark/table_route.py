@@ -1,0 +1,288 @@
+"""The table route of ``unordered_wait`` with a journal: recorded rows served by Spark, no Python.
+
+Where it applies (:func:`table_target`), a run is three parts of one Spark plan:
+
+1. **served**: the input joined on its key columns with the journal's table
+   (:mod:`aiospark.journal.table`: each call's results as the output's typed columns, written
+   by earlier runs), one answer per key (the file written first), rows that gave no row dropped:
+   the recorded rows' outputs, made by Spark alone. A fully recorded rerun never starts Python.
+2. **called**: the other rows (a left anti join), ``repartition(B, key...)`` and sorted by key
+   within each partition: equal keys meet in one task, one after another, so the operator calls
+   each key once and shares its outcome with the rows after it while holding only the last few
+   (:class:`~aiospark.journal.table_task.TableView`); each call's results go to the table as the
+   call completes (a Parquet file per flush).
+3. ``served.unionByName(called)``.
+
+The join compares the key columns with Spark's equality, which is the row identity's only for
+types whose values Spark never normalizes (:data:`JOIN_TYPES`: no float, whose NaN and -0.0 a
+join folds; no timestamp, whose zone Parquet and Spark may read differently; no nested type):
+other keys take the bucket route. The default key (every input column) joins NULL-safe: NULLs
+are values there; a NULL in an explicit ``key=`` column makes no identity, never joins, and its
+row is called (never recorded). The outcomes of every other route (pickled bucket segments: kept
+errors, ``ordered_wait``'s results, a journal from an earlier release) are still found by the
+operator, row by row, as on every route; and every other route reads the table whole
+(:class:`~aiospark.journal.directory_task.DirectoryTask`).
+
+Example (what ``_wait`` does)::
+
+    table = table_target(df, durable, call_facts)
+    if table is not None:
+        durable.table = table
+        out = routed(df, runner, durable, table, out_schema)
+"""
+from __future__ import annotations
+
+import functools
+import operator as op
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.window import Window
+
+from ..journal.directory import DirectoryStore
+from ..journal.table import (
+    N_COLUMN,
+    NO_ROW,
+    TableWriter,
+    key_column,
+    may_repeat_keys,
+    new_run,
+    read_table_outcomes,
+    table_dir,
+    table_files,
+    table_infos,
+)
+from ..journal.table_task import TableEntry, TableView
+from .arrow_names import map_in_arrow, quoted
+from .schema import OutputSchemaError, RowConverter, arrow_schema
+
+if TYPE_CHECKING:
+    from ..journal import BoundJournal
+    from .journaled import Durable
+
+__all__ = ["JOIN_TYPES", "Served", "TableSplit", "TableTarget", "routed", "served_rows", "table_target"]
+
+#: key column types whose Spark equality is the row identity's equality
+JOIN_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string", "boolean", "date", "binary"})
+
+_FILE = "_aiospark_file"
+#: the hash partition of a row's key (a column of the joined rows)
+PART = "_aiospark_p"
+_FIRST = "_aiospark_first"
+
+
+def _joinable(type_name: str) -> bool:
+    return type_name in JOIN_TYPES or (type_name.startswith("decimal(") and " " not in type_name)
+
+
+def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, shuffle: bool, batch_format: str,
+                 function: Any, declared: StructType, what: str) -> TableTarget | None:
+    """The table route's target for this call, or None where the bucket route serves it (see the
+    module docstring for when)."""
+    bound = durable.bound
+    if (bound is None or ordered or order_key is not None or not shuffle or batch_format != "rows"
+            or getattr(df, "isStreaming", False) or getattr(function, "journal_rows", None) is not None
+            or not isinstance(bound.store, DirectoryStore) or not bound.store.local):
+        return None
+    if any(n.startswith("_aiospark_") for n in declared.fieldNames()):
+        return None
+    fields = [df.schema[c] for c in durable.columns]
+    if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
+        return None
+    return TableTarget(bound, durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what)
+
+
+class TableTarget:
+    """One definition's table: where its tasks write and how a flush becomes a table (picklable)."""
+
+    def __init__(self, bound: BoundJournal, keys: Sequence[str], key_schema: StructType, declared: StructType,
+                 nulls: bool, what: str):
+        self.keys = list(keys)
+        self.nulls = nulls
+        #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files
+        self.run = new_run()
+        self.what = what
+        self.stored_keys = StructType([StructField(key_column(i), f.dataType, True)
+                                       for i, f in enumerate(key_schema.fields)])
+        self.outputs = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in declared.fields])
+        self.declared = declared
+        #: the calls in flight per task at most (set by ``_wait``): how many own outcomes a task keeps
+        self.capacity = 1024
+        #: in a task: its journal, where it was opened, and as what attempt
+        self.view: Any = None
+        self.bound: Any = None
+        self.attempt = ""
+        self.key_types = list(arrow_schema(self.stored_keys).types)
+        self.schema = StructType([*self.stored_keys.fields,
+                                  StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
+
+    # ------------------------------------------------------------------ in a task
+    def open_view(self, bound: BoundJournal, partition: int, attempt: str, encode: Any, rebuild: Any) -> TableView:
+        """This task's view; its folder is known at its first batch (:meth:`start`)."""
+        store = bound.store
+        assert isinstance(store, DirectoryStore)
+        task = store.task(bound.manifest, partition, None, attempt)
+        task.read_table = False  # Spark's join served what the table held
+        self.bound, self.attempt = bound, attempt
+        self.view = TableView(task, bound.keep_errors, None, self.to_table, {}, encode, rebuild,
+                              recent=2 * self.capacity + 16).load()
+        return self.view
+
+    def start(self, part: int) -> None:
+        """The task's rows are those of hash partition ``part`` of the key (Spark's ``partitionId``
+        is not: a DataFrame used twice in one plan numbers the second use's tasks after the
+        first's): read what earlier attempts and uses wrote in its folder, and write there."""
+        bound, view = self.bound, self.view
+        assert isinstance(bound.store, DirectoryStore)
+        fs, root = bound.store.fs
+        directory = table_dir(f"{root}/{bound.manifest.digest}")
+        view.known.update(bound.store.guarded("cannot read its outcomes", lambda: read_table_outcomes(
+            fs, table_files(fs, f"{directory}/{self.run}/{part}"), bound.manifest.key)))
+        view.writer = TableWriter(fs, directory, self.run, part, self.attempt)
+
+    def to_table(self, entries: list[TableEntry]) -> pa.Table | None:
+        """One flush's calls as the table's rows; a call whose outputs do not fit the declared
+        schema is left out (it is its row's error: error-row mode emits that, and it is called
+        again by the next run)."""
+        converter = RowConverter(self.outputs, self.what)
+        try:
+            return self._table(entries, converter)
+        except OutputSchemaError:
+            pass
+        fitting = []
+        for entry in entries:
+            try:
+                converter.to_batch([r for r in entry[2] if r is not None])
+            except OutputSchemaError:
+                continue
+            fitting.append(entry)
+        return self._table(fitting, converter) if fitting else None
+
+    def _table(self, entries: list[TableEntry], converter: RowConverter) -> pa.Table:
+        values = [e[1] for e in entries]
+        results = [e[2] for e in entries]
+        if all(len(r) == 1 and r[0] is not None for r in results):  # one row per call: the common case
+            rows = [r[0] for r in results]
+            ns = pa.array([0] * len(rows), pa.int32())
+        else:
+            values, rows, numbers = [], [], []
+            for value, outputs in zip((e[1] for e in entries), results):
+                outputs = [r for r in outputs if r is not None]
+                if not outputs:  # no row: kept as one row of NULLs, so the key counts as recorded
+                    values.append(value)
+                    rows.append({})
+                    numbers.append(NO_ROW)
+                    continue
+                values += [value] * len(outputs)
+                rows += outputs
+                numbers += range(len(outputs))
+            ns = pa.array(numbers, pa.int32())
+        # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
+        keys = [pa.array([v[k] for v in values], type=t) for k, t in zip(self.keys, self.key_types)]
+        out = converter.to_batch(rows)
+        return pa.Table.from_arrays([*keys, ns, *out.columns], names=self.schema.fieldNames())
+
+
+class Served:
+    """Recorded rows of one input batch, already the task's output (an Arrow batch): emitted as
+    they are, never through the operator (``direct=`` of :func:`aiospark.runtime.run_partition`)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: pa.RecordBatch):
+        self.batch = batch
+
+
+class TableSplit:
+    """Each joined batch split into its recorded rows' outputs (:class:`Served`) and the input rows
+    still to call (picklable; made by :func:`routed`, used by the operator's lane)."""
+
+    def __init__(self, target: TableTarget, inputs: Sequence[str], outputs: Sequence[str], out_schema: pa.Schema):
+        self.target = target
+        self.started = False
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)  # the stored output columns, in declared order
+        self.out_schema = out_schema
+
+    def __call__(self, batch: pa.RecordBatch) -> tuple[Served | None, pa.RecordBatch]:
+        if not self.started and batch.num_rows:
+            self.started = True
+            self.target.start(batch.column(PART).slice(0, 1).to_pylist()[0])
+        if N_COLUMN not in batch.schema.names:  # nothing was recorded when the run was defined
+            return None, batch.select(self.inputs)
+        n = batch.column(N_COLUMN)
+        recorded = pc.is_valid(n)
+        if not pc.any(recorded).as_py():
+            return None, batch.select(self.inputs)
+        todo = batch.filter(pc.invert(recorded)).select(self.inputs)
+        rows = batch.filter(pc.and_(recorded, pc.not_equal(n, NO_ROW)))
+        arrays = []
+        for i, field in enumerate(self.out_schema):
+            if i < len(self.outputs):
+                column = rows.column(self.outputs[i])
+                arrays.append(column if column.type == field.type else column.cast(field.type))
+            else:  # an error-row column: NULL on a recorded result
+                arrays.append(pa.nulls(rows.num_rows, field.type))
+        return Served(pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)), todo
+
+
+def served_rows(values: list[Any]) -> int:
+    """The rows a list of emitted values stands for (``count=`` of the lane's task plan)."""
+    return values[0].batch.num_rows if len(values) == 1 and type(values[0]) is Served else len(values)
+
+
+def _join_columns(columns: list[Any], types: list[Any], nulls: bool, prefix: str) -> tuple[list[Any], list[str]]:
+    """The columns a side joins on, and their names: each key itself or, where NULLs are values
+    (the default key), ``coalesce(key, <a value of its type>)`` and ``isnull(key)``, so plain
+    equality (under a hash partitioning both sides share) is the NULL-safe one."""
+    out, names = [], []
+    for i, (column, data_type) in enumerate(zip(columns, types)):
+        name = f"{prefix}{i}"
+        if not nulls:
+            out.append(column.alias(name))
+            names.append(name)
+            continue
+        kind = data_type.simpleString()
+        filler = F.lit("false" if kind == "boolean" else "1970-01-01" if kind == "date" else
+                       "" if kind in ("string", "binary") else "0").cast(data_type)
+        out += [F.coalesce(column, filler).alias(name), column.isNull().alias(f"{name}_null")]
+        names += [name, f"{name}_null"]
+    return out, names
+
+
+def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_schema: StructType) -> Any:
+    """The DataFrame of the table route (see the module docstring)."""
+    bound = durable.bound
+    assert bound is not None and isinstance(bound.store, DirectoryStore)
+    fs, root = bound.store.fs
+    infos = table_infos(fs, table_dir(f"{root}/{bound.manifest.digest}"))
+    files = [info.path for info in infos]
+    types = [f.dataType for f in table.stored_keys.fields]
+    inputs = list(given.columns)
+    left_keys, left_names = _join_columns([F.col(quoted(k)) for k in table.keys], types, table.nulls, "_aiospark_l")
+    # PART: the partition a row's key hashes to, the very expression of repartition(B, keys)
+    part = F.pmod(F.hash(*[F.col(n) for n in left_names]), F.lit(bound.buckets)).alias(PART)
+    left = given.select(*[F.col(quoted(c)) for c in inputs], *left_keys)
+    left = left.select("*", part).repartition(bound.buckets, *left_names)
+    stored_outputs = [f"_aiospark_o{i}" for i in range(len(table.outputs.fields))]
+    if files:
+        stored = given.sparkSession.read.schema(table.schema).parquet(*[f"file://{p}" for p in files])
+        rights = table.stored_keys.fieldNames()
+        if may_repeat_keys(infos):  # one answer per key: the file written first (a window costs a sort)
+            stored = stored.withColumn(_FILE, F.col("_metadata.file_path"))
+            stored = stored.withColumn(_FIRST, F.min(_FILE).over(Window.partitionBy(*rights)))
+            stored = stored.where(F.col(_FILE) == F.col(_FIRST))
+        right_keys, right_names = _join_columns([F.col(r) for r in rights], types, table.nulls, "_aiospark_r")
+        right = stored.select(*right_keys, F.col(N_COLUMN),
+                              *[F.col(quoted(f.name)).alias(o) for f, o in zip(table.outputs.fields, stored_outputs)])
+        right = right.repartition(bound.buckets, *right_names)
+        condition = functools.reduce(op.and_, [left[a] == right[b] for a, b in zip(left_names, right_names)])
+        joined = left.join(right, condition, "left_outer")
+    else:
+        joined = left
+    runner.table_split = TableSplit(table, inputs, stored_outputs, RowConverter(out_schema).arrow_schema)
+    return map_in_arrow(joined.sortWithinPartitions(*[F.col(n) for n in left_names]), runner, out_schema)
