@@ -11,18 +11,15 @@ import glob
 import os
 from collections import Counter
 
-import pytest
 from pyspark.sql import functions as F
 
 import aiospark
 from aiospark import AsyncFunction
 from tests.support.call_log import log_call, logged
 
-pytestmark = pytest.mark.version_agnostic
-
 
 def table_files(location: str) -> list[str]:
-    return glob.glob(os.path.join(location, "*", "table", "*", "*", "*.parquet"))
+    return glob.glob(os.path.join(location, "*", "table", "**", "*.parquet"), recursive=True)
 
 
 class Echo:

@@ -2,26 +2,31 @@
 
 The table route of ``unordered_wait`` (:mod:`aiospark.spark.table_route`) serves recorded rows
 with a Spark join, no Python: so their results are kept as the output's own typed columns, one
-Parquet file per flush of a task attempt, under ``<location>/<digest>/table/<run>/<partition>/``
-(``<run>``: one definition of the DataFrame; a retried task finds what its earlier attempts wrote
-in its own folder). A file is written under a hidden name and renamed when whole, so a reader
-(Spark lists files, skipping names that start with ``.`` or ``_``) never sees half a file.
+Parquet file per flush of a task attempt, under
+``<location>/<digest>/table/<shape>/<run>/<partition>/`` (``<shape>``: the exact output schema,
+NOT NULLs and names included; ``<run>``: one definition of the DataFrame, named by when it was
+defined; ``<partition>``: the hash partition of the keys it holds, where a retried task finds
+what its earlier attempts wrote). A file is written under a hidden name and renamed when whole, so
+a reader (Spark lists files, skipping names that start with ``.`` or ``_``) never sees half a file.
 
 Columns: the key columns as ``_aiospark_k0``, ``_aiospark_k1``, ... (typed as the input's: the
 join's side; readers that are not Spark -- every other entry point, ``aiospark.plan`` -- make a
-row's identity of them, as the operator does of the input row's), :data:`N_COLUMN`
-(the result's index in the call's list of results; ``-1`` on the one row of a call that gave no
-row), then the declared output columns. Only results are kept here; a kept error goes to the
-bucket segments, as every entry point keeps it.
+row's identity of them, as the operator does of the input row's), :data:`N_COLUMN` (the result's
+index in the call's list of results; ``-1`` on the one row of a call that gave no row), then the
+declared output columns by position (``_aiospark_o0``, ...; their names in the file's metadata).
+Only results are kept here; a kept error goes to the bucket segments, as every entry point keeps
+it.
 
 Example::
 
-    writer = TableWriter(fs, table_dir(top), run="a1b2", partition=3, attempt="5.41")
-    writer.write(pa.table({...}))              # one file, durable when this returns
+    writer = TableWriter(fs, table_dir(top) + "/" + shape, run="1795986798487-dc66199a", partition=3,
+                         attempt="5.41")
+    writer.write(table)                        # one file, durable when this returns
     found = read_table_outcomes(fs, table_files(fs, table_dir(top)), ["id"])   # identity -> (results, None)
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -35,7 +40,7 @@ import pyarrow.parquet as pq
 from .identity import RowIdentity
 from .listing import listing
 
-__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OVERLAP_MARGIN", "TABLE", "TableWriter", "key_column",
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "TABLE", "TableWriter", "key_column", "output_column",
            "may_repeat_keys", "new_run", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
 
 #: the folder of a question's table, under its digest
@@ -45,6 +50,10 @@ N_COLUMN = "_aiospark_n"
 NO_ROW = -1
 #: key column i is stored as KEY_PREFIX + str(i): an output column may have a key's name
 KEY_PREFIX = "_aiospark_k"
+#: output column j is stored as OUTPUT_PREFIX + str(j), its name in the file's metadata under
+#: OUTPUT_NAMES (JSON): Spark matches Parquet columns by name, folding case by default
+OUTPUT_PREFIX = "_aiospark_o"
+OUTPUT_NAMES = b"aiospark.output_names"
 
 
 #: seconds of clock slack when telling whether two writers' lives overlapped (see may_repeat_keys)
@@ -55,6 +64,11 @@ _NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
 
 def key_column(i: int) -> str:
     return f"{KEY_PREFIX}{i}"
+
+
+def output_column(j: int) -> str:
+    """Output column j as stored (its name is in the file's :data:`OUTPUT_NAMES` metadata)."""
+    return f"{OUTPUT_PREFIX}{j}"
 
 
 def table_dir(top: str) -> str:
@@ -155,9 +169,10 @@ def read_table_outcomes(fs: pafs.FileSystem, paths: Sequence[str],
         except FileNotFoundError:
             continue
         keys = table.select([key_column(i) for i in range(len(key))]).rename_columns(list(key)).to_pylist()
-        outputs = [n for n in table.column_names if not n.startswith("_aiospark_")]
+        names = json.loads((table.schema.metadata or {})[OUTPUT_NAMES])
         ns = table.column(N_COLUMN).to_pylist()
-        rows = table.select(outputs).to_pylist(maps_as_pydicts="strict")
+        outputs = table.select([output_column(j) for j in range(len(names))]).rename_columns(names)
+        rows = outputs.to_pylist(maps_as_pydicts="strict")
         mine: dict[str, list[Any]] = {}
         for values, n, row in zip(keys, ns, rows):
             identity = identify(values)

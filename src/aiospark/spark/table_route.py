@@ -33,6 +33,8 @@ Example (what ``_wait`` does)::
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import operator as op
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,10 +49,12 @@ from ..journal.directory import DirectoryStore
 from ..journal.table import (
     N_COLUMN,
     NO_ROW,
+    OUTPUT_NAMES,
     TableWriter,
     key_column,
     may_repeat_keys,
     new_run,
+    output_column,
     read_table_outcomes,
     table_dir,
     table_files,
@@ -88,8 +92,8 @@ def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, sh
             or getattr(df, "isStreaming", False) or getattr(function, "journal_rows", None) is not None
             or not isinstance(bound.store, DirectoryStore) or not bound.store.local):
         return None
-    if any(n.startswith("_aiospark_") for n in declared.fieldNames()):
-        return None
+    if any(n.startswith("_aiospark_") for n in [*declared.fieldNames(), *df.columns]):
+        return None  # the route's own columns (join keys, the partition, the stored outputs)
     fields = [df.schema[c] for c in durable.columns]
     if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
         return None
@@ -106,10 +110,16 @@ class TableTarget:
         #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files
         self.run = new_run()
         self.what = what
+        self.declared = declared
+        #: the table of this exact output schema (names, types, NOT NULLs): the manifest's schema
+        #: text leaves NOT NULL out and does not quote names, and Spark reads Parquet columns by name
+        self.shape = shape_of(declared)
         self.stored_keys = StructType([StructField(key_column(i), f.dataType, True)
                                        for i, f in enumerate(key_schema.fields)])
-        self.outputs = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in declared.fields])
-        self.declared = declared
+        #: output columns are stored by position (``_aiospark_o<j>``; their names in the file's
+        #: metadata): names Spark would fold (``v`` and ``V``) or misread stay apart
+        self.outputs = StructType([StructField(output_column(j), f.dataType, True)
+                                   for j, f in enumerate(declared.fields)])
         #: the calls in flight per task at most (set by ``_wait``): how many own outcomes a task keeps
         self.capacity = 1024
         #: in a task: its journal, where it was opened, and as what attempt
@@ -119,6 +129,12 @@ class TableTarget:
         self.key_types = list(arrow_schema(self.stored_keys).types)
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
+
+    def directory(self, bound: BoundJournal) -> tuple[Any, str]:
+        """``(filesystem, folder)`` of this output schema's table."""
+        assert isinstance(bound.store, DirectoryStore)
+        fs, root = bound.store.fs
+        return fs, f"{table_dir(f'{root}/{bound.manifest.digest}')}/{self.shape}"
 
     # ------------------------------------------------------------------ in a task
     def open_view(self, bound: BoundJournal, partition: int, attempt: str, encode: Any, rebuild: Any) -> TableView:
@@ -137,18 +153,16 @@ class TableTarget:
         is not: a DataFrame used twice in one plan numbers the second use's tasks after the
         first's): read what earlier attempts and uses wrote in its folder, and write there."""
         bound, view = self.bound, self.view
-        assert isinstance(bound.store, DirectoryStore)
-        fs, root = bound.store.fs
-        directory = table_dir(f"{root}/{bound.manifest.digest}")
+        fs, directory = self.directory(bound)
         view.known.update(bound.store.guarded("cannot read its outcomes", lambda: read_table_outcomes(
             fs, table_files(fs, f"{directory}/{self.run}/{part}"), bound.manifest.key)))
         view.writer = TableWriter(fs, directory, self.run, part, self.attempt)
 
     def to_table(self, entries: list[TableEntry]) -> pa.Table | None:
-        """One flush's calls as the table's rows; a call whose outputs do not fit the declared
-        schema is left out (it is its row's error: error-row mode emits that, and it is called
-        again by the next run)."""
-        converter = RowConverter(self.outputs, self.what)
+        """One flush's calls as the table's rows. A call whose outputs do not fit the declared
+        schema (NOT NULL kept) is left out: it is its row's error (error-row mode emits that, and
+        the next run calls it again), never an answer a rerun would serve unchecked."""
+        converter = RowConverter(self.declared, self.what)
         try:
             return self._table(entries, converter)
         except OutputSchemaError:
@@ -163,28 +177,43 @@ class TableTarget:
         return self._table(fitting, converter) if fitting else None
 
     def _table(self, entries: list[TableEntry], converter: RowConverter) -> pa.Table:
-        values = [e[1] for e in entries]
         results = [e[2] for e in entries]
+        empty: list[Any] = []  # the calls that gave no row: one row of NULLs each, last
         if all(len(r) == 1 and r[0] is not None for r in results):  # one row per call: the common case
+            values = [e[1] for e in entries]
             rows = [r[0] for r in results]
-            ns = pa.array([0] * len(rows), pa.int32())
+            numbers: Any = [0] * len(rows)
         else:
             values, rows, numbers = [], [], []
-            for value, outputs in zip((e[1] for e in entries), results):
+            for entry, outputs in zip(entries, results):
                 outputs = [r for r in outputs if r is not None]
-                if not outputs:  # no row: kept as one row of NULLs, so the key counts as recorded
-                    values.append(value)
-                    rows.append({})
-                    numbers.append(NO_ROW)
+                if not outputs:
+                    empty.append(entry[1])
                     continue
-                values += [value] * len(outputs)
+                values += [entry[1]] * len(outputs)
                 rows += outputs
                 numbers += range(len(outputs))
-            ns = pa.array(numbers, pa.int32())
+            values += empty
+            numbers += [NO_ROW] * len(empty)
         # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
         keys = [pa.array([v[k] for v in values], type=t) for k, t in zip(self.keys, self.key_types)]
         out = converter.to_batch(rows)
-        return pa.Table.from_arrays([*keys, ns, *out.columns], names=self.schema.fieldNames())
+        columns = [pa.concat_arrays([c, pa.nulls(len(empty), c.type)]) if empty else c for c in out.columns]
+        names = [f.name for f in self.declared.fields]
+        return pa.Table.from_arrays([*keys, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
+                                    metadata={OUTPUT_NAMES: json.dumps(names)})
+
+
+def shape_of(schema: StructType) -> str:
+    """16 hex digits of a schema's names, types and nullability (not its comments)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if k != "metadata"}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+    text = json.dumps(plain(schema.jsonValue()), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Served:
@@ -258,8 +287,8 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     """The DataFrame of the table route (see the module docstring)."""
     bound = durable.bound
     assert bound is not None and isinstance(bound.store, DirectoryStore)
-    fs, root = bound.store.fs
-    infos = table_infos(fs, table_dir(f"{root}/{bound.manifest.digest}"))
+    fs, directory = table.directory(bound)
+    infos = table_infos(fs, directory)
     files = [info.path for info in infos]
     types = [f.dataType for f in table.stored_keys.fields]
     inputs = list(given.columns)
@@ -268,7 +297,7 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     part = F.pmod(F.hash(*[F.col(n) for n in left_names]), F.lit(bound.buckets)).alias(PART)
     left = given.select(*[F.col(quoted(c)) for c in inputs], *left_keys)
     left = left.select("*", part).repartition(bound.buckets, *left_names)
-    stored_outputs = [f"_aiospark_o{i}" for i in range(len(table.outputs.fields))]
+    stored_outputs = table.outputs.fieldNames()
     if files:
         stored = given.sparkSession.read.schema(table.schema).parquet(*[f"file://{p}" for p in files])
         rights = table.stored_keys.fieldNames()
@@ -278,7 +307,7 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
             stored = stored.where(F.col(_FILE) == F.col(_FIRST))
         right_keys, right_names = _join_columns([F.col(r) for r in rights], types, table.nulls, "_aiospark_r")
         right = stored.select(*right_keys, F.col(N_COLUMN),
-                              *[F.col(quoted(f.name)).alias(o) for f, o in zip(table.outputs.fields, stored_outputs)])
+                              *[F.col(o) for o in stored_outputs])
         right = right.repartition(bound.buckets, *right_names)
         condition = functools.reduce(op.and_, [left[a] == right[b] for a, b in zip(left_names, right_names)])
         joined = left.join(right, condition, "left_outer")

@@ -62,6 +62,20 @@ def test_a_journal_on_connect_makes_a_rerun_free(spark, service, tmp_path):
     assert calls(service) - before == 0 and again == first
 
 
+def test_the_table_route_on_connect_serves_a_rerun_by_a_join(spark, service, tmp_path):
+    """unordered_wait's table route (typed Parquet, a Spark join) on a Connect session."""
+    loc = tmp_path / "table-journal"
+    before = calls(service)
+    first = aiospark.unordered_wait(items(spark), ServiceCall(service.url), ITEM_SCHEMA,
+                                    journal=aiospark.Journal(str(loc), key="id")).collect()
+    assert calls(service) - before == ROWS and all(r.value == item_value(r.key) for r in first)
+    assert list(loc.glob("*/table/**/*.parquet")), "results kept as Parquet"
+    before = calls(service)
+    again = aiospark.unordered_wait(items(spark).repartition(3), ServiceCall(service.url), ITEM_SCHEMA,
+                                    journal=aiospark.Journal(str(loc), key="id")).collect()
+    assert calls(service) - before == 0 and sorted(again) == sorted(first)
+
+
 def test_a_budget_on_connect_caps_the_calls(spark, service):
     before = calls(service)
     budget = aiospark.Budget(150)

@@ -1,0 +1,127 @@
+"""Adversarial review of the table route of ``unordered_wait`` (recorded rows served by a Spark join
+on the journal's key, results kept as typed Parquet). Each test shows a broken promise; calls are
+counted with a call log, every answer is a pure function of its question.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from collections import Counter
+
+import pytest
+from pyspark.sql import functions as F
+
+import aiospark
+from aiospark.journal import JournalMismatch
+from tests.support.call_log import log_call, logged
+
+pytestmark = pytest.mark.version_agnostic
+
+
+def table_files(location: str) -> list[str]:
+    return glob.glob(os.path.join(location, "*", "table", "**", "*.parquet"), recursive=True)
+
+
+def multiset(rows) -> Counter:
+    return Counter(tuple(r) for r in rows)
+
+
+class Maybe:
+    """``(k, v)``: v is NULL for odd keys."""
+
+    def __init__(self, log: str):
+        self.log = log
+
+    async def __call__(self, row):
+        log_call(self.log, [row["k"]])
+        return {"k": row["k"], "v": None if row["k"] % 2 else f"v{row['k']}"}
+
+
+def test_a_nullability_change_of_the_output_schema_is_not_served_stale(spark, tmp_path):
+    """``v STRING`` then ``v STRING NOT NULL``: a different question (a NULL answer no longer fits),
+    so the journal must be refused or the odd keys re-asked (and fail as error rows) -- never a
+    NULL served into a NOT NULL column as a result."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 20, 1, 2).select((F.col("id") % 10).alias("k"))
+    first = aiospark.unordered_wait(df, Maybe(log), "k LONG, v STRING", journal=aiospark.Journal(loc, key="k"))
+    assert sorted(r.v is None for r in first.collect()).count(True) == 10
+    assert table_files(loc)
+    fresh = aiospark.unordered_wait(df, Maybe(str(tmp_path / "other")), "k LONG, v STRING NOT NULL",
+                                    on_error="row").collect()  # no journal: the odd keys are error rows
+    assert sorted(r.k if r.k is not None else r._input.k for r in fresh if r._error is not None) == sorted(
+        [1, 3, 5, 7, 9] * 2)
+    try:
+        again = aiospark.unordered_wait(df, Maybe(log), "k LONG, v STRING NOT NULL", on_error="row",
+                                        journal=aiospark.Journal(loc, key="k"))
+        rows = again.collect()
+    except JournalMismatch:
+        return  # refused: fine
+    served_nulls = [tuple(r) for r in rows if r._error is None and r.v is None]
+    assert not served_nulls, f"NULL served as a result of a NOT NULL column: {served_nulls[:3]}"
+
+
+def test_output_names_that_spell_another_schema_are_another_question(spark, tmp_path):
+    """One column named ``x:int,y`` (STRING) and two columns ``x INT, y STRING`` are different
+    questions; the stored answers of the first must not be served to the second."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 10, 1, 2).select(F.col("id").alias("k"))
+
+    mode = str(tmp_path / "mode")  # what the service answers with: its API changed between runs
+
+    async def both(row):
+        log_call(log, [row["k"]])
+        with open(mode) as f:
+            if f.read() == "one":
+                return {"x:int,y": f"s{row['k']}"}
+        return {"x": int(row["k"]), "y": f"y{row['k']}"}
+
+    with open(mode, "w") as f:
+        f.write("one")
+
+    one = aiospark.unordered_wait(df, both, "`x:int,y` STRING", journal=aiospark.Journal(loc, key="k"))
+    assert sorted(r[0] for r in one.collect()) == sorted(f"s{i}" for i in range(10))
+    with open(mode, "w") as f:
+        f.write("two")
+    try:
+        two = aiospark.unordered_wait(df, both, "x INT, y STRING", journal=aiospark.Journal(loc, key="k"))
+        rows = sorted(tuple(r) for r in two.collect())
+    except JournalMismatch:
+        return
+    assert rows == sorted((i, f"y{i}") for i in range(10))
+
+
+def test_output_names_differing_only_by_case(spark, tmp_path):
+    """``v`` and ``V`` are two columns for mapInArrow (no journal and ordered_wait's journal take
+    them); the table route must too, on the first run and on the rerun that reads the table."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 20, 1, 2).select((F.col("id") % 5).alias("k"))
+
+    async def answer(row):
+        log_call(log, [row["k"]])
+        return {"v": f"low{row['k']}", "V": f"up{row['k']}"}
+
+    expected = Counter((f"low{i % 5}", f"up{i % 5}") for i in range(20))
+    assert multiset(aiospark.unordered_wait(df, answer, "v STRING, V STRING").collect()) == expected
+    runs = []
+    for _ in range(2):
+        out = aiospark.unordered_wait(df, answer, "v STRING, V STRING", journal=aiospark.Journal(loc, key="k"))
+        runs.append(multiset(out.collect()))
+    assert runs[0] == runs[1] == expected
+    assert len(logged(log)) == 20 + 5
+
+
+@pytest.mark.parametrize("name", ["_aiospark_p", "_aiospark_l0"])
+def test_input_columns_named_like_the_routes_own_columns(spark, tmp_path, name):
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 40, 1, 2).select((F.col("id") % 8).alias("key"), (F.col("id") % 3).alias(name))
+
+    async def echo(row):
+        log_call(log, [row["key"]])
+        return {"key": row["key"], "v": f"v:{row['key']}"}
+
+    expected = Counter((i % 8, f"v:{i % 8}") for i in range(40))
+    assert multiset(aiospark.unordered_wait(df, echo, "key LONG, v STRING").collect()) == expected
+    for _ in range(2):
+        out = aiospark.unordered_wait(df, echo, "key LONG, v STRING", journal=aiospark.Journal(loc, key="key"))
+        assert multiset(out.collect()) == expected
+    assert len(logged(log)) == 40 + 8
