@@ -18,7 +18,7 @@ from .buckets import DEFAULT_BUCKETS, check_buckets
 from .location import redacted
 from .manifest import Manifest
 from .schemes import scheme_of, store_class, supported
-from .store import JournalStore
+from .store import JournalStore, StoreTask
 from .task import TaskView
 
 
@@ -140,6 +140,9 @@ class BoundJournal:
         self.manifest = manifest
         self.keep_errors = keep_errors
         self.shown = shown
+        #: the folder of the output schema's table its tasks read (:attr:`StoreTask.table_shape`;
+        #: set by ``ordered_wait``/``unordered_wait``, the entry points whose results it holds)
+        self.table_shape: str | None = None
 
     @property
     def buckets(self) -> int:
@@ -150,9 +153,14 @@ class BoundJournal:
                   encode: Callable[[Any], Any] | None = None,
                   rebuild: Callable[[Any, Any], Any] | None = None) -> TaskView:
         """This task's view, its recorded outcomes loaded (on the task's thread, before any row)."""
-        view = TaskView(self.store.task(self.manifest, partition, batch, attempt), self.keep_errors,
-                        encode=encode, rebuild=rebuild)
+        view = TaskView(self.store_task(partition, batch, attempt), self.keep_errors, encode=encode, rebuild=rebuild)
         return view.load()
+
+    def store_task(self, partition: int, batch: str | None, attempt: str) -> StoreTask:
+        """The store's part of one task attempt, reading this job's table (if any)."""
+        task = self.store.task(self.manifest, partition, batch, attempt)
+        task.table_shape = self.table_shape
+        return task
 
     def __repr__(self) -> str:
         return f"<journal {self.shown} for {self.manifest.function}>"

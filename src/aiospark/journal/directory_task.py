@@ -71,9 +71,9 @@ class DirectoryTask(StoreTask):
         self.cache: Outcomes = {}
         self.loaded: set[int] = set()
         self._whole_read = False
-        #: whether the results of the table route's Parquet files (journal/table.py) are read
-        #: whole at the first fetch; the table route itself finds them by a Spark join instead
-        self.read_table = True
+        #: a task of the table route (spark/table_route.py): Spark's join read the table, and only the
+        #: bucket folders present at the first fetch are read (see _read_whole)
+        self.table_route = False
         #: buckets whose folder existed at the first fetch (the table route only; None: every bucket is looked at)
         self.present: set[int] | None = None
         #: on a local disk: bucket -> its open segment
@@ -108,8 +108,9 @@ class DirectoryTask(StoreTask):
     def _read_whole(self) -> None:
         """The folders not split by bucket, read whole once: an object store's parts (killed
         tasks', and running ones') and a journal from before buckets (``p=``/``b=`` folders)."""
-        if self.read_table:
-            for identity, outcome in read_table_outcomes(self.fs, table_files(self.fs, table_dir(self.top)),
+        if self.table_shape is not None:
+            table = f"{table_dir(self.top)}/{self.table_shape}"
+            for identity, outcome in read_table_outcomes(self.fs, table_files(self.fs, table),
                                                          self.manifest.key).items():
                 self.cache.setdefault(identity, outcome)
         present = set()
@@ -125,7 +126,7 @@ class DirectoryTask(StoreTask):
             for sub in listing(self.fs, info.path):
                 if sub.type == pafs.FileType.Directory and sub.path.rsplit("/", 1)[-1].startswith("p="):
                     self._read_dir(sub.path)
-        if not self.read_table:
+        if self.table_route:
             # the table route: its tasks touch every bucket, most of them empty (results go to the
             # table); the folders that exist now are read, the others hold nothing of this run
             self.present = present

@@ -144,6 +144,10 @@ class StoreTask(abc.ABC):
     #: store is too big to load, or shared by every partition); False: :meth:`load` returned all
     #: this task can find, and :meth:`fetch` is never called
     fetches_by_row: ClassVar[bool] = False
+    #: the folder of this output schema's table (:mod:`aiospark.journal.table`; only a directory
+    #: store keeps one) that the task reads; None: no table is read. Set by the job's
+    #: :class:`~aiospark.journal.api.BoundJournal`: a table of another schema holds other answers
+    table_shape: str | None = None
 
     @abc.abstractmethod
     def load(self) -> Outcomes:

@@ -11,7 +11,8 @@ are the bucket segments', asked row by row as on every route.
 
 Example (what :meth:`aiospark.spark.journaled.Durable.open_task` does on the table route)::
 
-    view = TableView(directory_task, keep_errors, writer, to_table, prior)
+    view = TableView(directory_task, keep_errors, to_table).load()
+    view.writer = writer                       # at the task's first rows: its folder is known then
     op = AsyncWaitOperator(fn, out.append, identify=row_identity, journal=view)
     ...
     view.close()
@@ -25,7 +26,6 @@ from typing import Any
 import pyarrow as pa
 
 from ..core.durable import Recorded
-from .segment import Outcomes
 from .store import Entry, StoreTask
 from .table import TableWriter
 from .task import TaskView
@@ -42,19 +42,18 @@ TableEntry = tuple[str, Any, list[Any]]
 
 class TableView(TaskView):
     """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
-    docstring). ``to_table(entries)`` makes one file's table of a flush's :data:`TableEntry` list;
-    ``prior``: the outcomes earlier attempts of this task wrote; ``writer`` may be set later, before
-    the first call (the task's folder is known at its first rows)."""
+    docstring). ``to_table(entries)`` makes one file's table of a flush's :data:`TableEntry` list.
+    :attr:`writer` is set before the first call, and what earlier attempts of the task wrote is
+    added to :attr:`known` then: the task's folder is known at its first rows."""
 
-    def __init__(self, store_task: StoreTask, keep_errors: bool, writer: TableWriter | None,
-                 to_table: Callable[[list[TableEntry]], pa.Table | None], prior: Outcomes,
+    def __init__(self, store_task: StoreTask, keep_errors: bool,
+                 to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
                  recent: int = RECENT):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
         self.keep = max(RECENT, recent)
-        self.writer = writer
+        self.writer: TableWriter | None = None
         self.to_table = to_table
-        self.known.update(prior)
         self.recent: OrderedDict[str, list[Any]] = OrderedDict()
         self._by_row = True
 

@@ -142,7 +142,7 @@ class _Lines:
         bound = durable.bound
         assert bound is not None and durable.idempotency is not None
         ctx = TaskContext.get()
-        store_task = bound.store.task(bound.manifest, ctx.partitionId() if ctx is not None else 0, None, "batch")
+        store_task = bound.store_task(ctx.partitionId() if ctx is not None else 0, None, "batch")
         try:
             known = store_task.load()
             for batch in batches:

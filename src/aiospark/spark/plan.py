@@ -194,7 +194,7 @@ class _Count:
         assert bound is not None
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        store_task = bound.store.task(bound.manifest, partition, None, "plan")
+        store_task = bound.store_task(partition, None, "plan")
         rows = nulls = misses = invalid = recorded = requests = 0
         prompt = 0.0
         on = self.lookup_on

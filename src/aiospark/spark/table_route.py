@@ -20,8 +20,8 @@ other keys take the bucket route. The default key (every input column) joins NUL
 are values there; a NULL in an explicit ``key=`` column makes no identity, never joins, and its
 row is called (never recorded). The outcomes of every other route (pickled bucket segments: kept
 errors, ``ordered_wait``'s results, a journal from an earlier release) are still found by the
-operator, row by row, as on every route; and every other route reads the table whole
-(:class:`~aiospark.journal.directory_task.DirectoryTask`).
+operator, row by row, as on every route; and every other route reads the table of its output
+schema whole (:class:`~aiospark.journal.directory_task.DirectoryTask`).
 
 Example (what ``_wait`` does)::
 
@@ -97,14 +97,13 @@ def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, sh
     fields = [df.schema[c] for c in durable.columns]
     if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
         return None
-    return TableTarget(bound, durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what)
+    return TableTarget(durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what)
 
 
 class TableTarget:
     """One definition's table: where its tasks write and how a flush becomes a table (picklable)."""
 
-    def __init__(self, bound: BoundJournal, keys: Sequence[str], key_schema: StructType, declared: StructType,
-                 nulls: bool, what: str):
+    def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str):
         self.keys = list(keys)
         self.nulls = nulls
         #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files
@@ -141,10 +140,10 @@ class TableTarget:
         """This task's view; its folder is known at its first batch (:meth:`start`)."""
         store = bound.store
         assert isinstance(store, DirectoryStore)
-        task = store.task(bound.manifest, partition, None, attempt)
-        task.read_table = False  # Spark's join served what the table held
+        task = store.task(bound.manifest, partition, None, attempt)  # no table_shape: Spark's join read it
+        task.table_route = True
         self.bound, self.attempt = bound, attempt
-        self.view = TableView(task, bound.keep_errors, None, self.to_table, {}, encode, rebuild,
+        self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
                               recent=2 * self.capacity + 16).load()
         return self.view
 

@@ -34,7 +34,7 @@ from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
 from .schema import RowConverter, check_unique_names, parse_schema, to_python
-from .table_route import Served, TableSplit, routed, served_rows, table_target
+from .table_route import Served, TableSplit, routed, served_rows, shape_of, table_target
 from .task import TaskPlan, run_task
 
 if TYPE_CHECKING:
@@ -258,6 +258,8 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
     durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    if durable.bound is not None:  # every route reads the table of this exact schema, and only it
+        durable.bound.table_shape = shape_of(declared)
     given = df
     table = None if planning() else table_target(
         df, durable, ordered=ordered, order_key=order_key, shuffle=shuffle, batch_format=call.batch_format,
