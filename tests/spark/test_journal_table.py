@@ -218,3 +218,32 @@ def test_readers_other_than_the_route_read_the_table_of_their_own_schema(spark, 
     assert len(logged(log)) == 12, "ordered_wait asked its own question, once per key"
     plan = aiospark.plan(aiospark.ordered_wait, df, Echo(log), nullable, journal=aiospark.Journal(loc, key="key"))
     assert (plan.recorded, plan.calls) == (6, 0)
+
+
+def test_an_answer_that_does_not_fit_the_schema_is_an_error_row_never_a_recorded_result(spark, tmp_path):
+    """``v STRING NOT NULL`` and a NULL answer for odd keys: those rows are error rows, their
+    answers are not kept (the next run asks them again), the fitting answers of the same flush are."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 40, 1, 2).select((F.col("id") % 10).alias("k"))
+
+    class OddNull:
+        def __init__(self, log):
+            self.log = log
+
+        async def __call__(self, row):
+            log_call(self.log, [row["k"]])
+            return {"k": row["k"], "v": None if row["k"] % 2 else f"v{row['k']}"}
+
+    def run():
+        out = aiospark.unordered_wait(df, OddNull(log), "k LONG, v STRING NOT NULL", on_error="row",
+                                      journal=aiospark.Journal(loc, key="k"))
+        rows = out.collect()
+        errors = sorted(r._input.k for r in rows if r._error is not None)
+        served = Counter((r.k, r.v) for r in rows if r._error is None)
+        return errors, served
+
+    errors, served = run()
+    assert errors == sorted([1, 3, 5, 7, 9] * 4) and served == Counter({(k, f"v{k}"): 4 for k in range(0, 10, 2)})
+    assert len(logged(log)) == 10
+    assert run() == (errors, served)
+    assert sorted(k for [k] in logged(log)[10:]) == [1, 3, 5, 7, 9], "only the keys without an answer are asked again"
