@@ -11,6 +11,7 @@ import glob
 import os
 from collections import Counter
 
+import pytest
 from pyspark.sql import functions as F
 
 import aiospark
@@ -247,3 +248,63 @@ def test_an_answer_that_does_not_fit_the_schema_is_an_error_row_never_a_recorded
     assert len(logged(log)) == 10
     assert run() == (errors, served)
     assert sorted(k for [k] in logged(log)[10:]) == [1, 3, 5, 7, 9], "only the keys without an answer are asked again"
+
+
+class FailOnce:
+    """Answers ``(k, v)``; raises at key ``fail_at`` while the file ``armed`` exists (the first action)."""
+
+    def __init__(self, log: str, armed: str, fail_at):
+        self.log, self.armed, self.fail_at = log, armed, fail_at
+
+    async def __call__(self, row):
+        if row["k"] == self.fail_at and os.path.exists(self.armed):  # noqa: ASYNC240 (a test flag)
+            raise RuntimeError("the executor died")  # on_error="fail": fails the task
+        log_call(self.log, [row["k"]])
+        return {"k": row["k"], "v": f"v:{row['k']}"}
+
+
+def recorded_keys(location: str) -> list:
+    import pyarrow.parquet as pq
+
+    return [k for path in table_files(location) for k in pq.read_table(path).column("_aiospark_k0").to_pylist()]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["key=k", "default key"])
+def test_a_task_run_again_pays_only_what_its_first_attempt_did_not_record(spark, tmp_path, keyed):
+    """The same DataFrame run again after its tasks failed (what a retried task does: one run,
+    its folder holds what the failed attempt wrote): only the keys not recorded are called. The
+    earlier attempt's files are read a window at a time in key order, so the order of keys with
+    NULLs and non-ASCII strings must be Spark's."""
+    log, loc, armed = str(tmp_path / "calls"), str(tmp_path / "j"), str(tmp_path / "armed")
+    words = ["", "a", "B", "é", "z", "ß", "中", "\U0001F600", "a\x00b", None]
+    df = spark.range(0, 24_000, 1, 2).select(
+        F.when(F.col("id") % 997 == 0, F.lit(None)).otherwise(
+            F.concat(F.element_at(F.array(*[F.lit(w) for w in words[:-1]]), (F.col("id") % 9 + 1).cast("int")),
+                     (F.col("id") % 6000).cast("string"))).alias("k"))
+    expected = Counter((r.k, f"v:{r.k}") for r in df.collect())
+    fail_at = "ß3005"
+    open(armed, "w").close()
+    journal = aiospark.Journal(loc, key="k") if keyed else aiospark.Journal(loc)
+    # without AQE: an adaptive plan that failed replays its failure on the next action, unrun
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        out = aiospark.unordered_wait(df, FailOnce(log, armed, fail_at), "k STRING, v STRING", capacity=8,
+                                      journal=journal)
+        with pytest.raises(Exception, match="the executor died"):
+            out.collect()
+        first = len(logged(log))
+        kept = recorded_keys(loc)
+        assert kept and len(kept) == len(set(kept)), "each key recorded once"
+        assert set(kept) <= {k for [k] in logged(log)}
+        os.remove(armed)
+        rows = out.collect()  # the same run: its tasks find the failed attempts' files in their folders
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    assert multiset(rows) == expected
+    second = Counter(k for [k] in logged(log)[first:])
+    nulls = sum(1 for r in df.collect() if r.k is None)
+    distinct = {k for k, _ in expected if k is not None}
+    # every key not recorded is called once (NULL keys: with key=k each NULL row, by default once)
+    assert set(second) - {None} == distinct - set(kept)
+    assert second[None] == (0 if None in kept else (nulls if keyed else 1))
+    assert all(n == 1 for k, n in second.items() if k is not None)

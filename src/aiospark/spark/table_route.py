@@ -36,6 +36,7 @@ import functools
 import hashlib
 import json
 import operator as op
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,11 +56,11 @@ from ..journal.table import (
     may_repeat_keys,
     new_run,
     output_column,
-    read_table_outcomes,
     table_dir,
     table_files,
     table_infos,
 )
+from ..journal.table_prior import PriorOutcomes, SortKey, sort_key, sort_table
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
 from .schema import OutputSchemaError, RowConverter, arrow_schema
@@ -125,6 +126,13 @@ class TableTarget:
         self.view: Any = None
         self.bound: Any = None
         self.attempt = ""
+        #: in a task: what its earlier attempts recorded (read a window at a time), and the
+        #: identities of each window handed to the view (rows to call, identities), oldest first
+        self.prior: PriorOutcomes | None = None
+        self.windows: deque[tuple[int, list[str]]] = deque()
+        self.biggest = 0
+        #: the input's join columns, in the order the input is sorted by (set by :func:`routed`)
+        self.join_names: list[str] = []
         self.key_types = list(arrow_schema(self.stored_keys).types)
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
@@ -150,12 +158,33 @@ class TableTarget:
     def start(self, part: int) -> None:
         """The task's rows are those of hash partition ``part`` of the key (Spark's ``partitionId``
         is not: a DataFrame used twice in one plan numbers the second use's tasks after the
-        first's): read what earlier attempts and uses wrote in its folder, and write there."""
+        first's): what earlier attempts and uses wrote in its folder is read as the rows come
+        (:meth:`advance`), and the task writes there."""
         bound, view = self.bound, self.view
         fs, directory = self.directory(bound)
-        view.known.update(bound.store.guarded("cannot read its outcomes", lambda: read_table_outcomes(
-            fs, table_files(fs, f"{directory}/{self.run}/{part}"), bound.manifest.key)))
+        folder = f"{directory}/{self.run}/{part}"
+        self.prior = bound.store.guarded("cannot read its outcomes", lambda: PriorOutcomes(
+            fs, table_files(fs, folder), bound.manifest.key, self.nulls))
         view.writer = TableWriter(fs, directory, self.run, part, self.attempt)
+
+    def advance(self, last: SortKey, todo: int) -> None:
+        """Before a batch whose last key is ``last`` (``todo`` rows of it to call): hand the view
+        what earlier attempts recorded for the keys up to it, and forget the windows its
+        operator is done with. A window is kept while fewer than ``2 x capacity`` rows to call
+        came after it plus the biggest batch: the operator admits a batch's rows (and asks the
+        view) up to ``capacity`` rows after the batch was read."""
+        prior, view, windows = self.prior, self.view, self.windows
+        assert prior is not None and view is not None  # start() came first
+        found = self.bound.store.guarded("cannot read its outcomes", lambda: prior.upto(last))
+        view.known.update(found)
+        windows.append((todo, list(found)))
+        self.biggest = max(self.biggest, todo)
+        later = sum(rows for rows, _ in windows) - windows[0][0]
+        while len(windows) > 1 and later - windows[-1][0] > 2 * self.capacity + self.biggest:
+            _, identities = windows.popleft()
+            for identity in identities:
+                view.known.pop(identity, None)
+            later -= windows[0][0]
 
     def to_table(self, entries: list[TableEntry]) -> pa.Table | None:
         """One flush's calls as the table's rows. A call whose outputs do not fit the declared
@@ -163,7 +192,7 @@ class TableTarget:
         the next run calls it again), never an answer a rerun would serve unchecked."""
         converter = RowConverter(self.declared, self.what)
         try:
-            return self._table(entries, converter)
+            return self._sorted(self._table(entries, converter))
         except OutputSchemaError:
             pass
         fitting = []
@@ -173,7 +202,11 @@ class TableTarget:
             except OutputSchemaError:
                 continue
             fitting.append(entry)
-        return self._table(fitting, converter) if fitting else None
+        return self._sorted(self._table(fitting, converter)) if fitting else None
+
+    def _sorted(self, table: pa.Table) -> pa.Table:
+        """In the order the tasks read their input in: a retry merges the files in step with it."""
+        return sort_table(table, len(self.keys), self.nulls)
 
     def _table(self, entries: list[TableEntry], converter: RowConverter) -> pa.Table:
         results = [e[2] for e in entries]
@@ -237,16 +270,22 @@ class TableSplit:
         self.out_schema = out_schema
 
     def __call__(self, batch: pa.RecordBatch) -> tuple[Served | None, pa.RecordBatch]:
-        if not self.started and batch.num_rows:
-            self.started = True
-            self.target.start(batch.column(PART).slice(0, 1).to_pylist()[0])
-        if N_COLUMN not in batch.schema.names:  # nothing was recorded when the run was defined
+        if not batch.num_rows:
             return None, batch.select(self.inputs)
+        target = self.target
+        if not self.started:
+            self.started = True
+            target.start(batch.column(PART).slice(0, 1).to_pylist()[0])
+        if N_COLUMN not in batch.schema.names:  # nothing was recorded when the run was defined
+            todo = batch.select(self.inputs)
+            target.advance(self.last_key(batch), todo.num_rows)
+            return None, todo
         n = batch.column(N_COLUMN)
         recorded = pc.is_valid(n)
-        if not pc.any(recorded).as_py():
-            return None, batch.select(self.inputs)
         todo = batch.filter(pc.invert(recorded)).select(self.inputs)
+        target.advance(self.last_key(batch), todo.num_rows)
+        if todo.num_rows == batch.num_rows:
+            return None, todo
         rows = batch.filter(pc.and_(recorded, pc.not_equal(n, NO_ROW)))
         arrays = []
         for i, field in enumerate(self.out_schema):
@@ -256,6 +295,10 @@ class TableSplit:
             else:  # an error-row column: NULL on a recorded result
                 arrays.append(pa.nulls(rows.num_rows, field.type))
         return Served(pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)), todo
+
+    def last_key(self, batch: pa.RecordBatch) -> SortKey:
+        """The sort key of the batch's last row (the input is sorted by the join columns)."""
+        return sort_key([batch.column(name)[-1].as_py() for name in self.target.join_names])
 
 
 def served_rows(values: list[Any]) -> int:
@@ -312,5 +355,6 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
         joined = left.join(right, condition, "left_outer")
     else:
         joined = left
+    table.join_names = left_names
     runner.table_split = TableSplit(table, inputs, stored_outputs, RowConverter(out_schema).arrow_schema)
     return map_in_arrow(joined.sortWithinPartitions(*[F.col(n) for n in left_names]), runner, out_schema)
