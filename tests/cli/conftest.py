@@ -8,3 +8,12 @@ import pytest
 @pytest.fixture(autouse=True)
 def _own_tmpdir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+
+
+@pytest.fixture
+def cli(spark):
+    """``cli("enrich", ...)``: the command run in this process on the session-wide session
+    (tests/cli/enrich_support.py ``run_cli``)."""
+    from tests.cli.enrich_support import run_cli
+
+    return run_cli
