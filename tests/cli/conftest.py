@@ -1,5 +1,6 @@
-"""The CLI's subprocesses keep Spark's log in a temporary file when a run fails (the message names
-it): each test gets its own TMPDIR so those files go away with the test's tmp_path."""
+"""The CLI keeps Spark's log in a temporary file when a run fails (the message names it): each test
+gets its own TMPDIR, which its subprocesses inherit and its in-process runs (``cli``) read again,
+so those files go away with the test's temporary directories."""
 from __future__ import annotations
 
 import pytest
