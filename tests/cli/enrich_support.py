@@ -1,5 +1,17 @@
-"""What the issue-46 tests of ``aiospark enrich`` share: the real ``aiospark`` console script of this
-venv run as a subprocess, and an HTTP service on 127.0.0.1 that records what it was asked."""
+"""What the tests of ``aiospark enrich`` share: two ways to run the command, and an HTTP service on
+127.0.0.1 that records what it was asked.
+
+* :func:`run_cli` (the ``cli`` fixture) runs it in the test process, on the session-wide local[2]
+  Spark session of tests/conftest.py: no JVM of its own to start (10-20 s a run on a 2-core
+  machine). Tests about what enrich computes, writes or says use it: values, safety of OUTPUT,
+  journal, budget, dry run, malformed input, review findings, failed-row summaries.
+* :func:`aiospark` runs the real console script of this venv as a subprocess. Tests about the
+  process itself stay there: checks that must answer before Spark starts (run where Java cannot
+  start: the proof that no Spark was needed), Ctrl-C and exit 130, a failed run whose Spark log
+  file is read (in-process, the running JVM writes its log where it was started, not to the
+  command's log file), a run that needs its own ``--master local[1]`` (a per-task rate timed), the
+  end-to-end run of the installed command (tests/cli/test_cli.py), ``--version`` and the demo.
+"""
 from __future__ import annotations
 
 import http.server
