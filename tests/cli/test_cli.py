@@ -1,5 +1,8 @@
 """The aiospark command: enrich end to end (a real process, local Spark, real HTTP on 127.0.0.1),
-its checks before Spark starts, its error modes, and its output commit."""
+its checks before Spark starts, its error modes, and its output commit. Runs whose output and
+messages are the point are made in this process on the session's Spark (tests/cli/enrich_support.py);
+the end-to-end run, the failed run whose Spark log is read, the checks before Spark (a process in
+which Java cannot start), ``--version`` and the demo (which starts a session of its own) are processes."""
 from __future__ import annotations
 
 import http.server
@@ -22,7 +25,8 @@ from tests.support.service import FaultService, ServiceConfig, expected_item
 from tests.support.threaded_http import LoopbackHTTPServer
 
 
-def run_cli(*args, timeout=400, env=None):
+def run_process(*args, timeout=400, env=None):
+    """``python -m aiospark.app.cli ARGS`` in a process of its own (with its own JVM when it starts Spark)."""
     env = dict(os.environ if env is None else env, PYSPARK_PYTHON=sys.executable)
     return subprocess.run([sys.executable, "-m", "aiospark.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -92,9 +96,9 @@ def test_enrich_csv_to_json(tmp_path):
     src.write_text("id,qty\n" + "\n".join(f"{k},{i}" for i, k in enumerate(keys)) + "\n")
     out = tmp_path / "out.json"
     with FaultService(ServiceConfig(latency=0.005, error_rate=0.05, seed=3)) as service:
-        done = run_cli("enrich", str(src), str(out), "--url", service.url + "/item/{id}",
-                       "--schema", "name STRING, value LONG", "--concurrency", "32", "--retries", "6",
-                       "--master", "local[2]")
+        done = run_process("enrich", str(src), str(out), "--url", service.url + "/item/{id}",
+                           "--schema", "name STRING, value LONG", "--concurrency", "32", "--retries", "6",
+                           "--master", "local[2]")
         stats = service.stats()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "302 rows" in done.stdout
@@ -113,13 +117,13 @@ def test_enrich_csv_to_json(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
 
 
-def test_schema_typo_is_an_error_and_writes_nothing(tmp_path):
+def test_schema_typo_is_an_error_and_writes_nothing(tmp_path, cli):
     src = tmp_path / "in.json"
     src.write_text("".join(json.dumps({"id": f"k{i}"}) + "\n" for i in range(20)))
     out = tmp_path / "out.json"
     with ItemServer() as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
-                       "--schema", "nme STRING, value LONG", "--master", "local[1]")
+        done = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
+                   "--schema", "nme STRING, value LONG", "--master", "local[1]")
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     assert "['nme']" in done.stderr and "all 20 rows" in done.stderr and "--allow-empty-columns" in done.stderr
     assert "at org.apache" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3, done.stderr
@@ -134,8 +138,8 @@ def test_failing_row_fails_short_and_keeps_the_old_output(tmp_path):
     (out / "previous.csv").write_text("id,name\nold,row\n")
     (out / MARKER).write_text(marker_text(str(src)))  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k17"}) as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "name STRING",
-                       "--retries", "1", "--overwrite", "--master", "local[1]")
+        done = run_process("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
+                           "--schema", "name STRING", "--retries", "1", "--overwrite", "--master", "local[1]")
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("aiospark enrich: failed: AsyncFunctionError"), done.stderr
@@ -147,7 +151,7 @@ def test_failing_row_fails_short_and_keeps_the_old_output(tmp_path):
     os.unlink(log)
 
 
-def test_on_error_row_writes_failed_rows_beside_good_ones(tmp_path):
+def test_on_error_row_writes_failed_rows_beside_good_ones(tmp_path, cli):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [f"k{i}" for i in range(40)], "n": list(range(40))}), src)
     out = tmp_path / "out.parquet"
@@ -155,9 +159,9 @@ def test_on_error_row_writes_failed_rows_beside_good_ones(tmp_path):
     (out / "stale.txt").write_text("replaced by --overwrite")
     (out / MARKER).write_text(marker_text(str(src)))  # an earlier run's output: --overwrite may replace it
     with ItemServer(failing={"k3", "k30"}) as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
-                       "--schema", "name STRING, value INT", "--retries", "0", "--on-error", "row", "--overwrite",
-                       "--ordered", "--master", "local[1]")
+        done = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}",
+                   "--schema", "name STRING, value INT", "--retries", "0", "--on-error", "row", "--overwrite",
+                   "--ordered", "--master", "local[1]")
     assert done.returncode == 3, done.stderr[-3000:]  # written, with failed rows in it
     assert "40 rows" in done.stdout and "2 rows failed" in done.stderr
     table = pq.read_table(out).to_pylist()
@@ -181,8 +185,8 @@ def test_unknown_url_column_is_found_before_spark_starts(tmp_path, fmt):
         pq.write_table(pa.table({"sku": ["a"], "qty": [1]}), src)
     temp = tmp_path / "tmp"
     temp.mkdir()
-    done = run_cli("enrich", str(src), str(tmp_path / "o.json"), "--url", "http://127.0.0.1:9/item/{id}",
-                   "--schema", "name STRING", env=dict(no_java_env(), TMPDIR=str(temp)))
+    done = run_process("enrich", str(src), str(tmp_path / "o.json"), "--url", "http://127.0.0.1:9/item/{id}",
+                       "--schema", "name STRING", env=dict(no_java_env(), TMPDIR=str(temp)))
     assert done.returncode == 2, done.stderr
     assert "--url uses ['id'], not a column of" in done.stderr and "'sku'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -258,8 +262,8 @@ def test_format_guessing(tmp_path):
 
 @pytest.mark.version_agnostic  # the demo's Spark calls are the wait functions' and a plain UDF, tested everywhere
 def test_demo_runs_end_to_end():
-    done = run_cli("demo", "--rows", "3000", "--sample", "40", "--latency", "0.02", "--jitter", "0.005",
-                   "--capacity", "50")
+    done = run_process("demo", "--rows", "3000", "--sample", "40", "--latency", "0.02", "--jitter", "0.005",
+                       "--capacity", "50")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "aiospark unordered_wait  |   3,000 |" in out and "blocking Python UDF      |      40 |" in out

@@ -1,4 +1,5 @@
-"""Issue 48 through the commands: ``aiospark enrich --journal`` (paid once per job, with or without
+"""Issue 48 through the commands (run in this process, see tests/cli/enrich_support.py): ``aiospark
+enrich --journal`` (paid once per job, with or without
 ``--rate-limit``) and ``aiospark journal LOCATION [--compact]`` over journals written by many runs."""
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pyspark.sql import functions as F
 import aiospark
 from aiospark.app.cli import main
 from tests.cli.enrich_support import EchoServer
-from tests.cli.enrich_support import aiospark as run_aiospark
 from tests.spark.test_journal_pay_once import SCHEMA, Call, ans, logged
 
 
@@ -23,36 +23,36 @@ def parquet_dataset(path, files=3, keys=20):
                        str(path / f"part-{f}.parquet"))
 
 
-def enrich(src, out, url, journal, *extra):
-    return run_aiospark("enrich", str(src), str(out), "--url", url, "--schema", "seen STRING", "--journal",
-                        str(journal), "--master", "local[2]", "--on-error", "row", *extra)
+def enrich(cli, src, out, url, journal, *extra):
+    return cli("enrich", str(src), str(out), "--url", url, "--schema", "seen STRING", "--journal",
+               str(journal), "--master", "local[2]", "--on-error", "row", *extra)
 
 
-def test_enrich_with_a_rate_limit_still_pays_each_url_once_per_job(tmp_path):
+def test_enrich_with_a_rate_limit_still_pays_each_url_once_per_job(tmp_path, cli):
     """README: "A paid endpoint is paid once with --journal LOCATION (each distinct URL is called once per
     job ...)", shown with --rate-limit 20/s in the very example."""
     src = tmp_path / "in.parquet"
     parquet_dataset(src, files=4)
     with EchoServer(delay=0.5) as server:  # slow enough that tasks holding the same URLs overlap
         url = server.url + "/item/{id}"
-        done = enrich(src, tmp_path / "out.json", url, tmp_path / "j", "--rate-limit", "1000/s")
+        done = enrich(cli, src, tmp_path / "out.json", url, tmp_path / "j", "--rate-limit", "1000/s")
         assert done.returncode == 0, done.stderr[-2000:]
         paid = Counter(server.paths)
     assert len(paid) == 20
     assert sum(paid.values()) == 20, f"{sum(paid.values())} calls for 20 URLs: {paid.most_common(3)}"
 
 
-def test_enrich_without_a_rate_limit_pays_each_url_once_and_a_csv_rerun_pays_nothing(tmp_path):
+def test_enrich_without_a_rate_limit_pays_each_url_once_and_a_csv_rerun_pays_nothing(tmp_path, cli):
     src = tmp_path / "in.parquet"
     parquet_dataset(src)
     csv = tmp_path / "in.csv"
     csv.write_text("id,n\n" + "".join(f"k{i},{i}\n" for i in range(20)) * 2)
     with EchoServer(delay=0.01) as server:
         url = server.url + "/item/{id}"
-        done = enrich(src, tmp_path / "out.json", url, tmp_path / "j")
+        done = enrich(cli, src, tmp_path / "out.json", url, tmp_path / "j")
         assert done.returncode == 0, done.stderr[-2000:]
         assert len(server.paths) == 20, Counter(server.paths).most_common(3)
-        again = enrich(csv, tmp_path / "out2.json", url, tmp_path / "j")
+        again = enrich(cli, csv, tmp_path / "out2.json", url, tmp_path / "j")
         assert again.returncode == 0, again.stderr[-2000:]
         assert len(server.paths) == 20, "the CSV rerun of the same URLs paid again"
     # another --url on the same journal is refused: tests/cli/test_enrich_review.py

@@ -1,6 +1,8 @@
 """``aiospark enrich`` after an adversarial review: a journal refuses another endpoint, --overwrite
 trusts only a valid marker, quoted newlines in CSV, dotted column names, Ctrl-C, and a truthful
-summary of failed rows. Each through the real ``aiospark`` command, a local Spark and a local service."""
+summary of failed rows. Each through the ``aiospark`` command, a local Spark and a local service:
+run in this process on the session's Spark (tests/cli/enrich_support.py), except the checks made
+before Spark starts (a process in which Java cannot start) and Ctrl-C (a signal to a real process)."""
 from __future__ import annotations
 
 import os
@@ -17,18 +19,18 @@ from tests.cli.enrich_support import AIOSPARK, EchoServer, aiospark, no_spark_en
 URL = "http://127.0.0.1:9/item/{id}"
 
 
-def test_a_journal_refuses_a_rerun_against_another_url(tmp_path):
+def test_a_journal_refuses_a_rerun_against_another_url(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text("id\na\nb\nc\n")
     journal = tmp_path / "jr"
     with EchoServer() as server:
-        first = aiospark("enrich", str(src), str(tmp_path / "o1.json"), "--url", server.url + "/v1/{id}",
-                         "--schema", "seen STRING", "--journal", str(journal), "--master", "local[1]")
+        first = cli("enrich", str(src), str(tmp_path / "o1.json"), "--url", server.url + "/v1/{id}",
+                    "--schema", "seen STRING", "--journal", str(journal), "--master", "local[1]")
         assert first.returncode == 0, first.stderr[-3000:]
         assert len(server.paths) == 3
-        second = aiospark("enrich", str(src), str(tmp_path / "o2.json"), "--url",
-                          server.url + "/v2/{id}?api_key=SECRET-KEY-42", "--schema", "seen STRING",
-                          "--journal", str(journal), "--master", "local[1]")
+        second = cli("enrich", str(src), str(tmp_path / "o2.json"), "--url",
+                     server.url + "/v2/{id}?api_key=SECRET-KEY-42", "--schema", "seen STRING",
+                     "--journal", str(journal), "--master", "local[1]")
         calls = list(server.paths)
     assert second.returncode == 2, second.stdout + second.stderr[-3000:]
     assert len(calls) == 3, calls  # not one call for the other endpoint
@@ -53,13 +55,13 @@ def test_overwrite_needs_a_valid_marker(tmp_path, content):
     assert (target / "data.txt").read_text() == "keep me" and (target / MARKER).read_text() == content
 
 
-def test_csv_with_a_quoted_newline(tmp_path):
+def test_csv_with_a_quoted_newline(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text('id,pair,text\n-0,"a,b","line1\nline2"\n7,x,plain\n')
     out = tmp_path / "out.json"
     with EchoServer() as server:
-        done = aiospark("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
-                        "--multiline", "--master", "local[1]")
+        done = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
+                   "--multiline", "--master", "local[1]")
         calls = sorted(server.paths)
     assert done.returncode == 0, done.stderr[-3000:]
     assert calls == ["/item/-0", "/item/7"]
@@ -68,29 +70,29 @@ def test_csv_with_a_quoted_newline(tmp_path):
     assert rows[1]["text"] == "plain"
 
 
-def test_csv_with_a_quoted_newline_refused_names_multiline(tmp_path):
+def test_csv_with_a_quoted_newline_refused_names_multiline(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text('id,text\n1,"line1\nline2"\n')
     with EchoServer() as server:
-        done = aiospark("enrich", str(src), str(tmp_path / "o.json"), "--url", server.url + "/item/{id}",
-                        "--schema", "seen STRING", "--master", "local[1]")
+        done = cli("enrich", str(src), str(tmp_path / "o.json"), "--url", server.url + "/item/{id}",
+                   "--schema", "seen STRING", "--master", "local[1]")
         calls = list(server.paths)
     assert done.returncode == 2 and "--multiline" in done.stderr, done.stderr[-3000:]
     assert calls == []
 
 
 @pytest.mark.parametrize("fmt", ["csv"])  # a JSON input reaches the same renaming (spark/arrow_names.py)
-def test_dotted_column_names(tmp_path, fmt):
+def test_dotted_column_names(tmp_path, fmt, cli):
     src = tmp_path / f"in.{fmt}"
     if fmt == "json":
         src.write_text('{"a.b": "x", "id": "1"}\n{"a.b": "y", "id": "2"}\n')
     else:
         src.write_text("a.b,id\nx,1\ny,2\n")
     with EchoServer() as server:
-        plain = aiospark("enrich", str(src), str(tmp_path / "o1.json"), "--url", server.url + "/item/{id}",
-                         "--schema", "seen STRING", "--master", "local[1]")
-        placeholder = aiospark("enrich", str(src), str(tmp_path / "o2.json"), "--url", server.url + "/v/{a.b}",
-                               "--schema", "seen STRING", "--on-error", "row", "--master", "local[1]")
+        plain = cli("enrich", str(src), str(tmp_path / "o1.json"), "--url", server.url + "/item/{id}",
+                    "--schema", "seen STRING", "--master", "local[1]")
+        placeholder = cli("enrich", str(src), str(tmp_path / "o2.json"), "--url", server.url + "/v/{a.b}",
+                          "--schema", "seen STRING", "--on-error", "row", "--master", "local[1]")
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert sorted((r["a.b"], r["seen"]) for r in read_json_lines(tmp_path / "o1.json")) == [
         ("x", "/item/1"), ("y", "/item/2")]
@@ -119,12 +121,12 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     assert not (tmp_path / "o.json").exists()
 
 
-def test_every_row_failing_with_500_is_not_called_404(tmp_path):
+def test_every_row_failing_with_500_is_not_called_404(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text("id\nx\ny\n")
     with EchoServer(failing={"x", "y"}) as server:  # HTTP 500 for both
-        done = aiospark("enrich", str(src), str(tmp_path / "out.csv"), "--url", server.url + "/item/{id}",
-                        "--schema", "seen STRING", "--retries", "0", "--on-error", "row", "--master", "local[1]")
+        done = cli("enrich", str(src), str(tmp_path / "out.csv"), "--url", server.url + "/item/{id}",
+                   "--schema", "seen STRING", "--retries", "0", "--on-error", "row", "--master", "local[1]")
     assert done.returncode == 3, done.stderr[-3000:]
     assert "404" not in done.stderr, done.stderr
     warning = [line for line in done.stderr.splitlines() if line.startswith("warning: 2 rows failed")]

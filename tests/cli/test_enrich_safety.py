@@ -1,7 +1,10 @@
-"""Issue 46, through the real ``aiospark`` command: OUTPUT never overwrites what the job reads or
-what it did not write (real paths, a marker file); no credential in any line it prints; credentials
-from the environment or a file; the CLI pays once (--journal, --budget, --rate-limit) and says with
-its exit code when rows failed."""
+"""Issue 46, through the ``aiospark`` command: OUTPUT never overwrites what the job reads or what it
+did not write (real paths, a marker file); no credential in any line it prints; credentials from
+the environment or a file; the CLI pays once (--journal, --budget, --rate-limit) and says with its
+exit code when rows failed. Runs that only compute and write are made in this process on the
+session's Spark (tests/cli/enrich_support.py); the checks made before Spark starts run in a process
+in which Java cannot start, and the run whose Spark log is read, and the --master local[1] run
+whose rate is timed, in a process of their own."""
 from __future__ import annotations
 
 import os
@@ -45,7 +48,7 @@ def test_output_where_the_input_is_is_refused_before_spark(tmp_path, layout, inp
     assert _tree(tmp_path) == before and (tmp_path / "keep" / "other.txt").read_text() == "not the tool's"
 
 
-def test_overwrite_replaces_only_a_directory_the_tool_wrote(tmp_path):
+def test_overwrite_replaces_only_a_directory_the_tool_wrote(tmp_path, cli):
     src = tmp_path / "in.json"
     src.write_text('{"id": "a"}\n{"id": "b"}\n')
     mine = tmp_path / "mine"
@@ -61,12 +64,12 @@ def test_overwrite_replaces_only_a_directory_the_tool_wrote(tmp_path):
     assert (mine / "notes.txt").read_text() == "someone's notes" and afile.read_text() == "{}"
     out = tmp_path / "out.json"
     with EchoServer() as server:
-        first = aiospark("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
-                         "--master", "local[1]")
+        first = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
+                    "--master", "local[1]")
         assert first.returncode == 0, first.stderr[-3000:]
         assert (out / MARKER).is_file()
-        again = aiospark("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
-                         "--overwrite", "--master", "local[1]")
+        again = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
+                    "--overwrite", "--master", "local[1]")
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(r["seen"] for r in read_json_lines(out)) == ["/item/a", "/item/b"] and (out / MARKER).is_file()
 
@@ -131,16 +134,18 @@ def test_new_options_are_checked_before_spark(tmp_path, option, value, message):
     assert "Traceback" not in done.stderr
 
 
-def test_journal_resumes_budget_stops_and_failed_rows_exit_3(tmp_path):
+def test_journal_resumes_budget_stops_and_failed_rows_exit_3(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text("id\n" + "".join(f"k{i}\n" for i in range(12)))
     journal = tmp_path / "journal"
     out = tmp_path / "out.json"
     with EchoServer() as server:
-        first = aiospark("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
-                         "--journal", str(journal), "--budget", "5", "--on-error", "row", "--concurrency", "1",
-                         "--master", "local[1]")
+        first = cli("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema", "seen STRING",
+                    "--journal", str(journal), "--budget", "5", "--on-error", "row", "--concurrency", "1",
+                    "--master", "local[1]")
         calls_first = len(server.paths)
+        # a process of its own: --rate-limit bounds each running task, and only its local[1] runs one
+        # task at a time (this session's local[2] would run two, at twice the rate asserted below)
         second = aiospark("enrich", str(src), str(out), "--url", server.url + "/item/{id}", "--schema",
                           "seen STRING", "--journal", str(journal), "--on-error", "row", "--overwrite",
                           "--rate-limit", "4/s", "--master", "local[1]")
@@ -157,12 +162,12 @@ def test_journal_resumes_budget_stops_and_failed_rows_exit_3(tmp_path):
     assert times[-1] - times[5] >= 1.4
 
 
-def test_every_row_failing_under_on_error_row_exits_3(tmp_path):
+def test_every_row_failing_under_on_error_row_exits_3(tmp_path, cli):
     src = tmp_path / "in.csv"
     src.write_text("id\nx\ny\n")
     with EchoServer(failing={"x", "y"}) as server:
-        done = aiospark("enrich", str(src), str(tmp_path / "out.json"), "--url", server.url + "/item/{id}",
-                        "--schema", "seen STRING", "--retries", "0", "--on-error", "row", "--master", "local[1]")
+        done = cli("enrich", str(src), str(tmp_path / "out.json"), "--url", server.url + "/item/{id}",
+                   "--schema", "seen STRING", "--retries", "0", "--on-error", "row", "--master", "local[1]")
     assert done.returncode == 3, done.stderr[-3000:]
     assert "2 rows failed" in done.stderr and "exit code 3" in done.stderr
     assert len(read_json_lines(tmp_path / "out.json")) == 2

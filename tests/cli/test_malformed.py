@@ -1,13 +1,14 @@
-"""aiospark enrich never reads a malformed input line silently (a real process, local Spark, a real
-HTTP server on 127.0.0.1): by default the run fails before any call, naming the lines; with
---on-error row each becomes an error row whose _error quotes the line."""
+"""aiospark enrich never reads a malformed input line silently (the command run in this process on
+the session's local Spark, see tests/cli/enrich_support.py; a real HTTP server on 127.0.0.1): by
+default the run fails before any call, naming the lines; with --on-error row each becomes an error
+row whose _error quotes the line."""
 from __future__ import annotations
 
 import json
 
 import pyarrow.parquet as pq
 
-from tests.cli.test_cli import ItemServer, read_json_dir, run_cli
+from tests.cli.test_cli import ItemServer, read_json_dir
 
 ITEM = "/item/{id}"
 BAD_CSV = ['9991,"unterminated quote, and,more', "9992,a,b,c,d"]
@@ -19,12 +20,12 @@ def csv_input(tmp_path):
     return src
 
 
-def test_malformed_csv_lines_fail_the_run_named_before_any_call(tmp_path):
+def test_malformed_csv_lines_fail_the_run_named_before_any_call(tmp_path, cli):
     src = csv_input(tmp_path)
     out = tmp_path / "out.parquet"
     with ItemServer() as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
-                       "--master", "local[2]")
+        done = cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
+                   "--master", "local[2]")
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     err = done.stderr
     assert "2 malformed line(s)" in err and "no call was made" in err, err
@@ -35,12 +36,12 @@ def test_malformed_csv_lines_fail_the_run_named_before_any_call(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
-def test_malformed_csv_lines_become_error_rows_with_on_error_row(tmp_path):
+def test_malformed_csv_lines_become_error_rows_with_on_error_row(tmp_path, cli):
     src = csv_input(tmp_path)
     out = tmp_path / "out.parquet"
     with ItemServer() as server:
-        done = run_cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
-                       "--on-error", "row", "--master", "local[2]")
+        done = cli("enrich", str(src), str(out), "--url", server.url + ITEM, "--schema", "name STRING",
+                   "--on-error", "row", "--master", "local[2]")
     assert done.returncode == 3, done.stderr[-3000:]  # written, with failed rows in it
     assert "302 rows" in done.stdout and "2 rows failed (2 of them malformed input lines)" in done.stderr
     rows = pq.read_table(out).to_pylist()
@@ -54,17 +55,17 @@ def test_malformed_csv_lines_become_error_rows_with_on_error_row(tmp_path):
     assert all(r["name"] == f"item-{r['id']}" and r["label"] == f"l{r['id']}" for r in good)
 
 
-def test_malformed_json_lines_fail_named_or_become_error_rows(tmp_path):
+def test_malformed_json_lines_fail_named_or_become_error_rows(tmp_path, cli):
     src = tmp_path / "in.json"
     lines = [json.dumps({"id": f"k{i}", "n": i}) for i in range(30)]
     lines.insert(10, '{"id": "broken", "n": ')
     src.write_text("\n".join(lines) + "\n")
     with ItemServer() as server:
-        failed = run_cli("enrich", str(src), str(tmp_path / "a.json"), "--url", server.url + ITEM,
-                         "--schema", "name STRING", "--master", "local[1]")
+        failed = cli("enrich", str(src), str(tmp_path / "a.json"), "--url", server.url + ITEM,
+                     "--schema", "name STRING", "--master", "local[1]")
         calls_when_failed = server.calls
-        kept = run_cli("enrich", str(src), str(tmp_path / "b.json"), "--url", server.url + ITEM,
-                       "--schema", "name STRING", "--on-error", "row", "--master", "local[1]")
+        kept = cli("enrich", str(src), str(tmp_path / "b.json"), "--url", server.url + ITEM,
+                   "--schema", "name STRING", "--on-error", "row", "--master", "local[1]")
     assert failed.returncode == 2, failed.stderr[-3000:]
     assert f"line 11 of {src}: malformed JSON line: '{lines[10]}'" in failed.stderr, failed.stderr
     assert calls_when_failed == 0 and not (tmp_path / "a.json").exists()
