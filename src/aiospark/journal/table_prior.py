@@ -86,8 +86,8 @@ def sort_table(table: pa.Table, keys: int, nulls: bool) -> pa.Table:
             columns.append(column)
     columns.append(table.column(N_COLUMN))
     names = [f"s{i}" for i in range(len(columns))]
-    order = pc.sort_indices(pa.table(columns, names=names), sort_keys=[(n, "ascending") for n in names],
-                            null_placement="at_start")
+    # no NULL among them: a stored key is NULL only where NULLs are values, and then coalesced
+    order = pc.sort_indices(pa.table(columns, names=names), sort_keys=[(n, "ascending") for n in names])
     return table.take(order)
 
 
