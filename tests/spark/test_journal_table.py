@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import glob
 import os
+import time
 from collections import Counter
 
 import pytest
@@ -263,10 +264,31 @@ class FailOnce:
         return {"k": row["k"], "v": f"v:{row['k']}"}
 
 
-def recorded_keys(location: str) -> list:
+def file_stage(path: str) -> int:
+    """The Spark stage whose task wrote a table file (its name starts ``<stage>.<task attempt>-``)."""
+    return int(os.path.basename(path).split(".", 1)[0])
+
+
+def recorded_keys(location: str, stage: int | None = None) -> list:
+    """The keys the table's files hold (only those written by ``stage``'s tasks, if given)."""
     import pyarrow.parquet as pq
 
-    return [k for path in table_files(location) for k in pq.read_table(path).column("_aiospark_k0").to_pylist()]
+    return [k for path in table_files(location) if stage is None or file_stage(path) == stage
+            for k in pq.read_table(path).column("_aiospark_k0").to_pylist()]
+
+
+def settled_keys(location: str, quiet: float = 3.0, limit: float = 120.0) -> list:
+    """The keys recorded once the failed job's other tasks stopped writing (Spark cancels them, and
+    they write what they had on the way out): the table's files unchanged for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    files = sorted(table_files(location))
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = sorted(table_files(location))
+        if now == files:
+            break
+        files = now
+    return recorded_keys(location)
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["key=k", "default key"])
@@ -292,8 +314,8 @@ def test_a_task_run_again_pays_only_what_its_first_attempt_did_not_record(spark,
                                       journal=journal)
         with pytest.raises(Exception, match="the executor died"):
             out.collect()
+        kept = settled_keys(loc)
         first = len(logged(log))
-        kept = recorded_keys(loc)
         assert kept and len(kept) == len(set(kept)), "each key recorded once"
         assert set(kept) <= {k for [k] in logged(log)}
         os.remove(armed)
@@ -301,6 +323,9 @@ def test_a_task_run_again_pays_only_what_its_first_attempt_did_not_record(spark,
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
     assert multiset(rows) == expected
+    # what the failed job recorded, its last files included (its cancelled tasks may write while
+    # the check above reads): the files of its stage, the first one that wrote
+    kept = recorded_keys(loc, min(file_stage(p) for p in table_files(loc)))
     second = Counter(k for [k] in logged(log)[first:])
     nulls = sum(1 for r in df.collect() if r.k is None)
     distinct = {k for k, _ in expected if k is not None}
