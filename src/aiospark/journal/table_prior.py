@@ -4,8 +4,9 @@ A retried task (or a second use of one DataFrame in a plan) finds what its earli
 in its folder of the table (:mod:`aiospark.journal.table`). Loading all of it would cost memory in
 proportion to what they recorded (about 470 MiB per million outcomes as Python objects). But the
 task's input arrives sorted by key (the route sorts it), and every file of the table is written
-sorted by the same order (:func:`sort_table`). So the files are merged lazily, a few hundred rows
-of each open at once, and the task asks for the outcomes of its keys one input batch at a time:
+sorted by the same order (:func:`sort_table`). So the files are read as Arrow (closed once read)
+and merged, a few hundred rows of each made Python objects at once, and the task asks for the
+outcomes of its keys one input batch at a time:
 :meth:`PriorOutcomes.upto` returns those of every key up to the batch's last one, and the task
 forgets a window once its keys are behind it.
 
@@ -41,7 +42,7 @@ __all__ = ["PriorOutcomes", "SortKey", "filler", "sort_key", "sort_table"]
 
 SortKey = tuple[tuple[Any, ...], ...]
 
-#: rows of each file converted at once while merging
+#: rows of each file made Python objects at once while merging
 _CHUNK = 256
 
 
@@ -107,14 +108,16 @@ class PriorOutcomes:
     def _rows(self, fs: pafs.FileSystem, path: str, file: int) -> Iterator[tuple[SortKey, int, Any, int, Any]]:
         """``(sort key, file, key values, result index, output row)`` of one file, in its order."""
         try:
-            parquet = pq.ParquetFile(fs.open_input_file(path))
+            # read whole and closed: a long task leaves thousands of files, more than a process
+            # may hold open; as Arrow a file is a fraction of the Python objects it becomes
+            table = pq.read_table(path, filesystem=fs)
         except FileNotFoundError:  # removed since it was listed: its keys count as not recorded
             return
-        names = json.loads((parquet.schema_arrow.metadata or {})[OUTPUT_NAMES])
+        names = json.loads((table.schema.metadata or {})[OUTPUT_NAMES])
         key_columns = [key_column(i) for i in range(self.keys)]
-        fillers = [filler(parquet.schema_arrow.field(c).type) for c in key_columns]
+        fillers = [filler(table.schema.field(c).type) for c in key_columns]
         outputs = [output_column(j) for j in range(len(names))]
-        for batch in parquet.iter_batches(batch_size=_CHUNK):
+        for batch in table.to_batches(max_chunksize=_CHUNK):
             keys = zip(*[batch.column(c).to_pylist() for c in key_columns])
             rows = batch.select(outputs).rename_columns(names).to_pylist(maps_as_pydicts="strict")
             for values, n, row in zip(keys, batch.column(N_COLUMN).to_pylist(), rows):
