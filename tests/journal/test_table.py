@@ -89,3 +89,35 @@ def test_the_first_file_read_stands_and_a_call_without_rows_is_recorded_as_none(
     writer.write(empty)
     found = read_table_outcomes(fs, table_files(fs, str(tmp_path / "t")), ["k"])
     assert sorted(r for r, _ in found.values()) == [[], [{"v": "first"}]]
+
+
+def string_table(keys, values, ns=None) -> pa.Table:
+    ns = ns or [0] * len(keys)
+    return pa.Table.from_arrays([pa.array(keys, pa.string()), pa.array(ns, pa.int32()), pa.array(values, pa.string())],
+                                names=[key_column(0), N_COLUMN, output_column(0)],
+                                metadata={OUTPUT_NAMES: json.dumps(["v"])})
+
+
+def test_earlier_attempts_are_handed_out_in_key_order_one_window_at_a_time(tmp_path):
+    from aiospark.journal.table_prior import PriorOutcomes, sort_key, sort_table
+
+    fs = pafs.LocalFileSystem()
+    writer = TableWriter(fs, str(tmp_path / "t"), run=RUN_A, partition=0, attempt="1.1")
+    # the default key (NULL is a value): NULL sorts as ("", null) right after ""
+    writer.write(sort_table(string_table(["b", None, "é", ""], ["vb", "vnull", "vé", "vempty"]), 1, nulls=True))
+    writer.write(sort_table(string_table(["b", "c", "c", "d"], ["other", "c0", "c1", None], [0, 0, 1, NO_ROW]),
+                            1, nulls=True))
+    writer.write(sort_table(string_table(["z"], ["vz"]), 1, nulls=True))
+    paths = table_files(fs, str(tmp_path / "t"))
+    fs.delete_file(paths[2])  # removed after listing: its key is not recorded
+    prior = PriorOutcomes(fs, paths, ["k"], nulls=True)
+    join = lambda v: sort_key(["" if v is None else v, v is None])  # noqa: E731  the input's join columns
+    first = prior.upto(join(None))
+    assert {i: r for i, (r, _) in first.items()} == {'[""]': [{"v": "vempty"}], "[null]": [{"v": "vnull"}]}
+    second = prior.upto(join("c"))
+    # "b" twice: the first file's answer stands; "c" has two rows in order
+    assert {i: r for i, (r, _) in second.items()} == {'["b"]': [{"v": "vb"}], '["c"]': [{"v": "c0"}, {"v": "c1"}]}
+    third = prior.upto(join("zz"))  # "é" (U+00E9) sorts after "zz", as Spark sorts UTF-8 bytes
+    assert {i: r for i, (r, _) in third.items()} == {'["d"]': []}
+    assert [r for r, _ in prior.upto(join("ê")).values()] == [[{"v": "vé"}]]
+    assert prior.upto(join("\uffff")) == {}  # "z"'s file vanished: not recorded

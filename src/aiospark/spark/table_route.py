@@ -60,7 +60,7 @@ from ..journal.table import (
     table_files,
     table_infos,
 )
-from ..journal.table_prior import PriorOutcomes, SortKey, sort_key, sort_table
+from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key, sort_table
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
 from .schema import OutputSchemaError, RowConverter, arrow_schema
@@ -317,10 +317,9 @@ def _join_columns(columns: list[Any], types: list[Any], nulls: bool, prefix: str
             out.append(column.alias(name))
             names.append(name)
             continue
-        kind = data_type.simpleString()
-        filler = F.lit("false" if kind == "boolean" else "1970-01-01" if kind == "date" else
-                       "" if kind in ("string", "binary") else "0").cast(data_type)
-        out += [F.coalesce(column, filler).alias(name), column.isNull().alias(f"{name}_null")]
+        # the filler the table's files are sorted with (table_prior.filler): one definition for both
+        value = filler(arrow_schema(StructType([StructField("k", data_type)])).field(0).type)
+        out += [F.coalesce(column, F.lit(value).cast(data_type)).alias(name), column.isNull().alias(f"{name}_null")]
         names += [name, f"{name}_null"]
     return out, names
 
