@@ -107,6 +107,8 @@ class TaskJournal(Protocol):
     # outputs of the leading ``identities`` whose results are recorded, concatenated in order, and
     # how many they are (it stops at the first one without recorded results, or None): the bulk
     # read of a rerun's recorded elements (:meth:`aiospark.core.identities.Identities.recorded_run`)
+    # optional: ``looks_ahead = False``: runs of recorded elements are rare, each element is asked
+    # once, as it is admitted (default True: runs are looked for ahead of admission)
 
 
 class BudgetGate(Protocol):

@@ -66,6 +66,10 @@ class Identities:
         #: identified (and read, when ``read``) but did not take: :meth:`admit` takes them from here
         #: instead of asking again (one identity per element; the value is held, so its id stays its own)
         self._known: dict[int, tuple[Any, str | None, bool, Recorded | None]] = {}
+        #: whether :meth:`recorded_run` is worth asking before each admission: not for a journal
+        #: that says runs of recorded elements are rare (``looks_ahead = False``: asking costs
+        #: every element an identity and a read that admit() makes anyway)
+        self.looks_ahead = bool(getattr(journal, "looks_ahead", True))
 
     def recorded_run(self, values: Sequence[Any], start: int, end: int) -> tuple[int, list[Any]]:
         """How many of the leading ``values[start:end]`` have recorded results, and their outputs

@@ -74,8 +74,9 @@ class BulkInput:
         """
         end = len(values)
         batches = self._batches
-        if batches is None and self._identities is not None and self._turns is None:
-            return self._take_journaled(values, start, self._identities)
+        identities = self._identities
+        if batches is None and identities is not None and self._turns is None and identities.looks_ahead:
+            return self._take_journaled(values, start, identities)
         if batches is None or self._journal is not None or self.adaptive is not None:
             taken, try_process = start, self.try_process
             while taken < end and try_process(values[taken]):

@@ -19,7 +19,7 @@ Example (what :meth:`aiospark.spark.journaled.Durable.open_task` does on the tab
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -54,11 +54,15 @@ class TableView(TaskView):
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
-        self.recent: OrderedDict[str, list[Any]] = OrderedDict()
+        #: own outcomes of the last :attr:`keep` calls (a dict and its keys in order: cheaper per
+        #: call than an OrderedDict)
+        self.recent: dict[str, list[Any]] = {}
+        self._order: deque[str] = deque()
         self._by_row = True
 
-    #: no bulk read of recorded runs: on this route a task's rows are the ones Spark found no
-    #: outcome for, so a run of recorded rows is rare (a retried task's), and looking costs every row
+    #: no look for runs of recorded rows ahead of admission: on this route a task's rows are the
+    #: ones Spark found no outcome for, so a run of recorded rows is rare (a retried task's), and
+    #: looking costs every row; each row is asked once, as it is admitted
     bulk_reads = False
 
     def load(self) -> TableView:
@@ -80,6 +84,8 @@ class TableView(TaskView):
         if results is not None:
             self.hits += 1
             return Recorded(results)
+        if identity not in self.known:  # the common case on this route: asked once per row
+            return None
         return super().recorded(identity)
 
     def record_value(self, identity: str, value: Any, results: list[Any] | None,
@@ -93,15 +99,19 @@ class TableView(TaskView):
         if self.encode is not None:
             results = self.encode(results)
         self._pending.append((identity, value, results))  # type: ignore[arg-type]  # a TableEntry
-        recent = self.recent
+        recent, order = self.recent, self._order
+        if identity not in recent:  # not after a retry of the same identity: it is still in the order
+            order.append(identity)
+            if len(order) > self.keep:
+                del recent[order.popleft()]
         recent[identity] = results
-        if len(recent) > self.keep:
-            recent.popitem(last=False)
-        self._start_writer()
+        if self._thread is None:
+            self._start_writer()
 
     def _flush(self, entries: list[Entry]) -> None:
-        errors = [e for e in entries if e[2] is None or type(e[2]) is str]
-        calls: list[TableEntry] = [e for e in entries if not (e[2] is None or type(e[2]) is str)]  # type: ignore[misc]
+        # a kept error's entry is (identity, None, text); a call's is (identity, value, results)
+        errors = [e for e in entries if e[1] is None]
+        calls: list[TableEntry] = [e for e in entries if e[1] is not None] if errors else entries  # type: ignore[assignment]
         if errors:
             self.store_task.write(errors)
         if calls:

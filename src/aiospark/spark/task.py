@@ -127,6 +127,8 @@ class OperatorJournal:
         if record_value is not None:  # the table route's view (aiospark.journal.table_task)
             self.record_value = record_value
         self.adopt: Callable[[Any, list[Any], bool], list[Any]] | None = None
+        #: look for runs of recorded rows ahead of admission (not on the table route: see TableView)
+        self.looks_ahead = getattr(view, "bulk_reads", True)
         if view.rebuild is None and getattr(view, "bulk_reads", True):
             self.recorded_run = view.recorded_prefix
         elif view.rebuild is not None:
