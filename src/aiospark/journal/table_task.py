@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -111,7 +111,7 @@ class TableView(TaskView):
     def _flush(self, entries: list[Entry]) -> None:
         # a kept error's entry is (identity, None, text); a call's is (identity, value, results)
         errors = [e for e in entries if e[1] is None]
-        calls: list[TableEntry] = [e for e in entries if e[1] is not None] if errors else entries  # type: ignore[assignment]
+        calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
         if errors:
             self.store_task.write(errors)
         if calls:
