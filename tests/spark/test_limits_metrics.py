@@ -106,9 +106,11 @@ def test_cluster_wide_rate_limit_through_redis(spark):
     rate = _rate(arrivals, first + 1, first + 11)
     # the limit is shared (tight above: two unshared limits would admit twice as many); below, only
     # starvation is checked: a loop stalled by a busy machine leaves slots unclaimed, and with
-    # burst=1 a token that starts late is void rather than spent on top of the next second's
+    # burst=1 a token that starts late is void rather than spent on top of the next second's. Loose:
+    # a machine running several CI legs at once stalled the loops to 73/s; a limiter that halved
+    # the rate (each task held to its own half) would still fail it
     assert rate <= 100 * 1.05, rate
-    assert rate >= 100 * 0.8, rate
+    assert rate >= 100 * 0.6, rate
 
 
 def test_adaptive_capacity_respects_a_service_limit(spark):
