@@ -130,8 +130,10 @@ def test_enough_retries_every_row_succeeds(spark, fault_service, ordered, predic
     exception_predicate = is_retryable if predicate == "is_retryable" else aiospark.retry_on(ConnectorError)
     # more retries than a 429 burst is long (20 consecutive requests): near the end of the job one
     # key may be the only one asking, and then a whole burst falls on its attempts
-    # (60 attempts, 120 s: on a loaded CI machine a starved service also times out attempts in a row)
-    retry = RetryStrategy.exponential_backoff(60, 0.01, 0.2, jitter=0.5, exception_predicate=exception_predicate)
+    # On a loaded CI machine a starved loop or service times attempts out in a row for tens of
+    # seconds (60 attempts ran out under load 10): attempts are effectively unbounded (back-offs
+    # up to 0.5 s), and the 120 s deadline is what bounds a row
+    retry = RetryStrategy.exponential_backoff(1000, 0.01, 0.5, jitter=0.5, exception_predicate=exception_predicate)
     out = wait(keyed_input(spark), ServiceCall(svc.url, attempt_timeout=ATTEMPT_TIMEOUT), ITEM_SCHEMA,
                capacity=CAPACITY, timeout=120, retry=retry, on_error="fail")
     t0 = time.monotonic()
