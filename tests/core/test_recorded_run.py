@@ -119,3 +119,28 @@ def test_the_element_a_run_stops_at_keeps_its_own_outcome_null_identity_error_an
     assert [v for values in out for v in values] == [0, "error ValueError: bad", "called", 3, "called", "called"]
     assert calls == [None, 5]
     assert identify.asked == [0, 1, None, 3, 5, 5]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_journal_that_does_not_look_ahead_completes_recorded_elements_one_by_one(ordered):
+    # looks_ahead = False (the table route's view): no run is looked for before admission; each
+    # element is identified and read once, as it is admitted, and a recorded one completes alone
+    called = []
+
+    async def f(x):
+        called.append(x)
+        await asyncio.sleep(0.001)
+        return x * 10
+
+    journal = MemoryJournal({f"k{i}": Recorded([i * 10]) for i in (0, 1, 2, 3, 5)})
+    journal.looks_ahead = False
+    identify, out = CountingIdentity(), []
+    op = AsyncWaitOperator(f, out.append, ordered=ordered, capacity=100, identify=identify, journal=journal,
+                           values=True)
+    run(feed_many(op, list(range(7))))
+    assert sorted(called) == [4, 6]
+    assert all(len(values) == 1 for values in out), out  # no run entered as one entry
+    assert sorted(v for values in out for v in values) == [0, 10, 20, 30, 40, 50, 60]
+    if ordered:
+        assert [values[0] for values in out] == [0, 10, 20, 30, 40, 50, 60]
+    assert sorted(identify.asked) == list(range(7)) and journal.reads == 7

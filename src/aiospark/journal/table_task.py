@@ -60,10 +60,10 @@ class TableView(TaskView):
         self._order: deque[str] = deque()
         self._by_row = True
 
-    #: no look for runs of recorded rows ahead of admission: on this route a task's rows are the
-    #: ones Spark found no outcome for, so a run of recorded rows is rare (a retried task's), and
-    #: looking costs every row; each row is asked once, as it is admitted
-    bulk_reads = False
+    #: no look for runs of recorded rows ahead of admission (the operator's ``looks_ahead``): on
+    #: this route a task's rows are the ones Spark found no outcome for, so a run of recorded rows
+    #: is rare (a retried task's), and looking costs every row; each row is asked once, as admitted
+    looks_ahead = False
 
     def load(self) -> TableView:
         """Check the manifest and read what is not split by bucket; the bucket segments are asked
@@ -109,8 +109,9 @@ class TableView(TaskView):
             self._start_writer()
 
     def _flush(self, entries: list[Entry]) -> None:
-        # a kept error's entry is (identity, None, text); a call's is (identity, value, results)
-        errors = [e for e in entries if e[1] is None]
+        # record()'s entries are (identity, results or None, error text or None); record_value()'s
+        # are (identity, value, results): the third item tells them apart
+        errors = [e for e in entries if e[2] is None or type(e[2]) is str]
         calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
         if errors:
             self.store_task.write(errors)

@@ -128,8 +128,8 @@ class OperatorJournal:
             self.record_value = record_value
         self.adopt: Callable[[Any, list[Any], bool], list[Any]] | None = None
         #: look for runs of recorded rows ahead of admission (not on the table route: see TableView)
-        self.looks_ahead = getattr(view, "bulk_reads", True)
-        if view.rebuild is None and getattr(view, "bulk_reads", True):
+        self.looks_ahead: bool = getattr(view, "looks_ahead", True)
+        if view.rebuild is None and self.looks_ahead:
             self.recorded_run = view.recorded_prefix
         elif view.rebuild is not None:
             self.adopt = view.adopt
