@@ -109,6 +109,12 @@ class TaskJournal(Protocol):
     # read of a rerun's recorded elements (:meth:`aiospark.core.identities.Identities.recorded_run`)
     # optional: ``looks_ahead = False``: runs of recorded elements are rare, each element is asked
     # once, as it is admitted (default True: runs are looked for ahead of admission)
+    # optional: ``records_only = True`` with ``settled(value, results, recordable) -> outputs``: a journal
+    # whose reads were all made before the operator (the table route's key runs, where Spark served
+    # the recorded rows and the task sends one element per run of equal keys): no identity, no
+    # lookup and no sharing per element; each call that gave results is handed over once
+    # (``recordable``: what it answered, not its timeout's results), and its element takes the
+    # outputs ``settled`` returns. A failed call's element takes ``on_error``'s outputs alone.
 
 
 class BudgetGate(Protocol):

@@ -44,7 +44,7 @@ from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller
-from .call_entry import PREDICATES, Call
+from .call_entry import CALL, PREDICATES, Call
 from .calls import Caller
 from .deadlines import Deadlines
 from .durable import BudgetGate, Identify, TaskJournal
@@ -124,8 +124,13 @@ class AsyncWaitOperator(BulkInput, Room):
         if journal is not None and identify is None:
             raise ValueError("a journal needs identify=: the identity its outcomes are recorded under")
         self._journal = journal
+        #: a journal that only records (``records_only``, see TaskJournal): its ``settled``
+        self._settled: Callable[[Any, list[Any], bool], list[Any]] | None = None
+        if journal is not None and getattr(journal, "records_only", False):
+            self._settled = journal.settled  # type: ignore[attr-defined]
         # without a journal an identity is what idempotency_key() returns, computed only if a call asks
-        self._identities = None if journal is None else Identities(identify, journal, self._call_over, self.fail)  # type: ignore[arg-type]
+        self._identities = None if journal is None or self._settled is not None else Identities(
+            identify, journal, self._call_over, self.fail)  # type: ignore[arg-type]
         self._output = output
         #: output gets lists of plain values, not Records (see the class docstring)
         self.values = bool(values)
@@ -137,7 +142,7 @@ class AsyncWaitOperator(BulkInput, Room):
             raise TypeError(f"idempotency must be a callable value -> str, got {type(idempotency).__name__}")
         # what idempotency_key() returns, computed only when a call asks: idempotency(value), else
         # the element's identity (identify(value); a journal computed it already)
-        keys = idempotency if idempotency is not None else identify if journal is None else None
+        keys = idempotency if idempotency is not None else identify if self._identities is None else None
         calls: Any = {"report": self._call_over, "timeout": self.timeout, "retry": self.retry,
                       "rate_limit": rate_limit, "adaptive": self.adaptive, "budget": budget,
                       "identify": keys}
@@ -180,7 +185,7 @@ class AsyncWaitOperator(BulkInput, Room):
         bind_usage(self._caller.metrics)  # record_usage() inside this operator's calls counts here
         self._caller.bind(loop, lambda: self.inflight)  # after: calls report in this context (with the usage)
         # with a timeout the deadlines; without one, the watch for calls whose Task never ran
-        expired = self._caller.time_out if self._journal is None else self._expired
+        expired = self._caller.time_out if self._identities is None else self._expired
         self._deadlines = Deadlines(loop, self.timeout, self._running_calls, expired, self._caller.lost)
         if self._manage_lifecycle and isinstance(self.function, AsyncFunction):
             await self.function.open()
@@ -313,6 +318,12 @@ class AsyncWaitOperator(BulkInput, Room):
         identities = self._identities
         if identities is not None and identities.settles(call, what):
             identities.settle(call, results, error, what)
+        elif self._settled is not None and error is None:  # a journal that only records
+            try:
+                results = self._settled(call.element[0], results, what in ("", CALL) and not call.timed_out)  # type: ignore[arg-type]
+            except Exception as exc:
+                self.fail(call.value, exc, "journal")
+                return
         if error is not None:
             self._caller.metrics.failures += 1
             # SystemExit, KeyboardInterrupt: a stop, not this element's error (never an error row)

@@ -37,7 +37,8 @@ __all__ = ["RECENT", "TableView"]
 RECENT = 1024
 
 #: (identity, input row, results) of one call, as :class:`TableView` hands them to ``to_table``
-TableEntry = tuple[str, Any, list[Any]]
+#: (no identity for a key run's call: see :meth:`TableView.settled`)
+TableEntry = tuple["str | None", Any, list[Any]]
 
 
 class TableView(TaskView):
@@ -49,16 +50,30 @@ class TableView(TaskView):
     def __init__(self, store_task: StoreTask, keep_errors: bool,
                  to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
-                 recent: int = RECENT):
+                 recent: int = RECENT, sort: Callable[[pa.Table], pa.Table] | None = None):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
+        #: a flush's rows in the order the task's input is read in (a retry merges in step with it)
+        self.sort: Callable[[pa.Table], pa.Table] = sort or (lambda table: table)
         #: own outcomes of the last :attr:`keep` calls (a dict and its keys in order: cheaper per
         #: call than an OrderedDict)
         self.recent: dict[str, list[Any]] = {}
         self._order: deque[str] = deque()
         self._by_row = True
+        #: key runs (:meth:`key_runs`): id(first row of a run) -> the rows after it, while its call
+        #: runs; the ids of first rows whose key has a NULL (no identity: never recorded)
+        self.followers: dict[int, int] = {}
+        self.unkeyed: set[int] = set()
+        #: key runs: (first row, results, values emitted, recordable) of each call over, in the
+        #: order the operator emits them; the task records them from its output batches
+        #: (:meth:`record_table`), and :meth:`close` records those it never saw
+        self.answered: deque[tuple[Any, list[Any], int, bool]] = deque()
+
+    #: the operator asks this view row by row (an identity, a lookup and sharing per element) until
+    #: :meth:`key_runs` says the task sends one element per run of equal keys
+    records_only = False
 
     #: no look for runs of recorded rows ahead of admission (the operator's ``looks_ahead``): on
     #: this route a task's rows are the ones Spark found no outcome for, so a run of recorded rows
@@ -108,16 +123,59 @@ class TableView(TaskView):
         if self._thread is None:
             self._start_writer()
 
+    def key_runs(self) -> None:
+        """From now on the task sends the operator only the first row of each run of equal keys
+        (its input is sorted by key; :mod:`aiospark.spark.table_runs`), with the rows after it in
+        :attr:`followers`: the operator asks nothing per element (:attr:`records_only`) and hands
+        each call over once, to :meth:`settled`. Only for a task that can find no outcome of its
+        own (no earlier attempt's files, no bucket segment) and keeps no errors."""
+        self.records_only = True
+
+    def settled(self, value: Any, results: list[Any], recordable: bool) -> list[Any]:
+        """The call of a key run's first row ``value`` is over with ``results``: they go to the
+        table (``recordable``: what the call answered, not its timeout's results; and the key has
+        no NULL), and every row of the run takes them (the list once per row)."""
+        at = id(value)
+        if self.unkeyed and at in self.unkeyed:
+            self.unkeyed.discard(at)
+            recordable = False
+        rows = self.followers.pop(at, 0) if self.followers else 0
+        self.answered.append((value, results, len(results) * (1 + rows), recordable))
+        return results * (1 + rows) if rows else results
+
+    def record_table(self, table: pa.Table) -> None:
+        """Results of key runs, already the table's rows (made by the task from its output)."""
+        if self._failure is not None:
+            raise self._failure
+        self._pending.append(table)
+        if self._thread is None:
+            self._start_writer()
+
+    def close(self) -> None:
+        """Record what the task did not (calls over that never reached its output), then write."""
+        while self.answered:
+            value, results, _, recordable = self.answered.popleft()
+            if recordable:
+                self._pending.append((None, value, results))  # type: ignore[arg-type]  # a TableEntry
+        super().close()
+
     def _flush(self, entries: list[Entry]) -> None:
         # record()'s entries are (identity, results or None, error text or None); record_value()'s
-        # are (identity, value, results): the third item tells them apart
+        # are (identity, value, results): the third item tells them apart; record_table()'s are tables
+        self.written += len(entries)
+        tables: list[pa.Table] = [e for e in entries if type(e) is pa.Table]
+        ours = len(tables)  # not sorted yet
+        if ours:
+            entries = [e for e in entries if type(e) is not pa.Table]
         errors = [e for e in entries if e[2] is None or type(e[2]) is str]
         calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
         if errors:
             self.store_task.write(errors)
         if calls:
-            assert self.writer is not None  # set at the task's first rows, before any call
             table = self.to_table(calls)
             if table is not None and table.num_rows:
-                self.writer.write(table)
-        self.written += len(entries)
+                tables.append(table)
+        if tables:
+            assert self.writer is not None  # set at the task's first rows, before any call
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            self.writer.write(self.sort(table) if ours else table)

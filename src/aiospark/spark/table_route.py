@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import operator as op
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -63,7 +64,8 @@ from ..journal.table import (
 from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key, sort_table
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
-from .schema import OutputSchemaError, RowConverter, arrow_schema
+from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
+from .table_runs import KeyRuns
 
 if TYPE_CHECKING:
     from ..journal import BoundJournal
@@ -133,7 +135,14 @@ class TableTarget:
         self.biggest = 0
         #: the input's join columns, in the order the input is sorted by (set by :func:`routed`)
         self.join_names: list[str] = []
+        #: whether this run's tasks may send one row per run of equal keys (set by the lane:
+        #: a failed call fails the task, no batch_size, outputs stored as they are)
+        self.runs_allowed = False
+        #: in a task: its hash partition and what its earlier attempts wrote (:meth:`locate`)
+        self.part: int | None = None
+        self.prior_files: list[str] = []
         self.key_types = list(arrow_schema(self.stored_keys).types)
+        self.arrow_outputs = list(arrow_schema(self.outputs))
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
 
@@ -151,20 +160,31 @@ class TableTarget:
         task = store.task(bound.manifest, partition, None, attempt)  # no table_shape: Spark's join read it
         task.table_route = True
         self.bound, self.attempt = bound, attempt
-        self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
-                              recent=2 * self.capacity + 16).load()
-        return self.view
+        view = self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
+                                     recent=2 * self.capacity + 16, sort=self._sorted).load()
+        if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
+                and not bound.keep_errors and encode is None and rebuild is None):
+            view.key_runs()  # nothing to find per row: one row per run of equal keys (table_runs)
+        return view
 
-    def start(self, part: int) -> None:
-        """The task's rows are those of hash partition ``part`` of the key (Spark's ``partitionId``
-        is not: a DataFrame used twice in one plan numbers the second use's tasks after the
-        first's): what earlier attempts and uses wrote in its folder is read as the rows come
-        (:meth:`advance`), and the task writes there."""
-        bound, view = self.bound, self.view
+    def locate(self, bound: BoundJournal, part: int) -> None:
+        """Before the task's view opens: its rows are those of hash partition ``part`` of the key
+        (Spark's ``partitionId`` is not: a DataFrame used twice in one plan numbers the second
+        use's tasks after the first's); list what earlier attempts and uses wrote in its folder."""
         fs, directory = self.directory(bound)
-        folder = f"{directory}/{self.run}/{part}"
+        assert isinstance(bound.store, DirectoryStore)
+        self.part = part
+        self.prior_files = bound.store.guarded("cannot read its outcomes", lambda: table_files(
+            fs, f"{directory}/{self.run}/{part}"))
+
+    def start(self) -> None:
+        """At the task's first rows (after :meth:`locate`): what earlier attempts wrote is read as
+        the rows come (:meth:`advance`), and the task writes in its folder."""
+        bound, view, part = self.bound, self.view, self.part
+        assert part is not None
+        fs, directory = self.directory(bound)
         self.prior = bound.store.guarded("cannot read its outcomes", lambda: PriorOutcomes(
-            fs, table_files(fs, folder), bound.manifest.key, self.nulls))
+            fs, self.prior_files, bound.manifest.key, self.nulls))
         view.writer = TableWriter(fs, directory, self.run, part, self.attempt)
 
     def advance(self, last: SortKey, todo: int) -> None:
@@ -227,10 +247,15 @@ class TableTarget:
                 numbers += range(len(outputs))
             values += empty
             numbers += [NO_ROW] * len(empty)
+        return self.rows_table(values, numbers, converter.to_batch(rows).columns, len(empty))
+
+    def rows_table(self, values: list[Any], numbers: Any, outputs: list[pa.Array], empty: int) -> pa.Table:
+        """The table's rows: one per output (the input row ``values[i]`` that gave output ``i``,
+        its place ``numbers[i]`` among the call's outputs, the ``outputs`` columns), then ``empty``
+        calls that gave no row (the last ``empty`` of ``values``: :data:`NO_ROW`, NULL outputs)."""
         # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
         keys = [pa.array([v[k] for v in values], type=t) for k, t in zip(self.keys, self.key_types)]
-        out = converter.to_batch(rows)
-        columns = [pa.concat_arrays([c, pa.nulls(len(empty), c.type)]) if empty else c for c in out.columns]
+        columns = [pa.concat_arrays([c, pa.nulls(empty, c.type)]) if empty else c for c in outputs]
         names = [f.name for f in self.declared.fields]
         return pa.Table.from_arrays([*keys, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
                                     metadata={OUTPUT_NAMES: json.dumps(names)})
@@ -268,21 +293,52 @@ class TableSplit:
         self.inputs = list(inputs)
         self.outputs = list(outputs)  # the stored output columns, in declared order
         self.out_schema = out_schema
+        #: the task's key runs, once it sends one row per run (its outputs are recorded from Arrow)
+        self.runs: KeyRuns | None = None
+
+    def located(self, batches: Iterator[pa.RecordBatch], bound: BoundJournal) -> Iterator[pa.RecordBatch]:
+        """``batches`` from the first one with rows, read now: the task's partition is found from
+        it (:meth:`TableTarget.locate`) before the task's view opens, which decides on key runs."""
+        for batch in batches:
+            if batch.num_rows:
+                self.target.locate(bound, batch.column(PART).slice(0, 1).to_pylist()[0])
+                return itertools.chain([batch], batches)
+        return iter(())
+
+    def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+        """The task's chunks: each batch's recorded outputs (:class:`Served`), then its rows to
+        call: each one, or, in a task of key runs, the first row of each run (:mod:`.table_runs`)."""
+        runs = None
+        for batch in batches:
+            served, todo = self(batch)
+            if served is not None and served.batch.num_rows:
+                yield served
+            if runs is None and self.started and self.target.view.records_only:
+                target = self.target
+                runs = self.runs = KeyRuns(target.view, target.join_names, self.inputs, target.nulls, target)
+            if todo.num_rows:
+                rows = to_python(todo.select(self.inputs)) if runs is None else runs.take(todo)
+                if rows:
+                    yield rows
+        if runs is not None:
+            last = runs.end()
+            if last:
+                yield last
 
     def __call__(self, batch: pa.RecordBatch) -> tuple[Served | None, pa.RecordBatch]:
+        """The batch's recorded outputs, and its rows to call (every column: the join columns too)."""
         if not batch.num_rows:
-            return None, batch.select(self.inputs)
+            return None, batch
         target = self.target
         if not self.started:
             self.started = True
-            target.start(batch.column(PART).slice(0, 1).to_pylist()[0])
+            target.start()
         if N_COLUMN not in batch.schema.names:  # nothing was recorded when the run was defined
-            todo = batch.select(self.inputs)
-            target.advance(self.last_key(batch), todo.num_rows)
-            return None, todo
+            target.advance(self.last_key(batch), batch.num_rows)
+            return None, batch
         n = batch.column(N_COLUMN)
         recorded = pc.is_valid(n)
-        todo = batch.filter(pc.invert(recorded)).select(self.inputs)
+        todo = batch.filter(pc.invert(recorded))
         target.advance(self.last_key(batch), todo.num_rows)
         if todo.num_rows == batch.num_rows:
             return None, todo

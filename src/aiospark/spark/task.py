@@ -127,6 +127,10 @@ class OperatorJournal:
         if record_value is not None:  # the table route's view (aiospark.journal.table_task)
             self.record_value = record_value
         self.adopt: Callable[[Any, list[Any], bool], list[Any]] | None = None
+        #: a task of key runs (TableView.key_runs): the operator only hands calls over
+        self.records_only: bool = getattr(view, "records_only", False)
+        if self.records_only:
+            self.settled = view.settled  # type: ignore[attr-defined]
         #: look for runs of recorded rows ahead of admission (not on the table route: see TableView)
         self.looks_ahead: bool = getattr(view, "looks_ahead", True)
         if view.rebuild is None and self.looks_ahead:

@@ -108,14 +108,22 @@ class _PartitionRunner:
                         on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows,
                         count=len if split is None else served_rows, direct=None if split is None else Served)
         drop = without_part if self.shuffled else _same
-        chunks = (to_python(drop(batch)) for batch in batches) if split is None else _split(batches, split)
+        if split is not None:  # one row per run of equal keys, where nothing is asked per row
+            split.target.runs_allowed = not error_mode and options.batch_size is None and checks is None \
+                and plan.journal_forms == (None, None)
+            assert self.durable is not None and self.durable.bound is not None
+            batches = split.located(batches, self.durable.bound)
+        chunks = (to_python(drop(batch)) for batch in batches) if split is None else split.chunks(batches)
         for values in run_task(plan, chunks):
             if split is not None and type(values[0]) is Served:  # recorded rows: output already
                 yield values[0].batch
                 continue
             rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-            if rows:
-                yield converter.to_batch(rows)
+            out = converter.to_batch(rows) if rows else None
+            if split is not None and split.runs is not None:  # key runs: answers recorded from the output
+                split.runs.record(values, out)
+            if out is not None:
+                yield out
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
@@ -129,16 +137,6 @@ class _PartitionRunner:
 
 def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
-
-
-def _split(batches: Iterator[pa.RecordBatch], split: TableSplit) -> Iterator[Any]:
-    """The table route's chunks: each batch's recorded outputs (:class:`Served`), then its rows to call."""
-    for batch in batches:
-        served, todo = split(batch)
-        if served is not None and served.batch.num_rows:
-            yield served
-        if todo.num_rows:
-            yield to_python(todo)
 
 
 def _error_row(value: Any, exc: BaseException) -> list[Any]:
