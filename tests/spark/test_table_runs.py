@@ -7,6 +7,7 @@ timeout's fallback and ``idempotency_key()`` behave as they do row by row.
 from __future__ import annotations
 
 import asyncio
+import os
 import types
 from collections import Counter
 
@@ -177,16 +178,14 @@ def test_null_keys_are_one_key_where_nulls_are_values(spark, tmp_path, small_bat
 
 
 class SlowFirst(AsyncFunction):
-    """Key 3 takes 5 s (past the 1 s timeout) while the flag file exists; ``timeout()`` falls back."""
+    """Key 3 takes 5 s (past the 1 s timeout) while the file ``flag`` exists; ``timeout()`` falls back."""
 
     def __init__(self, log, flag):
         self.log, self.flag = log, flag
 
     async def async_invoke(self, row):
-        import os
-
         log_call(self.log, [row["key"]])
-        if row["key"] == 3 and os.path.exists(self.flag):
+        if row["key"] == 3 and await asyncio.to_thread(os.path.exists, self.flag):
             await asyncio.sleep(5)
         return [{"key": row["key"], "v": f"v:{row['key']}"}]
 

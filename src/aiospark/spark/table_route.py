@@ -7,8 +7,10 @@ Where it applies (:func:`table_target`), a run is three parts of one Spark plan:
    by earlier runs), one answer per key (the file written first), rows that gave no row dropped:
    the recorded rows' outputs, made by Spark alone. A fully recorded rerun never starts Python.
 2. **called**: the other rows (a left anti join), ``repartition(B, key...)`` and sorted by key
-   within each partition: equal keys meet in one task, one after another, so the operator calls
-   each key once and shares its outcome with the rows after it while holding only the last few
+   within each partition: equal keys meet in one task, one after another, so each key is called
+   once: a task sends the operator one row per run of equal keys (:mod:`.table_runs`), or, where
+   it must ask its journal row by row (a retried task, kept errors, error rows), the operator
+   shares a call with the rows after it while holding only the last few outcomes
    (:class:`~aiospark.journal.table_task.TableView`); each call's results go to the table as the
    call completes (a Parquet file per flush).
 3. ``served.unionByName(called)``.
