@@ -28,6 +28,8 @@ Example (what :meth:`TableSplit.chunks` does with each batch's rows to call)::
 """
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,6 +93,8 @@ class KeyRuns:
         order the calls were over: :attr:`TableView.answered`) from ``out``, the task's output
         batch of them (their rows but None): the table's rows are taken from it, not made again."""
         answered, target = self.view.answered, self.target
+        if self._one_each(values, out):
+            return
         keyed: list[Any] = []      # the input row of each recorded output
         numbers: list[int] = []    # its place among its call's outputs
         taken: list[int] = []      # its row in ``out``
@@ -127,6 +131,19 @@ class KeyRuns:
         if out is None:
             outputs = [pa.array([], f.type) for f in target.arrow_outputs]
         self.view.record_table(target.rows_table(keyed + empty, numbers + [NO_ROW] * len(empty), outputs, len(empty)))
+
+    def _one_each(self, values: list[Any], out: pa.RecordBatch | None) -> bool:
+        """:meth:`record` where every call of ``values`` gave one row, recordable, for its first
+        row alone (distinct keys: the common case), at C speed; False (nothing taken) otherwise."""
+        answered, n = self.view.answered, len(values)
+        head = list(itertools.islice(answered, n))
+        if (out is None or out.num_rows != n or len(head) != n or not all(e[2] == 1 and e[3] for e in head)
+                or not all(map(operator.is_, values, [e[1][0] for e in head]))):
+            return False
+        for _ in range(n):
+            answered.popleft()
+        self.view.record_table(self.target.rows_table([e[0] for e in head], [0] * n, out.columns, 0))
+        return True
 
     def end(self) -> list[dict[str, Any]]:
         """The run held back, at the input's end ([] when none)."""
