@@ -50,13 +50,11 @@ class TableView(TaskView):
     def __init__(self, store_task: StoreTask, keep_errors: bool,
                  to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
-                 recent: int = RECENT, sort: Callable[[pa.Table], pa.Table] | None = None):
+                 recent: int = RECENT):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
-        #: a flush's rows in the order the task's input is read in (a retry merges in step with it)
-        self.sort: Callable[[pa.Table], pa.Table] = sort or (lambda table: table)
         #: own outcomes of the last :attr:`keep` calls (a dict and its keys in order: cheaper per
         #: call than an OrderedDict)
         self.recent: dict[str, list[Any]] = {}
@@ -66,10 +64,6 @@ class TableView(TaskView):
         #: runs; the ids of first rows whose key has a NULL (no identity: never recorded)
         self.followers: dict[int, int] = {}
         self.unkeyed: set[int] = set()
-        #: key runs: (first row, results, values emitted, recordable) of each call over, in the
-        #: order the operator emits them; the task records them from its output batches
-        #: (:meth:`record_table`), and :meth:`close` records those it never saw
-        self.answered: deque[tuple[Any, list[Any], int, bool]] = deque()
 
     #: the operator asks this view row by row (an identity, a lookup and sharing per element) until
     #: :meth:`key_runs` says the task sends one element per run of equal keys
@@ -138,44 +132,25 @@ class TableView(TaskView):
         at = id(value)
         if self.unkeyed and at in self.unkeyed:
             self.unkeyed.discard(at)
-            recordable = False
+        elif recordable:  # recorded as it completes, like a row's call: a failure costs only what is in flight
+            if self._failure is not None:
+                raise self._failure
+            self._pending.append((None, value, results))  # type: ignore[arg-type]  # a TableEntry
+            if self._thread is None:
+                self._start_writer()
         rows = self.followers.pop(at, 0) if self.followers else 0
-        self.answered.append((value, results, len(results) * (1 + rows), recordable))
         return results * (1 + rows) if rows else results
-
-    def record_table(self, table: pa.Table) -> None:
-        """Results of key runs, already the table's rows (made by the task from its output)."""
-        if self._failure is not None:
-            raise self._failure
-        self._pending.append(table)
-        if self._thread is None:
-            self._start_writer()
-
-    def close(self) -> None:
-        """Record what the task did not (calls over that never reached its output), then write."""
-        while self.answered:
-            value, results, _, recordable = self.answered.popleft()
-            if recordable:
-                self._pending.append((None, value, results))  # type: ignore[arg-type]  # a TableEntry
-        super().close()
 
     def _flush(self, entries: list[Entry]) -> None:
         # record()'s entries are (identity, results or None, error text or None); record_value()'s
-        # are (identity, value, results): the third item tells them apart; record_table()'s are tables
-        self.written += len(entries)
-        tables: list[pa.Table] = [e for e in entries if type(e) is pa.Table]
-        ours = len(tables)  # not sorted yet
-        if ours:
-            entries = [e for e in entries if type(e) is not pa.Table]
+        # and settled()'s are (identity, value, results): the third item tells them apart
         errors = [e for e in entries if e[2] is None or type(e[2]) is str]
         calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
         if errors:
             self.store_task.write(errors)
         if calls:
+            assert self.writer is not None  # set at the task's first rows, before any call
             table = self.to_table(calls)
             if table is not None and table.num_rows:
-                tables.append(table)
-        if tables:
-            assert self.writer is not None  # set at the task's first rows, before any call
-            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            self.writer.write(self.sort(table) if ours else table)
+                self.writer.write(table)
+        self.written += len(entries)

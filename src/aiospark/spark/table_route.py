@@ -144,7 +144,6 @@ class TableTarget:
         self.part: int | None = None
         self.prior_files: list[str] = []
         self.key_types = list(arrow_schema(self.stored_keys).types)
-        self.arrow_outputs = list(arrow_schema(self.outputs))
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
 
@@ -163,7 +162,7 @@ class TableTarget:
         task.table_route = True
         self.bound, self.attempt = bound, attempt
         view = self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
-                                     recent=2 * self.capacity + 16, sort=self._sorted).load()
+                                     recent=2 * self.capacity + 16).load()
         if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
                 and not bound.keep_errors and encode is None and rebuild is None):
             view.key_runs()  # nothing to find per row: one row per run of equal keys (table_runs)
@@ -249,15 +248,10 @@ class TableTarget:
                 numbers += range(len(outputs))
             values += empty
             numbers += [NO_ROW] * len(empty)
-        return self.rows_table(values, numbers, converter.to_batch(rows).columns, len(empty))
-
-    def rows_table(self, values: list[Any], numbers: Any, outputs: list[pa.Array], empty: int) -> pa.Table:
-        """The table's rows: one per output (the input row ``values[i]`` that gave output ``i``,
-        its place ``numbers[i]`` among the call's outputs, the ``outputs`` columns), then ``empty``
-        calls that gave no row (the last ``empty`` of ``values``: :data:`NO_ROW`, NULL outputs)."""
         # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
         keys = [pa.array([v[k] for v in values], type=t) for k, t in zip(self.keys, self.key_types)]
-        columns = [pa.concat_arrays([c, pa.nulls(empty, c.type)]) if empty else c for c in outputs]
+        out = converter.to_batch(rows)
+        columns = [pa.concat_arrays([c, pa.nulls(len(empty), c.type)]) if empty else c for c in out.columns]
         names = [f.name for f in self.declared.fields]
         return pa.Table.from_arrays([*keys, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
                                     metadata={OUTPUT_NAMES: json.dumps(names)})
@@ -295,8 +289,6 @@ class TableSplit:
         self.inputs = list(inputs)
         self.outputs = list(outputs)  # the stored output columns, in declared order
         self.out_schema = out_schema
-        #: the task's key runs, once it sends one row per run (its outputs are recorded from Arrow)
-        self.runs: KeyRuns | None = None
 
     def located(self, batches: Iterator[pa.RecordBatch], bound: BoundJournal) -> Iterator[pa.RecordBatch]:
         """``batches`` from the first one with rows, read now: the task's partition is found from
@@ -317,7 +309,7 @@ class TableSplit:
                 yield served
             if runs is None and self.started and self.target.view.records_only:
                 target = self.target
-                runs = self.runs = KeyRuns(target.view, target.join_names, self.inputs, target.nulls, target)
+                runs = KeyRuns(target.view, target.join_names, self.inputs, target.nulls)
             if todo.num_rows:
                 rows = to_python(todo.select(self.inputs)) if runs is None else runs.take(todo)
                 if rows:

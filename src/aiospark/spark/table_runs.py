@@ -28,15 +28,12 @@ Example (what :meth:`TableSplit.chunks` does with each batch's rows to call)::
 """
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..journal.table import NO_ROW
 from .schema import to_python
 
 __all__ = ["KeyRuns"]
@@ -47,10 +44,8 @@ class KeyRuns:
     :class:`~aiospark.journal.table_task.TableView` in key-run mode; ``keys`` the join columns;
     ``inputs`` the columns a row is called with; ``nulls``: whether NULL keys are values."""
 
-    def __init__(self, view: Any, keys: Sequence[str], inputs: Sequence[str], nulls: bool, target: Any = None):
+    def __init__(self, view: Any, keys: Sequence[str], inputs: Sequence[str], nulls: bool):
         self.view = view
-        #: the run's TableTarget: how recorded outputs become the table's rows (:meth:`record`)
-        self.target = target
         self.keys = list(keys)
         self.inputs = list(inputs)
         self.nulls = nulls
@@ -87,63 +82,6 @@ class KeyRuns:
         self._held_key = keys.slice(n - 1, 1)
         self._held_unkeyed = bool(unkeyed) and unkeyed[-1] == len(at) - 1
         return out + rows[:-1]
-
-    def record(self, values: list[Any], out: pa.RecordBatch | None) -> None:
-        """Record the calls whose outputs are ``values`` (one list the operator emitted, in the
-        order the calls were over: :attr:`TableView.answered`) from ``out``, the task's output
-        batch of them (their rows but None): the table's rows are taken from it, not made again."""
-        answered, target = self.view.answered, self.target
-        if self._one_each(values, out):
-            return
-        keyed: list[Any] = []      # the input row of each recorded output
-        numbers: list[int] = []    # its place among its call's outputs
-        taken: list[int] = []      # its row in ``out``
-        empty: list[Any] = []      # input rows of calls that gave no row
-        at = row = 0               # in ``values``, in ``out``
-        while at < len(values):
-            value, results, total, recordable = answered.popleft()
-            if results and values[at] is not results[0]:
-                raise RuntimeError("aiospark: a key run's outputs are not where its call's are: nothing of "
-                                   "this task is recorded (please report this)")
-            if total == 1 and results[0] is not None:  # one row, one output: the common case
-                if recordable:
-                    keyed.append(value)
-                    numbers.append(0)
-                    taken.append(row)
-                at += 1
-                row += 1
-                continue
-            own = len(results) - results.count(None)
-            if recordable:
-                if own:
-                    keyed += [value] * own
-                    numbers += range(own)
-                    taken += range(row, row + own)
-                else:
-                    empty.append(value)
-            at += total
-            row += own * (total // len(results)) if results else 0
-        if not keyed and not empty:
-            return
-        outputs = [] if out is None else out.columns
-        if out is not None and len(taken) != out.num_rows:
-            outputs = out.take(pa.array(taken, pa.int64())).columns
-        if out is None:
-            outputs = [pa.array([], f.type) for f in target.arrow_outputs]
-        self.view.record_table(target.rows_table(keyed + empty, numbers + [NO_ROW] * len(empty), outputs, len(empty)))
-
-    def _one_each(self, values: list[Any], out: pa.RecordBatch | None) -> bool:
-        """:meth:`record` where every call of ``values`` gave one row, recordable, for its first
-        row alone (distinct keys: the common case), at C speed; False (nothing taken) otherwise."""
-        answered, n = self.view.answered, len(values)
-        head = list(itertools.islice(answered, n))
-        if (out is None or out.num_rows != n or len(head) != n or not all(e[2] == 1 and e[3] for e in head)
-                or not all(map(operator.is_, values, [e[1][0] for e in head]))):
-            return False
-        for _ in range(n):
-            answered.popleft()
-        self.view.record_table(self.target.rows_table([e[0] for e in head], [0] * n, out.columns, 0))
-        return True
 
     def end(self) -> list[dict[str, Any]]:
         """The run held back, at the input's end ([] when none)."""

@@ -119,11 +119,8 @@ class _PartitionRunner:
                 yield values[0].batch
                 continue
             rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-            out = converter.to_batch(rows) if rows else None
-            if split is not None and split.runs is not None:  # key runs: answers recorded from the output
-                split.runs.record(values, out)
-            if out is not None:
-                yield out
+            if rows:
+                yield converter.to_batch(rows)
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
