@@ -9,6 +9,7 @@ import aiospark
 from aiospark.core import AsyncFunction, AsyncFunctionError, AsyncWaitOperator
 
 from ._util import run
+from .test_durable import drive
 
 
 class Recorder:
@@ -40,14 +41,6 @@ class Identity:
         return f"k{value}"
 
 
-async def feed(op, values):
-    await op.open()
-    for v in values:
-        await op.process_element(v)
-    await op.finish()
-    await op.close()
-
-
 @pytest.mark.parametrize("ordered", [True, False])
 def test_each_call_is_handed_over_once_and_the_element_takes_what_the_journal_returns(ordered):
     async def f(x):
@@ -57,7 +50,7 @@ def test_each_call_is_handed_over_once_and_the_element_takes_what_the_journal_re
     journal, identify, out = Recorder(twice={2, 5}), Identity(), []
     op = AsyncWaitOperator(f, out.extend, ordered=ordered, capacity=4, identify=identify, journal=journal,
                            values=True)
-    run(feed(op, list(range(8))))
+    run(drive(op, list(range(8))))
     assert sorted(v for v, _, _ in journal.handed) == list(range(8))
     assert all(results == [{"x": v}] and recordable for v, results, recordable in journal.handed)
     assert sorted(r["x"] for r in out) == sorted([*range(8), 2, 5])
@@ -70,7 +63,7 @@ def test_idempotency_keys_are_computed_when_a_call_asks():
 
     journal, identify, out = Recorder(), Identity(), []
     op = AsyncWaitOperator(f, out.extend, ordered=True, capacity=4, identify=identify, journal=journal, values=True)
-    run(feed(op, [1, 2]))
+    run(drive(op, [1, 2]))
     assert len(set(out)) == 2 and identify.asked == [1, 2]
 
 
@@ -87,7 +80,7 @@ def test_a_timeouts_fallback_is_handed_over_as_not_recordable():
     journal, out = Recorder(twice={1}), []
     op = AsyncWaitOperator(Slow(), out.extend, ordered=True, capacity=4, timeout=0.2, identify=Identity(),
                            journal=journal, values=True)
-    run(feed(op, [0, 1, 2]))
+    run(drive(op, [0, 1, 2]))
     assert out == [0, "fallback", "fallback", 2]
     assert sorted((v, recordable) for v, _, recordable in journal.handed) == [(0, True), (1, False), (2, True)]
 
@@ -101,7 +94,7 @@ def test_a_failed_call_is_not_handed_over_and_fails_the_operator():
     journal = Recorder()
     op = AsyncWaitOperator(f, [].extend, ordered=True, capacity=1, identify=Identity(), journal=journal, values=True)
     with pytest.raises(AsyncFunctionError):
-        run(feed(op, [0, 1, 2]))
+        run(drive(op, [0, 1, 2]))
     assert [v for v, _, _ in journal.handed] == [0]
 
 
@@ -115,4 +108,13 @@ def test_a_journal_that_raises_fails_the_operator():
 
     op = AsyncWaitOperator(f, [].extend, ordered=False, capacity=2, identify=Identity(), journal=Broken(), values=True)
     with pytest.raises(AsyncFunctionError, match="disk full"):
-        run(feed(op, [0, 1]))
+        run(drive(op, [0, 1]))
+
+
+def test_on_error_is_refused_with_a_journal_that_only_records():
+    async def f(x):
+        return x
+
+    with pytest.raises(ValueError, match="use it without on_error"):
+        AsyncWaitOperator(f, [].extend, identify=Identity(), journal=Recorder(), values=True,
+                          on_error=lambda value, exc: [])

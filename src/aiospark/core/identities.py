@@ -44,6 +44,12 @@ RECORDED = "recorded outcome"
 SHARED = "shared call"
 
 
+def own_answer(call: Call, what: str) -> bool:
+    """Whether ``call``'s outcome is what its own call answered (not a timeout's results, a record
+    or a shared call's): only that may be recorded."""
+    return what in ("", CALL) and not call.timed_out
+
+
 class Identities:
     """The identities of one operator's elements (see the module docstring). ``report`` is the
     operator's per-element report, ``fail(value, exc, what)`` fails the operator."""
@@ -178,7 +184,7 @@ class Identities:
         identity, journal, sharing = call.identity, self.journal, self._sharing
         assert identity is not None  # settles() said so
         # recorded: what the call answered (see the module docstring)
-        if what in ("", CALL) and not call.timed_out and (error is None or is_answer(error)):
+        if own_answer(call, what) and (error is None or is_answer(error)):
             try:
                 record_value = self._record_value
                 if record_value is not None:  # a journal that keeps the row's key values too

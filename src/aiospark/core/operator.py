@@ -44,14 +44,14 @@ from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller
-from .call_entry import CALL, PREDICATES, Call
+from .call_entry import PREDICATES, Call
 from .calls import Caller
 from .deadlines import Deadlines
 from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
-from .identities import Identities
+from .identities import Identities, own_answer
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics
 from .operator_bulk import BulkInput
@@ -127,6 +127,9 @@ class AsyncWaitOperator(BulkInput, Room):
         #: a journal that only records (``records_only``, see TaskJournal): its ``settled``
         self._settled: Callable[[Any, list[Any], bool], list[Any]] | None = None
         if journal is not None and getattr(journal, "records_only", False):
+            if on_error is not None:  # its elements stand for rows that would each need their own
+                raise ValueError("a journal that only records (records_only) gives a failed call's outputs "
+                                 "to no other row: use it without on_error")
             self._settled = journal.settled  # type: ignore[attr-defined]
         # without a journal an identity is what idempotency_key() returns, computed only if a call asks
         self._identities = None if journal is None or self._settled is not None else Identities(
@@ -320,7 +323,7 @@ class AsyncWaitOperator(BulkInput, Room):
             identities.settle(call, results, error, what)
         elif self._settled is not None and error is None:  # a journal that only records
             try:
-                results = self._settled(call.element[0], results, what in ("", CALL) and not call.timed_out)  # type: ignore[arg-type]
+                results = self._settled(call.element[0], results, own_answer(call, what))  # type: ignore[arg-type]
             except Exception as exc:
                 self.fail(call.value, exc, "journal")
                 return

@@ -8,7 +8,8 @@ task finds the runs in Arrow and sends the operator only each run's first row. T
 asks its journal nothing per element (no identity, no lookup, no sharing:
 ``TableView.records_only``); when the first row's call is over, the view records its results and
 gives them to every row of the run (:meth:`aiospark.journal.table_task.TableView.settled`),
-through the operator's one emit path. The key is still called once per task, as it was when the operator shared equal rows.
+through the operator's one emit path. The key is still called once per task, as it was when the
+operator shared equal rows.
 
 A run's first row enters the operator only once its run is complete: the last run of a batch may
 go on in the next one, so it is held back until a row with another key (or the input's end) comes.
@@ -68,7 +69,8 @@ class KeyRuns:
         self._held_rows += at[0]  # the rows before the first start go on with the run held back
         if self._held is not None:
             out.append(self._release())
-        rows = to_python(todo.take(pa.array(at, pa.int64())).select(self.inputs))
+        firsts = todo if len(at) == n else todo.take(pa.array(at, pa.int64()))  # distinct keys: no copy
+        rows = to_python(firsts.select(self.inputs))
         unkeyed = self._unkeyed(keys, at)
         followers, blank = self.view.followers, self.view.unkeyed
         if len(at) < n - at[0]:  # some run has rows after its first (else each run is one row)
