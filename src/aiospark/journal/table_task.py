@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from operator import itemgetter
+from types import NoneType
 from typing import Any, cast
 
 import pyarrow as pa
@@ -36,6 +38,13 @@ __all__ = ["RECENT", "TableView"]
 #: sorted by key: a key's next row is admitted at most ``capacity`` completions after its call ended)
 RECENT = 1024
 
+#: calls waiting for the writer thread that make it convert them (to Arrow: about 30 bytes a row
+#: rather than the Python objects' 500): a flush a second, whatever the rate of calls, and the
+#: memory of a few thousand calls
+CHUNK = 8192
+
+_THIRD = itemgetter(2)
+
 #: (identity, input row, results) of one call, as :class:`TableView` hands them to ``to_table``
 #: (no identity for a key run's call: see :meth:`TableView.settled`)
 TableEntry = tuple["str | None", Any, list[Any]]
@@ -43,15 +52,19 @@ TableEntry = tuple["str | None", Any, list[Any]]
 
 class TableView(TaskView):
     """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
-    docstring). ``to_table(entries)`` makes one file's table of a flush's :data:`TableEntry` list.
+    docstring). ``to_table(entries)`` makes the table of a list of :data:`TableEntry` (the writer
+    thread converts calls as a few thousand gather, :data:`CHUNK`); ``arrange(table)`` puts the
+    rows of one file (a flush's tables, concatenated) in their order.
     :attr:`writer` is set before the first call, and what earlier attempts of the task wrote is
     added to :attr:`known` then: the task's folder is known at its first rows."""
 
     def __init__(self, store_task: StoreTask, keep_errors: bool,
                  to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
-                 recent: int = RECENT):
+                 recent: int = RECENT, arrange: Callable[[pa.Table], pa.Table] = lambda table: table):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
+        #: the order of one file's rows (``to_table`` makes a chunk's; a file holds a flush's chunks)
+        self.arrange = arrange
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
@@ -64,6 +77,8 @@ class TableView(TaskView):
         #: runs; the ids of first rows whose key has a NULL (no identity: never recorded)
         self.followers: dict[int, int] = {}
         self.unkeyed: set[int] = set()
+
+    chunk = CHUNK
 
     #: the operator asks this view row by row (an identity, a lookup and sharing per element) until
     #: :meth:`key_runs` says the task sends one element per run of equal keys
@@ -108,6 +123,8 @@ class TableView(TaskView):
         if self.encode is not None:
             results = self.encode(results)
         self._pending.append((identity, value, results))  # type: ignore[arg-type]  # a TableEntry
+        if len(self._pending) >= self.chunk and not self._wake.is_set():
+            self._wake.set()
         recent, order = self.recent, self._order
         if identity not in recent:  # not after a retry of the same identity: it is still in the order
             order.append(identity)
@@ -136,21 +153,28 @@ class TableView(TaskView):
             if self._failure is not None:
                 raise self._failure
             self._pending.append((None, value, results))  # type: ignore[arg-type]  # a TableEntry
+            if len(self._pending) >= self.chunk and not self._wake.is_set():
+                self._wake.set()
             if self._thread is None:
                 self._start_writer()
         rows = self.followers.pop(at, 0) if self.followers else 0
         return results * (1 + rows) if rows else results
 
-    def _flush(self, entries: list[Entry]) -> None:
+    def _prepare(self, entries: list[Entry]) -> tuple[list[Entry], pa.Table | None, int]:
         # record()'s entries are (identity, results or None, error text or None); record_value()'s
         # and settled()'s are (identity, value, results): the third item tells them apart
-        errors = [e for e in entries if e[2] is None or type(e[2]) is str]
+        kinds = set(map(type, map(_THIRD, entries)))  # one C-level pass: most flushes hold calls only
+        errors = [e for e in entries if e[2] is None or type(e[2]) is str] if str in kinds or NoneType in kinds else []
         calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
+        return errors, self.to_table(calls) if calls else None, len(entries)
+
+    def _flush(self, chunks: list[Any]) -> None:
+        """One flush: the kept errors to the bucket segments, the calls' tables as one file."""
+        errors = [e for chunk in chunks for e in chunk[0]]
         if errors:
             self.store_task.write(errors)
-        if calls:
+        tables = [chunk[1] for chunk in chunks if chunk[1] is not None and chunk[1].num_rows]
+        if tables:
             assert self.writer is not None  # set at the task's first rows, before any call
-            table = self.to_table(calls)
-            if table is not None and table.num_rows:
-                self.writer.write(table)
-        self.written += len(entries)
+            self.writer.write(self.arrange(tables[0] if len(tables) == 1 else pa.concat_tables(tables)))
+        self.written += sum(chunk[2] for chunk in chunks)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -60,6 +61,7 @@ class TaskView:
         self.known: dict[str, tuple[Any, str | None]] = {}
         self._pending: deque[Entry] = deque()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._closed = False
@@ -68,6 +70,10 @@ class TaskView:
         self.written = 0
         #: output values recorded_prefix gave (a recorded run, emitted by the operator as one entry)
         self.replayed = 0
+
+    #: entries the writer thread prepares as soon as that many wait, before the flush is due
+    #: (None: it takes them at the flush): what waits stays small whatever the rate of calls
+    chunk: int | None = None
 
     # ------------------------------------------------------------------ reads (task thread)
     def load(self) -> TaskView:
@@ -151,6 +157,8 @@ class TaskView:
         self._pending.append(entry)
         self.known[identity] = entry[1:]  # a later equal row of this task completes from it, with no call
         self._start_writer()
+        if self.chunk and len(self._pending) >= self.chunk and not self._wake.is_set():
+            self._wake.set()
 
     def _start_writer(self) -> None:
         if self._thread is None:
@@ -159,28 +167,41 @@ class TaskView:
 
     # ------------------------------------------------------------------ the writer thread
     def _drain(self) -> list[Entry]:
-        pending, out = self._pending, []
-        try:
-            while True:
-                out.append(pending.popleft())  # atomic: record() appends from the loop thread meanwhile
-        except IndexError:
-            return out
+        pending = self._pending
+        pop = pending.popleft  # atomic: record() appends from the loop thread meanwhile
+        return [pop() for _ in range(len(pending))]
 
-    def _flush(self, entries: list[Entry]) -> None:
-        """Hand ``entries`` to the store (the writer thread; the task's, at close)."""
+    def _prepare(self, entries: list[Entry]) -> Any:
+        """What the writer thread makes of drained ``entries`` before the flush is due (the
+        table's view converts them to Arrow: compact while they wait); here, the entries."""
+        return entries
+
+    def _flush(self, chunks: list[Any]) -> None:
+        """Hand the prepared ``chunks`` to the store as one write (the writer thread; the task's, at close)."""
+        entries = chunks[0] if len(chunks) == 1 else [e for chunk in chunks for e in chunk]
         self.store_task.write(entries)
         self.written += len(entries)
 
     def _write_loop(self) -> None:
         renew = self.store_task.renew  # a directory segment's lease (journal/lease.py); else a no-op
+        held: list[Any] = []
+        due = time.monotonic() + self.flush_seconds
         while True:
-            stopping = self._stop.wait(self.flush_seconds)
-            entries = self._drain()
+            # woken early by close(), or by record() once :attr:`chunk` entries wait
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            stopping = self._stop.is_set()
             try:
+                entries = self._drain()
                 if entries:
-                    self._flush(entries)
-                if not stopping:
-                    renew()  # also while no call completes: a quiet writer is still alive
+                    held.append(self._prepare(entries))
+                if stopping or time.monotonic() >= due:
+                    if held:
+                        self._flush(held)
+                        held = []
+                    if not stopping:
+                        renew()  # also while no call completes: a quiet writer is still alive
+                    due = time.monotonic() + self.flush_seconds
             except BaseException as exc:  # the next record() or close() raises it
                 self._failure = exc
                 return
@@ -194,13 +215,14 @@ class TaskView:
             return
         self._closed = True
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
         try:
             if self._failure is None:
                 entries = self._drain()
                 if entries:
-                    self._flush(entries)
+                    self._flush([self._prepare(entries)])
         finally:
             self.store_task.close()
         if self._failure is not None:

@@ -162,7 +162,7 @@ class TableTarget:
         task.table_route = True
         self.bound, self.attempt = bound, attempt
         view = self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
-                                     recent=2 * self.capacity + 16).load()
+                                     recent=2 * self.capacity + 16, arrange=self.sorted).load()
         if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
                 and not bound.keep_errors and encode is None and rebuild is None):
             view.key_runs()  # nothing to find per row: one row per run of equal keys (table_runs)
@@ -208,12 +208,12 @@ class TableTarget:
             later -= windows[0][0]
 
     def to_table(self, entries: list[TableEntry]) -> pa.Table | None:
-        """One flush's calls as the table's rows. A call whose outputs do not fit the declared
+        """Calls as the table's rows (in no order: see :meth:`sorted`). A call whose outputs do not fit the declared
         schema (NOT NULL kept) is left out: it is its row's error (error-row mode emits that, and
         the next run calls it again), never an answer a rerun would serve unchecked."""
         converter = RowConverter(self.declared, self.what)
         try:
-            return self._sorted(self._table(entries, converter))
+            return self._table(entries, converter)
         except OutputSchemaError:
             pass
         fitting = []
@@ -223,18 +223,19 @@ class TableTarget:
             except OutputSchemaError:
                 continue
             fitting.append(entry)
-        return self._sorted(self._table(fitting, converter)) if fitting else None
+        return self._table(fitting, converter) if fitting else None
 
-    def _sorted(self, table: pa.Table) -> pa.Table:
-        """In the order the tasks read their input in: a retry merges the files in step with it."""
+    def sorted(self, table: pa.Table) -> pa.Table:
+        """A file's rows in the order the tasks read their input in: a retry merges the files in step with it."""
         return sort_table(table, len(self.keys), self.nulls)
 
     def _table(self, entries: list[TableEntry], converter: RowConverter) -> pa.Table:
-        results = [e[2] for e in entries]
+        # the writer thread's work for every call: C-level passes (map, itemgetter) where it can
+        results = list(map(_ITEM2, entries))
         empty: list[Any] = []  # the calls that gave no row: one row of NULLs each, last
-        if all(len(r) == 1 and r[0] is not None for r in results):  # one row per call: the common case
-            values = [e[1] for e in entries]
-            rows = [r[0] for r in results]
+        if set(map(len, results)) == {1} and not any(map(op.is_, map(_ITEM0, results), itertools.repeat(None))):
+            values = list(map(_ITEM1, entries))  # one row per call: the common case
+            rows = list(map(_ITEM0, results))
             numbers: Any = [0] * len(rows)
         else:
             values, rows, numbers = [], [], []
@@ -249,12 +250,15 @@ class TableTarget:
             values += empty
             numbers += [NO_ROW] * len(empty)
         # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
-        keys = [pa.array([v[k] for v in values], type=t) for k, t in zip(self.keys, self.key_types)]
+        keys = [pa.array(list(map(op.itemgetter(k), values)), type=t) for k, t in zip(self.keys, self.key_types)]
         out = converter.to_batch(rows)
         columns = [pa.concat_arrays([c, pa.nulls(len(empty), c.type)]) if empty else c for c in out.columns]
         names = [f.name for f in self.declared.fields]
         return pa.Table.from_arrays([*keys, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
                                     metadata={OUTPUT_NAMES: json.dumps(names)})
+
+
+_ITEM0, _ITEM1, _ITEM2 = op.itemgetter(0), op.itemgetter(1), op.itemgetter(2)
 
 
 def shape_of(schema: StructType) -> str:

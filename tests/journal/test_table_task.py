@@ -1,0 +1,105 @@
+"""The table route's task view without Spark (journal/table_task.py): how its writer thread
+takes the calls' results, and when they reach a file."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from aiospark.journal import Journal, Manifest
+from aiospark.journal.table import TableWriter, table_files
+from aiospark.journal.table_task import TableView
+
+
+async def fn(row):
+    return row
+
+
+def table_view(tmp_path, prepared: list[int], flush_seconds: float) -> tuple[TableView, str]:
+    bound = Journal(str(tmp_path / "j")).bind(Manifest.of("unordered_wait", fn, "v BIGINT", ["k"], ["bigint"]))
+    task = bound.store.task(bound.manifest, 0, None, "0.1")
+    task.table_route = True
+
+    def to_table(entries):
+        prepared.append(len(entries))
+        return pa.table({"k": [e[1]["k"] for e in entries], "v": [e[2][0]["v"] for e in entries]})
+
+    view = TableView(task, False, to_table, arrange=lambda table: table.sort_by("k")).load()
+    view.flush_seconds = flush_seconds
+    folder = str(tmp_path / "table")
+    view.writer = TableWriter(pafs.LocalFileSystem(), folder, "run", 0, "0.1")
+    view.key_runs()
+    return view, f"{folder}/run/0"
+
+
+def written(folder: str) -> list[pa.Table]:
+    return [pq.read_table(path) for path in table_files(pafs.LocalFileSystem(), folder)]
+
+
+def until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the writer thread did not get there"
+        time.sleep(0.01)
+
+
+def test_calls_are_converted_as_a_chunk_gathers_and_written_as_one_file_per_flush(tmp_path):
+    """What waits for the writer thread stays a chunk, not a flush interval of calls: the thread
+    converts each chunk as it gathers, and still writes one file per flush."""
+    prepared: list[int] = []
+    view, folder = table_view(tmp_path, prepared, flush_seconds=3600)
+    view.chunk = 4
+    completed = (9, 3, 7, 1, 8, 2, 6, 0, 5, 4)  # the order calls complete in: not the key's
+    for at in (0, 4):
+        for k in completed[at:at + 4]:
+            view.settled({"k": k}, [{"v": 10 * k}], True)
+        until(lambda at=at: sum(prepared) == at + 4)  # a chunk is taken as it gathers...
+    for k in completed[8:]:
+        view.settled({"k": k}, [{"v": 10 * k}], True)
+    time.sleep(0.2)
+    assert prepared == [4, 4]      # ...fewer wait for the flush...
+    assert written(folder) == []   # ...and the flush is not due: no file yet
+    view.close()
+    assert prepared == [4, 4, 2]
+    (table,) = written(folder)     # one file: every chunk of the flush, in key order
+    assert table.column("k").to_pylist() == list(range(10))
+    assert table.column("v").to_pylist() == [10 * k for k in range(10)]
+
+
+def test_a_flush_is_due_every_flush_seconds_whatever_the_chunks(tmp_path):
+    """Fewer calls than a chunk still reach a file within the flush interval (a killed task
+    loses only about that much), and the next calls go to the next file."""
+    prepared: list[int] = []
+    view, folder = table_view(tmp_path, prepared, flush_seconds=0.05)
+    for k in range(3):
+        view.settled({"k": k}, [{"v": k}], True)
+    until(lambda: len(written(folder)) == 1)
+    view.settled({"k": 3}, [{"v": 3}], True)
+    until(lambda: len(written(folder)) == 2)
+    view.close()
+    assert sorted(k for t in written(folder) for k in t.column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_failing_conversion_fails_the_task_at_its_next_call_or_close(tmp_path):
+    prepared: list[int] = []
+    view, _ = table_view(tmp_path, prepared, flush_seconds=3600)
+    view.chunk = 2
+    failed = threading.Event()
+
+    def broken(entries):
+        failed.set()
+        raise ValueError("cannot convert")
+    view.to_table = broken
+    view.settled({"k": 1}, [{"v": 1}], True)
+    view.settled({"k": 2}, [{"v": 2}], True)
+    until(failed.is_set)
+    until(lambda: view._failure is not None)
+    try:
+        view.settled({"k": 3}, [{"v": 3}], True)
+    except ValueError as exc:
+        assert "cannot convert" in str(exc)
+    else:
+        raise AssertionError("the conversion's failure did not reach the task")
