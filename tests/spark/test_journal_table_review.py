@@ -125,3 +125,41 @@ def test_input_columns_named_like_the_routes_own_columns(spark, tmp_path, name):
         out = aiospark.unordered_wait(df, echo, "key LONG, v STRING", journal=aiospark.Journal(loc, key="key"))
         assert multiset(out.collect()) == expected
     assert len(logged(log)) == 40 + 8
+
+
+class NoneAmongRows(aiospark.AsyncFunction):
+    """An AsyncFunction whose answer for key 3 holds a None among its rows: no output row."""
+
+    def __init__(self, log: str):
+        self.log = log
+
+    async def async_invoke(self, row):
+        log_call(self.log, [row["k"]])
+        rows = [{"k": row["k"], "v": row["k"] * 10}]
+        return [None, *rows] if row["k"] == 3 else rows
+
+
+@pytest.mark.parametrize("on_error", ["row", "fail"])
+def test_a_none_among_an_async_functions_rows_is_never_recorded(spark, tmp_path, on_error):
+    """Error-row mode emits key 3's error row; the journal must not record the rows beside the
+    None, or the rerun would serve them where the first run showed an error. Without error rows
+    the lane leaves the None out; the call is still not recorded (the next run asks again)."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 8, 1, 2).select(F.col("id").alias("k"))
+    options = {"on_error": "row"} if on_error == "row" else {}
+
+    def run(frame):
+        out = aiospark.unordered_wait(frame, NoneAmongRows(log), "k LONG, v LONG",
+                                      journal=aiospark.Journal(loc, key="k"), **options)
+        rows = out.collect()
+        if on_error == "row":  # (the input's key, v, whether it is an error row)
+            return sorted((r["_input"]["k"], r["v"], True) if r["_error"] else (r["k"], r["v"], False) for r in rows)
+        return sorted((r["k"], r["v"]) for r in rows)
+
+    first = run(df)
+    if on_error == "row":
+        assert first == [(k, None, True) if k == 3 else (k, 10 * k, False) for k in range(8)]
+    else:
+        assert first == [(k, 10 * k) for k in range(8)]
+    assert run(df.repartition(3)) == first
+    assert Counter(k for keys in logged(log) for k in keys) == Counter({**{k: 1 for k in range(8)}, 3: 2})

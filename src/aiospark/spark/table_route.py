@@ -49,6 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 from pyspark.sql.window import Window
 
+from ..core import AsyncFunction
 from ..journal.directory import DirectoryStore
 from ..journal.table import (
     N_COLUMN,
@@ -102,14 +103,20 @@ def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, sh
     fields = [df.schema[c] for c in durable.columns]
     if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
         return None
-    return TableTarget(durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what)
+    return TableTarget(durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what,
+                       lists=isinstance(function, AsyncFunction))
 
 
 class TableTarget:
     """One definition's table: where its tasks write and how a flush becomes a table (picklable)."""
 
-    def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str):
+    def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str,
+                 lists: bool = False):
         self.keys = list(keys)
+        #: the function returns a list of rows (an AsyncFunction): a None in it is no row, so its
+        #: call is never recorded (error-row mode emits its input's error row for it; without
+        #: it, the lane leaves the None out); a plain function's None is its "no row" answer
+        self.lists = lists
         self.nulls = nulls
         #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files
         self.run = new_run()
@@ -211,6 +218,10 @@ class TableTarget:
         """Calls as the table's rows (in no order: see :meth:`sorted`). A call whose outputs do not fit the declared
         schema (NOT NULL kept) is left out: it is its row's error (error-row mode emits that, and
         the next run calls it again), never an answer a rerun would serve unchecked."""
+        if self.lists:
+            entries = [e for e in entries if None not in e[2]]
+            if not entries:
+                return None
         converter = RowConverter(self.declared, self.what)
         try:
             return self._table(entries, converter)
