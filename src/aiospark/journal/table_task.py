@@ -122,17 +122,13 @@ class TableView(TaskView):
             raise self._failure
         if self.encode is not None:
             results = self.encode(results)
-        self._pending.append((identity, value, results))  # type: ignore[arg-type]  # a TableEntry
-        if len(self._pending) >= self.chunk and not self._wake.is_set():
-            self._wake.set()
+        self._queue((identity, value, results))  # a TableEntry
         recent, order = self.recent, self._order
         if identity not in recent:  # not after a retry of the same identity: it is still in the order
             order.append(identity)
             if len(order) > self.keep:
                 del recent[order.popleft()]
         recent[identity] = results
-        if self._thread is None:
-            self._start_writer()
 
     def key_runs(self) -> None:
         """From now on the task sends the operator only the first row of each run of equal keys
@@ -152,11 +148,7 @@ class TableView(TaskView):
         elif recordable:  # recorded as it completes, like a row's call: a failure costs only what is in flight
             if self._failure is not None:
                 raise self._failure
-            self._pending.append((None, value, results))  # type: ignore[arg-type]  # a TableEntry
-            if len(self._pending) >= self.chunk and not self._wake.is_set():
-                self._wake.set()
-            if self._thread is None:
-                self._start_writer()
+            self._queue((None, value, results))  # a TableEntry
         rows = self.followers.pop(at, 0) if self.followers else 0
         return results * (1 + rows) if rows else results
 

@@ -154,16 +154,18 @@ class TaskView:
             if self.encode is not None:
                 results = self.encode(results)
             entry = (identity, results, None)  # pickled by the store, a batch at a time
-        self._pending.append(entry)
+        self._queue(entry)
         self.known[identity] = entry[1:]  # a later equal row of this task completes from it, with no call
-        self._start_writer()
-        if self.chunk and len(self._pending) >= self.chunk and not self._wake.is_set():
-            self._wake.set()
 
-    def _start_writer(self) -> None:
+    def _queue(self, entry: Any) -> None:
+        """Hand ``entry`` to the writer thread (started at the first), waking it once :attr:`chunk` wait."""
+        pending = self._pending
+        pending.append(entry)
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name="aiospark-journal", daemon=True)
             self._thread.start()
+        elif self.chunk and len(pending) >= self.chunk and not self._wake.is_set():
+            self._wake.set()
 
     # ------------------------------------------------------------------ the writer thread
     def _drain(self) -> list[Entry]:
