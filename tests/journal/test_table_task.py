@@ -1,5 +1,6 @@
 """The table route's task view without Spark (journal/table_task.py): how its writer thread
-takes the calls' results, and when they reach a file."""
+takes the calls' results, and when they reach a file (calls recorded row by row: key runs record
+from the output batch, tests/journal/test_table_calls.py)."""
 from __future__ import annotations
 
 import threading
@@ -31,7 +32,6 @@ def table_view(tmp_path, prepared: list[int], flush_seconds: float) -> tuple[Tab
     view.flush_seconds = flush_seconds
     folder = str(tmp_path / "table")
     view.writer = TableWriter(pafs.LocalFileSystem(), folder, "run", 0, "0.1")
-    view.key_runs()
     return view, f"{folder}/run/0"
 
 
@@ -55,10 +55,10 @@ def test_calls_are_converted_as_a_chunk_gathers_and_written_as_one_file_per_flus
     completed = (9, 3, 7, 1, 8, 2, 6, 0, 5, 4)  # the order calls complete in: not the key's
     for at in (0, 4):
         for k in completed[at:at + 4]:
-            view.settled({"k": k}, [{"v": 10 * k}], True)
+            view.record_value(str(k), {"k": k}, [{"v": 10 * k}], None)
         until(lambda at=at: sum(prepared) == at + 4)  # a chunk is taken as it gathers...
     for k in completed[8:]:
-        view.settled({"k": k}, [{"v": 10 * k}], True)
+        view.record_value(str(k), {"k": k}, [{"v": 10 * k}], None)
     time.sleep(0.2)
     assert prepared == [4, 4]      # ...fewer wait for the flush...
     assert written(folder) == []   # ...and the flush is not due: no file yet
@@ -75,9 +75,9 @@ def test_a_flush_is_due_every_flush_seconds_whatever_the_chunks(tmp_path):
     prepared: list[int] = []
     view, folder = table_view(tmp_path, prepared, flush_seconds=0.05)
     for k in range(3):
-        view.settled({"k": k}, [{"v": k}], True)
+        view.record_value(str(k), {"k": k}, [{"v": k}], None)
     until(lambda: len(written(folder)) == 1)
-    view.settled({"k": 3}, [{"v": 3}], True)
+    view.record_value(str(3), {"k": 3}, [{"v": 3}], None)
     until(lambda: len(written(folder)) == 2)
     view.close()
     assert sorted(k for t in written(folder) for k in t.column("k").to_pylist()) == [0, 1, 2, 3]
@@ -93,12 +93,12 @@ def test_a_failing_conversion_fails_the_task_at_its_next_call_or_close(tmp_path)
         failed.set()
         raise ValueError("cannot convert")
     view.to_table = broken
-    view.settled({"k": 1}, [{"v": 1}], True)
-    view.settled({"k": 2}, [{"v": 2}], True)
+    view.record_value(str(1), {"k": 1}, [{"v": 1}], None)
+    view.record_value(str(2), {"k": 2}, [{"v": 2}], None)
     until(failed.is_set)
     until(lambda: view._failure is not None)
     try:
-        view.settled({"k": 3}, [{"v": 3}], True)
+        view.record_value(str(3), {"k": 3}, [{"v": 3}], None)
     except ValueError as exc:
         assert "cannot convert" in str(exc)
     else:

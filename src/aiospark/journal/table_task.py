@@ -30,6 +30,7 @@ import pyarrow as pa
 from ..core.durable import Recorded
 from .store import Entry, StoreTask
 from .table import TableWriter
+from .table_calls import SettledCalls, Taken
 from .task import TaskView
 
 __all__ = ["RECENT", "TableView"]
@@ -49,6 +50,9 @@ _THIRD = itemgetter(2)
 #: (no identity for a key run's call: see :meth:`TableView.settled`)
 TableEntry = tuple["str | None", Any, list[Any]]
 
+#: ``(None, calls, table)``: calls already made the table's rows, from the task's output (:meth:`TableView.output`)
+MadeEntry = tuple[None, int, pa.Table]
+
 
 class TableView(TaskView):
     """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
@@ -61,13 +65,18 @@ class TableView(TaskView):
     def __init__(self, store_task: StoreTask, keep_errors: bool,
                  to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
-                 recent: int = RECENT, arrange: Callable[[pa.Table], pa.Table] = lambda table: table):
+                 recent: int = RECENT, arrange: Callable[[pa.Table], pa.Table] = lambda table: table,
+                 from_output: Callable[[Taken, pa.RecordBatch | None], pa.Table | None] | None = None):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
         #: the order of one file's rows (``to_table`` makes a chunk's; a file holds a flush's chunks)
         self.arrange = arrange
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
+        #: the table's rows of calls taken from the task's output batch (:meth:`output`)
+        self.from_output = from_output
+        #: key runs: the calls settled and not yet recorded
+        self.calls: SettledCalls | None = None
         #: own outcomes of the last :attr:`keep` calls (a dict and its keys in order: cheaper per
         #: call than an OrderedDict)
         self.recent: dict[str, list[Any]] = {}
@@ -130,35 +139,70 @@ class TableView(TaskView):
                 del recent[order.popleft()]
         recent[identity] = results
 
-    def key_runs(self) -> None:
+    def key_runs(self, calls: SettledCalls) -> None:
         """From now on the task sends the operator only the first row of each run of equal keys
         (its input is sorted by key; :mod:`aiospark.spark.table_runs`), with the rows after it in
         :attr:`followers`: the operator asks nothing per element (:attr:`records_only`) and hands
-        each call over once, to :meth:`settled`. Only for a task that can find no outcome of its
-        own (no earlier attempt's files, no bucket segment) and keeps no errors."""
+        each call over once, to :meth:`settled`; the lane hands each output batch to :meth:`output`.
+        Only for a task that can find no outcome of its own (no earlier attempt's files, no bucket
+        segment) and keeps no errors."""
         self.records_only = True
+        self.calls = calls
 
     def settled(self, value: Any, results: list[Any], recordable: bool) -> list[Any]:
-        """The call of a key run's first row ``value`` is over with ``results``: they go to the
-        table (``recordable``: what the call answered, not its timeout's results; and the key has
-        no NULL), and every row of the run takes them (the list once per row)."""
+        """The call of a key run's first row ``value`` is over with ``results`` (``recordable``:
+        what the call answered, not its timeout's results): every row of the run takes them (the
+        list once per row), and they are recorded from the output batch they become (:meth:`output`;
+        not when the key has a NULL)."""
+        assert self.calls is not None
         at = id(value)
         if self.unkeyed and at in self.unkeyed:
             self.unkeyed.discard(at)
-        elif recordable:  # recorded as it completes, like a row's call: a failure costs only what is in flight
-            if self._failure is not None:
-                raise self._failure
-            self._queue((None, value, results))  # a TableEntry
+            recordable = False
+        elif recordable and self._failure is not None:
+            raise self._failure
         rows = self.followers.pop(at, 0) if self.followers else 0
-        return results * (1 + rows) if rows else results
+        return self.calls.settled(value, results, recordable, rows)
 
-    def _prepare(self, entries: list[Entry]) -> tuple[list[Entry], pa.Table | None, int]:
+    def output(self, values: list[Any], batch: pa.RecordBatch | None) -> None:
+        """The task's next output: the operator emitted ``values`` and the lane converted them
+        (those not None) to ``batch``. The calls they answer go to the writer as table rows made of
+        ``batch`` (no second conversion), as the output leaves the task."""
+        if self._failure is not None:
+            raise self._failure
+        assert self.calls is not None and self.from_output is not None
+        taken = self.calls.take(values, batch)
+        for entry in taken.rest:
+            self._queue(entry)
+        made = taken.calls - len(taken.rest)
+        if made:
+            table = self.from_output(taken, batch)
+            if table is not None:
+                self._queue((None, made, table))  # a MadeEntry
+
+    def close(self) -> None:
+        """Record the calls whose outputs never reached a batch (a failed task's), then close."""
+        if self.calls is not None and not self._closed:
+            self._pending.extend(cast("list[Entry]", self.calls.left()))  # TableEntries, converted by close()
+        super().close()
+
+    def _prepare(self, entries: list[Any]) -> tuple[list[Entry], pa.Table | None, int]:
         # record()'s entries are (identity, results or None, error text or None); record_value()'s
-        # and settled()'s are (identity, value, results): the third item tells them apart
-        kinds = set(map(type, map(_THIRD, entries)))  # one C-level pass: most flushes hold calls only
+        # and settled calls' are (identity, value, results); output()'s (None, calls, table): the
+        # third item tells them apart
+        kinds = set(map(type, map(_THIRD, entries)))  # one C-level pass: most flushes hold one kind
+        if kinds == {pa.Table}:  # calls made rows from the output batches: the common case of key runs
+            tables = list(map(_THIRD, entries))
+            return [], tables[0] if len(tables) == 1 else pa.concat_tables(tables), sum(e[1] for e in entries)
         errors = [e for e in entries if e[2] is None or type(e[2]) is str] if str in kinds or NoneType in kinds else []
-        calls = cast("list[TableEntry]", [e for e in entries if e[1] is not None] if errors else entries)
-        return errors, self.to_table(calls) if calls else None, len(entries)
+        made = [e for e in entries if type(e[2]) is pa.Table] if pa.Table in kinds else []
+        calls = cast("list[TableEntry]", [e for e in entries if type(e[2]) is list] if errors or made else entries)
+        tables = [e[2] for e in made]
+        converted = self.to_table(calls) if calls else None
+        if converted is not None:
+            tables.append(converted)
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables) if tables else None
+        return errors, table, len(errors) + len(calls) + sum(e[1] for e in made)
 
     def _flush(self, chunks: list[Any]) -> None:
         """One flush: the kept errors to the bucket segments, the calls' tables as one file."""

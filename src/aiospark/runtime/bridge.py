@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import queue
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
@@ -213,10 +215,12 @@ Report = Callable[[AsyncWaitOperator, int, bool], None]
 def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, capacity: int,
                   out_rows: int = 10_000, loop: WorkerLoop | None = None,
                   report: Report | None = None, post_rows: int = POST_ROWS,
-                  count: Callable[[list[Any]], int] = len, direct: type | None = None) -> Iterator[list[Any]]:
+                  count: Callable[[list[Any]], int] = len, direct: type | None = None,
+                  out_seconds: float | None = None) -> Iterator[list[Any]]:
     """Feed ``chunks`` (lists of input values) through the operator that
     ``await make_operator(output)`` builds on the loop;
-    yield lists of output values (at least ``out_rows`` each, except the last).
+    yield lists of output values (at least ``out_rows`` each, except the last; with
+    ``out_seconds``, also what arrived once that long has passed since the last list).
 
     The generator returns only once every input has been emitted (``finish()``); closing it early
     (a failed or cancelled task) cancels the calls still in flight. ``report(operator, rows_out,
@@ -237,6 +241,7 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
     rows = 0
     try:
         buffered: list[Any] = []
+        due = math.inf if out_seconds is None else time.monotonic() + out_seconds
         while True:
             kind, payload = inbox.get()
             if kind == OUT:
@@ -244,9 +249,12 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
                 rows += count(payload)
                 if report is not None and pump.operator is not None:
                     report(pump.operator, rows, False)
-                if len(buffered) >= out_rows:
+                # the loop posts output at least every FLUSH_SECONDS while some waits: the time is seen
+                if len(buffered) >= out_rows or (due != math.inf and time.monotonic() >= due):
                     out, buffered = buffered, []
                     yield out
+                    if out_seconds is not None:
+                        due = time.monotonic() + out_seconds
             elif kind == NEED:
                 chunk = next(source, None)
                 while direct is not None and type(chunk) is direct:

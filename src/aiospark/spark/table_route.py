@@ -64,6 +64,7 @@ from ..journal.table import (
     table_files,
     table_infos,
 )
+from ..journal.table_calls import SettledCalls, Taken
 from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key, sort_table
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
@@ -151,6 +152,7 @@ class TableTarget:
         self.part: int | None = None
         self.prior_files: list[str] = []
         self.key_types = list(arrow_schema(self.stored_keys).types)
+        self.output_fields = list(arrow_schema(self.declared))
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
 
@@ -169,10 +171,11 @@ class TableTarget:
         task.table_route = True
         self.bound, self.attempt = bound, attempt
         view = self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
-                                     recent=2 * self.capacity + 16, arrange=self.sorted).load()
+                                     recent=2 * self.capacity + 16, arrange=self.sorted,
+                                     from_output=self.from_output).load()
         if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
                 and not bound.keep_errors and encode is None and rebuild is None):
-            view.key_runs()  # nothing to find per row: one row per run of equal keys (table_runs)
+            view.key_runs(SettledCalls(self.keys, self.lists))  # nothing to find per row: one row per run of equal keys
         return view
 
     def locate(self, bound: BoundJournal, part: int) -> None:
@@ -260,12 +263,36 @@ class TableTarget:
                 numbers += range(len(outputs))
             values += empty
             numbers += [NO_ROW] * len(empty)
-        # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
-        keys = [pa.array(list(map(op.itemgetter(k), values)), type=t) for k, t in zip(self.keys, self.key_types)]
         out = converter.to_batch(rows)
-        columns = [pa.concat_arrays([c, pa.nulls(len(empty), c.type)]) if empty else c for c in out.columns]
+        keys = [list(map(op.itemgetter(k), values)) for k in self.keys]
+        return self._assemble(keys, numbers, out.columns, len(empty))
+
+    def from_output(self, taken: Taken, batch: pa.RecordBatch | None) -> pa.Table:
+        """The table's rows of calls taken from an output batch (:meth:`TableView.output`): their
+        outputs are ``batch``'s rows, which the lane converted with the declared schema, as
+        :meth:`to_table` would (in a task of key runs a failed call or an output that does not
+        fit fails the task)."""
+        if batch is None:
+            columns: list[Any] = [pa.array([], f.type) for f in self.output_fields]
+        elif taken.index is None:
+            columns = batch.columns
+        else:
+            columns = batch.take(pa.array(taken.index, pa.int64())).columns
+        rows = len(taken.keys[0]) - taken.empty
+        numbers: Any = taken.numbers if taken.numbers is not None else [0] * rows
+        if taken.empty:
+            numbers = [*numbers, *[NO_ROW] * taken.empty]
+        return self._assemble(taken.keys, numbers, columns, taken.empty)
+
+    def _assemble(self, keys: list[list[Any]], numbers: list[int], columns: list[Any], empty: int) -> pa.Table:
+        """The table of rows with these key columns' values, ``numbers`` and output ``columns``
+        (then ``empty`` calls that gave no row: NULL outputs)."""
+        # key columns of plain types (JOIN_TYPES): Arrow takes their Python values exactly
+        arrays = [pa.array(values, type=t) for values, t in zip(keys, self.key_types)]
+        if empty:
+            columns = [pa.concat_arrays([c, pa.nulls(empty, c.type)]) for c in columns]
         names = [f.name for f in self.declared.fields]
-        return pa.Table.from_arrays([*keys, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
+        return pa.Table.from_arrays([*arrays, pa.array(numbers, pa.int32()), *columns], names=self.schema.fieldNames(),
                                     metadata={OUTPUT_NAMES: json.dumps(names)})
 
 

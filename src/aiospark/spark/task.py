@@ -59,7 +59,8 @@ class TaskPlan:
     the operator calls it. ``units(value)``: the budget units of one element (None: one each).
     ``out_rows``/``post_rows``: values per yielded list / per post from the loop; ``count(values)``:
     the rows a list of emitted values stands for (a pyarrow slice stands for several); ``direct``:
-    the type of a chunk that is output already (:func:`aiospark.runtime.run_partition`)."""
+    the type of a chunk that is output already (:func:`aiospark.runtime.run_partition`);
+    ``out_seconds``: a list is yielded at least this often while output waits (None: by size only)."""
 
     options: CallOptions
     durable: Durable | None = None
@@ -71,6 +72,7 @@ class TaskPlan:
     post_rows: int = POST_ROWS
     count: Callable[[list[Any]], int] = len
     direct: type | None = None
+    out_seconds: float | None = None
 
 
 class FedIdentities:
@@ -166,6 +168,7 @@ def run_task(plan: TaskPlan, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]
 
         yield from run_journaled(view, run_partition(
             chunks, make_operator, capacity=options.max_capacity, out_rows=plan.out_rows, loop=wl,
-            report=task_reporter(options.metrics), post_rows=plan.post_rows, count=plan.count, direct=plan.direct))
+            report=task_reporter(options.metrics), post_rows=plan.post_rows, count=plan.count, direct=plan.direct,
+            out_seconds=plan.out_seconds))
     finally:
         close_gate(wl, gate)  # unused units go back to the budget

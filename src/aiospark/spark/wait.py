@@ -45,6 +45,12 @@ ON_ERROR = ("fail", "row")
 #: Rows per output Arrow batch (Spark's default ``maxRecordsPerBatch``).
 OUTPUT_BATCH_ROWS = 10_000
 
+#: On the table route a key-run task records its calls from its output batches, so a batch leaves
+#: at least this often (seconds) while output waits: a slow service's answers reach the journal's
+#: writer as they come, not 10,000 rows later (which writes a file a second: what a killed task
+#: loses stays about a second of calls)
+RECORD_SECONDS = 0.25
+
 
 class ErrorRow:
     """What a failed input becomes under ``on_error="row"``: its input and the error text."""
@@ -106,7 +112,8 @@ class _PartitionRunner:
         split = self.table_split
         plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
                         on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows,
-                        count=len if split is None else served_rows, direct=None if split is None else Served)
+                        count=len if split is None else served_rows, direct=None if split is None else Served,
+                        out_seconds=None if split is None else RECORD_SECONDS)
         drop = without_part if self.shuffled else _same
         if split is not None:  # one row per run of equal keys, where nothing is asked per row
             split.target.runs_allowed = not error_mode and options.batch_size is None and checks is None \
@@ -119,8 +126,11 @@ class _PartitionRunner:
                 yield values[0].batch
                 continue
             rows = self._rows(checks.settle(values) if checks is not None else values, error_mode)
-            if rows:
-                yield converter.to_batch(rows)
+            batch = converter.to_batch(rows) if rows else None
+            if split is not None and split.target.view.records_only:  # key runs: recorded from the batch
+                split.target.view.output(values, batch)
+            if batch is not None:
+                yield batch
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
