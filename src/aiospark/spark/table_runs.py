@@ -6,9 +6,10 @@ find no outcome of its own (no file of an earlier attempt, no bucket segment, no
 common first run) and a failed call fails the task (``on_error="fail"``, no ``batch_size``), the
 task finds the runs in Arrow and sends the operator only each run's first row. The operator then
 asks its journal nothing per element (no identity, no lookup, no sharing:
-``TableView.records_only``); when the first row's call is over, the view records its results and
-gives them to every row of the run (:meth:`aiospark.journal.table_task.TableView.settled`),
-through the operator's one emit path. The key is still called once per task, as it was when the
+``TableView.records_only``); when the first row's call is over, the view gives its results to
+every row of the run (:meth:`aiospark.journal.table_task.TableView.settled`), through the
+operator's one emit path, and the call is recorded from the output batch they become
+(:mod:`aiospark.journal.table_calls`). The key is still called once per task, as it was when the
 operator shared equal rows.
 
 A run's first row enters the operator only once its run is complete: the last run of a batch may
