@@ -350,6 +350,26 @@ def test_a_trickle_of_output_is_not_held_back_waiting_for_a_full_post():
     assert sorted(v for batch in gen for v in batch) == [1, 2]
 
 
+def test_with_out_seconds_output_leaves_by_then_even_when_nothing_more_comes():
+    """``out_seconds``: what arrived leaves once that long passed since the last list, though
+    the next output is far off (a journal records a task's calls from its output lists)."""
+    release = threading.Event()
+
+    async def one_fast(x):
+        while x and not release.is_set():
+            await asyncio.sleep(0.005)
+        return x
+
+    gen = run_partition(iter([[0, 1, 2]]), make(one_fast, capacity=5, ordered=False), capacity=5,
+                        out_rows=1000, out_seconds=0.2)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            assert pool.submit(next, gen).result(timeout=10) == [0]  # while 1 and 2 are still held
+        finally:
+            release.set()
+        assert sorted(v for batch in pool.submit(list, gen).result(timeout=10) for v in batch) == [1, 2]
+
+
 def test_instant_and_suspending_calls_reach_the_task_thread_either_way():
     async def half_instant(x):
         if x % 2:

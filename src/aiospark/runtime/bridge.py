@@ -243,13 +243,18 @@ def run_partition(chunks: Iterable[list[Any]], make_operator: MakeOperator, *, c
         buffered: list[Any] = []
         due = math.inf if out_seconds is None else time.monotonic() + out_seconds
         while True:
-            kind, payload = inbox.get()
+            if buffered and due != math.inf:  # output waits: it leaves by ``due`` whatever comes next
+                try:
+                    kind, payload = inbox.get(timeout=max(0.0, due - time.monotonic()))
+                except queue.Empty:
+                    kind, payload = OUT, []
+            else:
+                kind, payload = inbox.get()
             if kind == OUT:
                 buffered += payload
                 rows += count(payload)
-                if report is not None and pump.operator is not None:
+                if payload and report is not None and pump.operator is not None:
                     report(pump.operator, rows, False)
-                # the loop posts output at least every FLUSH_SECONDS while some waits: the time is seen
                 if len(buffered) >= out_rows or (due != math.inf and time.monotonic() >= due):
                     out, buffered = buffered, []
                     yield out
