@@ -103,3 +103,24 @@ def test_a_failing_conversion_fails_the_task_at_its_next_call_or_close(tmp_path)
         assert "cannot convert" in str(exc)
     else:
         raise AssertionError("the conversion's failure did not reach the task")
+
+
+def test_a_key_run_task_records_the_calls_of_a_list_beside_one_that_straddles_it(tmp_path):
+    """Output lists hand the view their calls (key runs): a call recorded from the batch is kept
+    even when the list's other call straddles into the next list (the writer converts that one)."""
+    from aiospark.journal.table_calls import SettledCalls
+
+    prepared: list[int] = []
+    view, folder = table_view(tmp_path, prepared, flush_seconds=3600)
+
+    def from_output(taken, batch):
+        rows = batch.take(pa.array(taken.index, pa.int64())) if taken.index is not None else batch
+        return pa.table({"k": taken.keys[0][:rows.num_rows], "v": rows.column("v")})
+    view.from_output = from_output
+    view.key_runs(SettledCalls(["k"], lists=True))
+    values = view.settled({"k": 1}, [{"v": 10}], True) + view.settled({"k": 2}, [{"v": 20}, {"v": 21}], True)
+    view.output(values[:2], pa.RecordBatch.from_pylist(values[:2]))   # 1 whole, 2 straddles
+    view.output(values[2:], pa.RecordBatch.from_pylist(values[2:]))
+    view.close()
+    (table,) = written(folder)
+    assert sorted(zip(table.column("k").to_pylist(), table.column("v").to_pylist())) == [(1, 10), (2, 20)]

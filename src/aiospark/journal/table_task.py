@@ -50,9 +50,6 @@ _THIRD = itemgetter(2)
 #: (no identity for a key run's call: see :meth:`TableView.settled`)
 TableEntry = tuple["str | None", Any, list[Any]]
 
-#: ``(None, calls, table)``: calls already made the table's rows, from the task's output (:meth:`TableView.output`)
-MadeEntry = tuple[None, int, pa.Table]
-
 
 class TableView(TaskView):
     """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
@@ -174,11 +171,10 @@ class TableView(TaskView):
         taken = self.calls.take(values, batch)
         for entry in taken.rest:
             self._queue(entry)
-        made = taken.calls - len(taken.rest)
-        if made:
+        if taken.calls:  # the calls recorded from the batch (``rest`` is not among them)
             table = self.from_output(taken, batch)
             if table is not None:
-                self._queue((None, made, table))  # a MadeEntry
+                self._queue((None, taken.calls, table))  # calls already made table rows
 
     def close(self) -> None:
         """Record the calls whose outputs never reached a batch (a failed task's), then close."""
@@ -191,9 +187,6 @@ class TableView(TaskView):
         # and settled calls' are (identity, value, results); output()'s (None, calls, table): the
         # third item tells them apart
         kinds = set(map(type, map(_THIRD, entries)))  # one C-level pass: most flushes hold one kind
-        if kinds == {pa.Table}:  # calls made rows from the output batches: the common case of key runs
-            tables = list(map(_THIRD, entries))
-            return [], tables[0] if len(tables) == 1 else pa.concat_tables(tables), sum(e[1] for e in entries)
         errors = [e for e in entries if e[2] is None or type(e[2]) is str] if str in kinds or NoneType in kinds else []
         made = [e for e in entries if type(e[2]) is pa.Table] if pa.Table in kinds else []
         calls = cast("list[TableEntry]", [e for e in entries if type(e[2]) is list] if errors or made else entries)
