@@ -128,7 +128,7 @@ def test_input_columns_named_like_the_routes_own_columns(spark, tmp_path, name):
 
 
 class NoneAmongRows(aiospark.AsyncFunction):
-    """An AsyncFunction whose answer for key 3 holds a None among its rows: no output row."""
+    """An AsyncFunction whose answer for key 3 holds a None among its rows (not a row)."""
 
     def __init__(self, log: str):
         self.log = log
@@ -140,10 +140,11 @@ class NoneAmongRows(aiospark.AsyncFunction):
 
 
 @pytest.mark.parametrize("on_error", ["row", "fail"])
-def test_a_none_among_an_async_functions_rows_is_never_recorded(spark, tmp_path, on_error):
+def test_a_none_among_an_async_functions_rows_is_an_error_never_recorded(spark, tmp_path, on_error):
     """Error-row mode emits key 3's error row; the journal must not record the rows beside the
     None, or the rerun would serve them where the first run showed an error. Without error rows
-    the lane leaves the None out; the call is still not recorded (the next run asks again)."""
+    the job fails saying what to return (it never leaves the None out silently), and the call is
+    not recorded: the next run asks again."""
     log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
     df = spark.range(0, 8, 1, 2).select(F.col("id").alias("k"))
     options = {"on_error": "row"} if on_error == "row" else {}
@@ -156,10 +157,15 @@ def test_a_none_among_an_async_functions_rows_is_never_recorded(spark, tmp_path,
             return sorted((r["_input"]["k"], r["v"], True) if r["_error"] else (r["k"], r["v"], False) for r in rows)
         return sorted((r["k"], r["v"]) for r in rows)
 
+    if on_error == "fail":
+        for frame in (df, df.repartition(3)):
+            with pytest.raises(Exception, match=r"returned None among an input's rows.*return \[\] for an input"):
+                run(frame)
+        assert logged(log).count([3]) >= 2, "the failed call was recorded: the second run did not ask again"
+        with pytest.raises(Exception, match="returned None among an input's rows"):  # without a journal too
+            aiospark.unordered_wait(df, NoneAmongRows(log), "k LONG, v LONG").collect()
+        return
     first = run(df)
-    if on_error == "row":
-        assert first == [(k, None, True) if k == 3 else (k, 10 * k, False) for k in range(8)]
-    else:
-        assert first == [(k, 10 * k) for k in range(8)]
+    assert first == [(k, None, True) if k == 3 else (k, 10 * k, False) for k in range(8)]
     assert run(df.repartition(3)) == first
     assert Counter(k for keys in logged(log) for k in keys) == Counter({**{k: 1 for k in range(8)}, 3: 2})

@@ -5,8 +5,8 @@ size, its layout (a directory: its buckets, and how many segments are bucket seg
 tasks' parts, or folders of versions before buckets; Redis: one key per outcome), its outcomes
 (results and kept errors, each identity counted once as a task reads it, with the first few error
 texts). ``--drop-errors`` removes the kept errors so that a rerun calls only the rows that failed;
-``--compact`` rewrites a directory journal written by many runs as one segment per bucket, every
-outcome kept (with ``--drop-errors``: without the kept errors, in the same pass); a Redis journal
+``--compact`` rewrites a directory journal written by many runs as one segment per bucket and one
+table file per partition, every outcome kept (with ``--drop-errors``: without the kept errors, in the same pass); a Redis journal
 has nothing to compact, and says so (exit 0). How, and why it is safe for readers:
 :mod:`aiospark.journal.summary`. A location with no journal, a file, a Redis that refuses, or a
 segment a running task still writes (for ``--drop-errors`` and ``--compact``) is one line on stderr
@@ -45,7 +45,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
         description="Show what a journal (aiospark.Journal) holds: what wrote it, its size, its layout, its outcomes "
                     "and kept errors (each row counted once, as a rerun reads it). --drop-errors removes the kept "
                     "errors, so that a rerun calls only the rows that failed. --compact rewrites a directory "
-                    "journal written by many runs as one segment per bucket, every outcome kept.")
+                    "journal written by many runs as one segment per bucket and one table file per partition, "
+                    "every outcome kept.")
     parser.add_argument("location", help="the journal: a directory (path, file://, s3://, ...) or a redis:// URL "
                                          "(with ?prefix= if the job used one)")
     parser.add_argument("--drop-errors", action="store_true",
@@ -53,7 +54,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                              "holds a lease) refuses it")
     parser.add_argument("--compact", action="store_true",
                         help="rewrite a directory journal as one segment per bucket (its runs' segments, killed "
-                             "tasks' parts and folders of versions before buckets), every outcome kept; with "
+                             "tasks' parts and folders of versions before buckets) and one table file per "
+                             "partition (runs written in the last minute are left), every outcome kept; with "
                              "--drop-errors, without the kept errors; a segment a running task still writes "
                              "refuses it; a Redis journal has nothing to compact")
     parser.add_argument("--errors", type=count, default=SAMPLES, help="error texts to show")
@@ -110,9 +112,11 @@ def layout(summary: JournalSummary) -> str:
     if summary.legacy:
         kinds.append(_n(summary.legacy, "legacy segment") + " (before buckets)")
     if summary.table_files:
-        kinds.append(_n(summary.table_files, "table file") + " (results Spark joins)")
+        kinds.append(f"{_n(summary.table_files, 'table file')} in {_n(summary.table_groups, 'partition')} "
+                     "(results Spark joins)")
     head = f"{summary.buckets:,} buckets" if summary.buckets is not None else "no buckets yet (written before buckets)"
-    tail = "--compact makes it one segment per bucket" if summary.compactable else "one segment per bucket"
+    shape = "one segment per bucket" + (" and one table file per partition" if summary.table_files else "")
+    tail = f"--compact makes it {shape}" if summary.compactable else shape
     return f"{head}: {', '.join(kinds)}; {tail}"
 
 
@@ -132,13 +136,18 @@ def describe_compaction(done: Compaction, dropped: bool = False) -> list[str]:
     lines = [dropped_line(done.dropped)] if dropped else []
     if done.note:
         lines.append(f"nothing to compact: {done.note}")
-    elif done.written or done.removed:
+    elif done.written or done.removed or done.table_removed:
         bucket_segments = done.removed - done.removed_parts - done.removed_legacy
         lines.append(f"compacted {_n(done.written, 'bucket')} into one segment each, removed "
                      f"{_n(done.removed, 'segment')} ({bucket_segments:,} bucket, {done.removed_parts:,} parts, "
                      f"{done.removed_legacy:,} legacy); {_n(done.kept, 'bucket')} already one segment")
     else:
         lines.append(f"nothing to compact: every bucket is one segment ({_n(done.kept, 'bucket')})")
+    if done.table_removed:
+        lines.append(f"merged {_n(done.table_removed, 'table file')} into {done.table_written:,} (one per partition)")
+    if done.table_busy:
+        lines.append(f"left {_n(done.table_busy, 'table file')} of runs written in the last minute as they are "
+                     "(compact again once they have ended)")
     lines.append(f"{_n(done.rows, 'outcome')} kept: {_n(done.results, 'result')}, {_n(done.errors, 'error')}")
     return lines
 

@@ -53,6 +53,7 @@ from .manifest import MANIFEST, Manifest
 from .segment import BATCH_ROWS, BATCHED, Outcomes, is_segment, read_outcomes, write_batch
 from .store import JournalNotFound, JournalSummary
 from .table import key_column, table_dir, table_infos
+from .table_compact import table_groups
 from .writers import PARTS
 
 if TYPE_CHECKING:  # the store calls in here (function-level): no import back
@@ -226,7 +227,7 @@ def directory_summary(store: DirectoryStore, samples: int) -> JournalSummary:
     out.skipped = reader.skipped
     table = table_counts(store, manifest, {i: p is not None for b in reader.order()
                                            for i, (p, _) in reader.merged(b).items()})
-    out.table_files, out.bytes = table.files, out.bytes + table.bytes
+    out.table_files, out.table_groups, out.bytes = table.files, table.groups, out.bytes + table.bytes
     out.results += table.results
     out.errors -= table.outranked
     return out
@@ -240,6 +241,7 @@ class TableCounts:
 
     files: int = 0
     bytes: int = 0
+    groups: int = 0
     results: int = 0
     outranked: int = 0
 
@@ -249,7 +251,8 @@ def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, boo
     the bucket segments' identities (True: a result, False: a kept error)."""
     fs, root = store.fs
     infos = table_infos(fs, table_dir(f"{root}/{manifest.digest}"))
-    out = TableCounts(len(infos), sum(i.size or 0 for i in infos))
+    out = TableCounts(len(infos), sum(i.size or 0 for i in infos),
+                      table_groups(infos, table_dir(f"{root}/{manifest.digest}")))
     if not infos:
         return out
     columns = [key_column(i) for i in range(len(manifest.key))]

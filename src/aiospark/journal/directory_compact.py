@@ -13,7 +13,8 @@ once) and running it again finishes. A bucket already one segment with no loose 
 untouched. Kept errors are kept; ``drop_errors=True`` leaves them out in the same pass (and also
 rewrites a one-segment bucket holding one): one plan, refused or done as a whole, rather than a drop
 then a compaction, which could drop and then refuse. Rows with a bad checksum are not carried over
-(they are called again anyway).
+(they are called again anyway). The table route's Parquet files become one file per schema and
+partition (:mod:`aiospark.journal.table_compact`; runs still being written are left as they are).
 
 It refuses (:class:`~aiospark.journal.errors.JournalStoreError`), before changing anything, when a
 segment it would rewrite has a live lease or changed less than ``quiet`` seconds ago, as
@@ -50,6 +51,8 @@ from .directory_admin import (
 from .errors import JournalStoreError
 from .listing import listing
 from .store import Compaction
+from .table import table_dir
+from .table_compact import table_compact
 from .writers import bucket_dir
 
 if TYPE_CHECKING:  # the store calls in here (function-level): no import back
@@ -100,9 +103,12 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
         errors = sum(1 for r, _ in merged.values() if r is None)
         out.results += len(merged) - errors
         out.errors += errors
-    table = table_counts(store, manifest, known)  # left as they are: Spark reads them, a file per flush
+    table = table_counts(store, manifest, known)  # counted before: compacting them changes no answer
     out.results += table.results
     out.errors -= table.outranked
+    root = store.fs[1]
+    tables = table_compact(fs, table_dir(f"{root}/{manifest.digest}"), len(manifest.key), quiet)
+    out.table_written, out.table_removed, out.table_busy = tables.written, tables.removed, tables.busy
     delete_segments(fs, consumed)  # every bucket holds their outcomes now
     out.removed += len(consumed)
     out.removed_parts, out.removed_legacy = len(layout.parts), len(layout.legacy)

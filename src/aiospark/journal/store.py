@@ -90,6 +90,8 @@ class JournalSummary:
     layout: str = ""
     #: the table route's Parquet files (results of ``unordered_wait``: :mod:`aiospark.journal.table`)
     table_files: int = 0
+    #: the files ``--compact`` would leave of them: one per schema and partition
+    table_groups: int = 0
 
     @property
     def rows(self) -> int:
@@ -99,8 +101,10 @@ class JournalSummary:
     @property
     def compactable(self) -> bool:
         """Whether :meth:`JournalStore.compact` would rewrite something: a bucket holding more
-        than one segment, or parts or legacy segments (a store without segments: never)."""
-        return self.parts + self.legacy > 0 or self.bucket_segments > self.bucket_folders
+        than one segment, parts or legacy segments, or more than one table file of a partition (a
+        store without segments: never)."""
+        return self.parts + self.legacy > 0 or self.bucket_segments > self.bucket_folders \
+            or self.table_files > self.table_groups
 
 
 @dataclass
@@ -130,6 +134,11 @@ class Compaction:
     errors: int = 0
     dropped: int = 0
     note: str = ""
+    #: the table route's files: new ones (one per schema and partition), the ones they replaced,
+    #: and those of runs still being written, left alone (:mod:`aiospark.journal.table_compact`)
+    table_written: int = 0
+    table_removed: int = 0
+    table_busy: int = 0
 
     @property
     def rows(self) -> int:

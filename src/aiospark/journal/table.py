@@ -40,7 +40,8 @@ import pyarrow.parquet as pq
 from .identity import RowIdentity
 from .listing import listing
 
-__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "TABLE", "TableWriter", "key_column", "output_column",
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "RUN_NAME", "TABLE", "TableWriter",
+           "key_column", "output_column",
            "may_repeat_keys", "new_run", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
 
 #: the folder of a question's table, under its digest
@@ -58,7 +59,8 @@ OUTPUT_NAMES = b"aiospark.output_names"
 
 #: seconds of clock slack when telling whether two writers' lives overlapped (see may_repeat_keys)
 OVERLAP_MARGIN = 5.0
-_RUN = re.compile(r"(\d{13})-[0-9a-f]{8}")
+#: a run folder's name (:func:`new_run`)
+RUN_NAME = re.compile(r"(\d{13})-[0-9a-f]{8}")
 _NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
 
 
@@ -110,7 +112,7 @@ def may_repeat_keys(infos: Sequence[pafs.FileInfo], margin: float = OVERLAP_MARG
         if len(parts) < 4 or info.mtime_ns is None:
             return True
         run, partition, name = parts[1], parts[2], parts[3]
-        match = _RUN.fullmatch(run), _NAME.fullmatch(name)
+        match = RUN_NAME.fullmatch(run), _NAME.fullmatch(name)
         if match[0] is None or match[1] is None:
             return True
         mtime = info.mtime_ns / 1e9

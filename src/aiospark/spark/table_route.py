@@ -114,9 +114,9 @@ class TableTarget:
     def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str,
                  lists: bool = False):
         self.keys = list(keys)
-        #: the function returns a list of rows (an AsyncFunction): a None in it is no row, so its
+        #: the function returns a list of rows (an AsyncFunction): a None in it is not a row, so its
         #: call is never recorded (error-row mode emits its input's error row for it; without
-        #: it, the lane leaves the None out); a plain function's None is its "no row" answer
+        #: it, the lane fails the task); a plain function's None is its "no row" answer
         self.lists = lists
         self.nulls = nulls
         #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files

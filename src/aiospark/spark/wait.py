@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
 
-from ..core import RetryStrategy
+from ..core import AsyncFunction, RetryStrategy
 from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
@@ -33,7 +33,7 @@ from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
-from .schema import RowConverter, check_unique_names, parse_schema, to_python
+from .schema import OutputSchemaError, RowConverter, check_unique_names, parse_schema, to_python
 from .table_route import Served, TableSplit, routed, served_rows, shape_of, table_target
 from .task import TaskPlan, run_task
 
@@ -134,6 +134,10 @@ class _PartitionRunner:
 
     def _rows(self, values: list[Any], error_mode: bool) -> list[Any]:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
+        if len(rows) != len(values) and not error_mode and isinstance(self.options.function, AsyncFunction):
+            # an AsyncFunction's list holds rows (error-row mode makes its input an error row)
+            raise OutputSchemaError(f"{self.what} returned None among an input's rows: a row is a dict, tuple or "
+                                    "Row; return [] for an input with no row")
         if error_mode:
             rows = [self._error_dict(r.input, r.error) if type(r) is ErrorRow else r for r in rows]
         return rows
