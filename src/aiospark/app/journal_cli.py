@@ -136,11 +136,13 @@ def describe_compaction(done: Compaction, dropped: bool = False) -> list[str]:
     lines = [dropped_line(done.dropped)] if dropped else []
     if done.note:
         lines.append(f"nothing to compact: {done.note}")
-    elif done.written or done.removed or done.table_removed:
+    elif done.written or done.removed:
         bucket_segments = done.removed - done.removed_parts - done.removed_legacy
         lines.append(f"compacted {_n(done.written, 'bucket')} into one segment each, removed "
                      f"{_n(done.removed, 'segment')} ({bucket_segments:,} bucket, {done.removed_parts:,} parts, "
                      f"{done.removed_legacy:,} legacy); {_n(done.kept, 'bucket')} already one segment")
+    elif done.table_removed:
+        lines.append(f"every bucket is one segment already ({_n(done.kept, 'bucket')})")
     else:
         lines.append(f"nothing to compact: every bucket is one segment ({_n(done.kept, 'bucket')})")
     if done.table_removed:
