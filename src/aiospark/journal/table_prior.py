@@ -3,8 +3,9 @@
 A retried task (or a second use of one DataFrame in a plan) finds what its earlier attempts wrote
 in its folder of the table (:mod:`aiospark.journal.table`). Loading all of it would cost memory in
 proportion to what they recorded (about 470 MiB per million outcomes as Python objects). But the
-task's input arrives sorted by key (the route sorts it), and every file of the table is written
-sorted by the same order (:func:`sort_table`). So the files are read as Arrow (closed once read)
+task's input arrives sorted by key (the route sorts it), and every file a task writes is sorted
+by the same order (:func:`sort_table`; compaction's files are not, but they are in a run folder of
+their own, which no task reads as its earlier attempts). So the files are read as Arrow (closed once read)
 and merged, a few hundred rows of each made Python objects at once, and the task asks for the
 outcomes of its keys one input batch at a time:
 :meth:`PriorOutcomes.upto` returns those of every key up to the batch's last one, and the task
