@@ -74,7 +74,7 @@ def test_runs_compact_to_one_file_per_partition_and_a_rerun_calls_nothing(spark,
 
     assert main(["journal", loc, "--compact"]) == 0
     shown = capsys.readouterr().out
-    assert f"left {len(before)} table files of runs written in the last minute" in shown, shown
+    assert f"left {len(before)} table files of runs written in the last 60 s" in shown, shown
     assert sorted(files(loc)) == sorted(before), "runs that ended a moment ago may still be writing"
     monkeypatch.setattr("aiospark.journal.table_compact.TABLE_QUIET_SECONDS", 0.0)  # a minute later
     stale = aiospark.unordered_wait(rows_of(spark, 550), Many(log), SCHEMA,

@@ -139,8 +139,9 @@ class NoneAmongRows(aiospark.AsyncFunction):
         return [None, *rows] if row["k"] == 3 else rows
 
 
+@pytest.mark.parametrize("entry", ["unordered_wait", "ordered_wait"])  # the table route and the bucket route
 @pytest.mark.parametrize("on_error", ["row", "fail"])
-def test_a_none_among_an_async_functions_rows_is_an_error_never_recorded(spark, tmp_path, on_error):
+def test_a_none_among_an_async_functions_rows_is_an_error_never_recorded(spark, tmp_path, on_error, entry):
     """Error-row mode emits key 3's error row; the journal must not record the rows beside the
     None, or the rerun would serve them where the first run showed an error. Without error rows
     the job fails saying what to return (it never leaves the None out silently), and the call is
@@ -150,8 +151,8 @@ def test_a_none_among_an_async_functions_rows_is_an_error_never_recorded(spark, 
     options = {"on_error": "row"} if on_error == "row" else {}
 
     def run(frame):
-        out = aiospark.unordered_wait(frame, NoneAmongRows(log), "k LONG, v LONG",
-                                      journal=aiospark.Journal(loc, key="k"), **options)
+        out = getattr(aiospark, entry)(frame, NoneAmongRows(log), "k LONG, v LONG",
+                                       journal=aiospark.Journal(loc, key="k"), **options)
         rows = out.collect()
         if on_error == "row":  # (the input's key, v, whether it is an error row)
             return sorted((r["_input"]["k"], r["v"], True) if r["_error"] else (r["k"], r["v"], False) for r in rows)

@@ -112,8 +112,9 @@ def layout(summary: JournalSummary) -> str:
     if summary.legacy:
         kinds.append(_n(summary.legacy, "legacy segment") + " (before buckets)")
     if summary.table_files:
+        foreign = f", {summary.table_foreign:,} not aiospark's" if summary.table_foreign else ""
         kinds.append(f"{_n(summary.table_files, 'table file')} in {_n(summary.table_groups, 'partition')} "
-                     "(results Spark joins)")
+                     f"(results Spark joins{foreign})")
     head = f"{summary.buckets:,} buckets" if summary.buckets is not None else "no buckets yet (written before buckets)"
     shape = "one segment per bucket" + (" and one table file per partition" if summary.table_files else "")
     tail = f"--compact makes it {shape}" if summary.compactable else shape
@@ -148,8 +149,8 @@ def describe_compaction(done: Compaction, dropped: bool = False) -> list[str]:
     if done.table_removed:
         lines.append(f"merged {_n(done.table_removed, 'table file')} into {done.table_written:,} (one per partition)")
     if done.table_busy:
-        lines.append(f"left {_n(done.table_busy, 'table file')} of runs written in the last minute as they are "
-                     "(compact again once they have ended)")
+        lines.append(f"left {_n(done.table_busy, 'table file')} of runs written in the last {done.table_window:g} s "
+                     "as they are (compact again once they have ended)")
     lines.append(f"{_n(done.rows, 'outcome')} kept: {_n(done.results, 'result')}, {_n(done.errors, 'error')}")
     return lines
 

@@ -227,7 +227,8 @@ def directory_summary(store: DirectoryStore, samples: int) -> JournalSummary:
     out.skipped = reader.skipped
     table = table_counts(store, manifest, {i: p is not None for b in reader.order()
                                            for i, (p, _) in reader.merged(b).items()})
-    out.table_files, out.table_groups, out.bytes = table.files, table.groups, out.bytes + table.bytes
+    out.table_files, out.table_groups, out.table_foreign = table.files, table.groups, table.foreign
+    out.bytes += table.bytes
     out.results += table.results
     out.errors -= table.outranked
     return out
@@ -242,6 +243,7 @@ class TableCounts:
     files: int = 0
     bytes: int = 0
     groups: int = 0
+    foreign: int = 0
     results: int = 0
     outranked: int = 0
 
@@ -252,7 +254,7 @@ def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, boo
     fs, root = store.fs
     infos = table_infos(fs, table_dir(f"{root}/{manifest.digest}"))
     out = TableCounts(len(infos), sum(i.size or 0 for i in infos),
-                      table_groups(infos, table_dir(f"{root}/{manifest.digest}")))
+                      *table_groups(infos, table_dir(f"{root}/{manifest.digest}")))
     if not infos:
         return out
     columns = [key_column(i) for i in range(len(manifest.key))]

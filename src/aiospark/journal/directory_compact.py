@@ -109,6 +109,7 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
     root = store.fs[1]
     tables = table_compact(fs, table_dir(f"{root}/{manifest.digest}"), len(manifest.key), quiet)
     out.table_written, out.table_removed, out.table_busy = tables.written, tables.removed, tables.busy
+    out.table_window = tables.window
     delete_segments(fs, consumed)  # every bucket holds their outcomes now
     out.removed += len(consumed)
     out.removed_parts, out.removed_legacy = len(layout.parts), len(layout.legacy)

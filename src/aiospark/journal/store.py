@@ -90,8 +90,10 @@ class JournalSummary:
     layout: str = ""
     #: the table route's Parquet files (results of ``unordered_wait``: :mod:`aiospark.journal.table`)
     table_files: int = 0
-    #: the files ``--compact`` would leave of them: one per schema and partition
+    #: the schema and partition folders of those aiospark wrote (``--compact`` leaves one file in
+    #: each), and the files it did not write (never touched)
     table_groups: int = 0
+    table_foreign: int = 0
 
     @property
     def rows(self) -> int:
@@ -104,7 +106,7 @@ class JournalSummary:
         than one segment, parts or legacy segments, or more than one table file of a partition (a
         store without segments: never)."""
         return self.parts + self.legacy > 0 or self.bucket_segments > self.bucket_folders \
-            or self.table_files > self.table_groups
+            or self.table_files > self.table_groups + self.table_foreign
 
 
 @dataclass
@@ -139,6 +141,7 @@ class Compaction:
     table_written: int = 0
     table_removed: int = 0
     table_busy: int = 0
+    table_window: float = 0.0
 
     @property
     def rows(self) -> int:

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from .identity import RowIdentity
 from .listing import listing
 
-__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "RUN_NAME", "TABLE", "TableWriter",
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableWriter",
            "key_column", "output_column",
            "may_repeat_keys", "new_run", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
 
@@ -61,7 +61,8 @@ OUTPUT_NAMES = b"aiospark.output_names"
 OVERLAP_MARGIN = 5.0
 #: a run folder's name (:func:`new_run`)
 RUN_NAME = re.compile(r"(\d{13})-[0-9a-f]{8}")
-_NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
+#: a table file's name (:class:`TableWriter`, compaction): ``<writer>-<ms>-<random>~<n>.parquet``
+FILE_NAME = _NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
 
 
 def key_column(i: int) -> str:

@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import JournalStoreError
-from .table import RUN_NAME, key_column, may_repeat_keys, table_infos
+from .table import FILE_NAME, RUN_NAME, key_column, may_repeat_keys, table_infos
 
 __all__ = ["TABLE_QUIET_SECONDS", "TableCompaction", "table_compact", "table_groups"]
 
@@ -52,25 +52,31 @@ TABLE_QUIET_SECONDS = 60.0
 @dataclasses.dataclass
 class TableCompaction:
     """What :func:`table_compact` did: ``written`` new files (one per schema and partition),
-    ``removed`` files they replaced, ``busy`` files of runs still being written, left alone."""
+    ``removed`` files they replaced, ``busy`` files of runs still being written (their last file is
+    less than ``window`` seconds old), left alone."""
 
     written: int = 0
     removed: int = 0
     busy: int = 0
+    #: the seconds within which a run's last file counts as it still writing
+    window: float = TABLE_QUIET_SECONDS
 
 
-def table_groups(infos: Sequence[pafs.FileInfo], directory: str) -> int:
-    """How many files :func:`table_compact` leaves of ``infos`` (the files under ``directory``,
-    none being written): one per schema and partition."""
-    return len({(shape, partition) for shape, _, partition in (_place(info, directory) for info in infos)})
+def table_groups(infos: Sequence[pafs.FileInfo], directory: str) -> tuple[int, int]:
+    """``(partitions, foreign)`` of ``infos`` (the files under ``directory``): the schema and
+    partition folders of the files aiospark wrote (:func:`table_compact` leaves one file in each),
+    and how many files it did not write (left alone)."""
+    places = [_place(info, directory) for info in infos]
+    return len({(shape, partition) for shape, _, partition in places if shape}), sum(1 for p in places if not p[0])
 
 
 def _place(info: pafs.FileInfo, directory: str) -> tuple[str, str, str]:
-    """``(shape, run, partition)`` of a file laid out as ``<directory>/<shape>/<run>/<partition>/<file>``;
-    ``("", "", path)`` for any other file (left alone)."""
+    """``(shape, run, partition)`` of a file laid out as ``<directory>/<shape>/<run>/<partition>/<file>``
+    with a name aiospark gives; ``("", "", path)`` for any other file (left alone)."""
     path: str = info.path
     parts = path[len(directory) + 1:].split("/") if path.startswith(directory + "/") else []
-    if len(parts) != 4 or not RUN_NAME.fullmatch(parts[1]) or not parts[2].isdigit():
+    if len(parts) != 4 or not RUN_NAME.fullmatch(parts[1]) or not parts[2].isdigit() \
+            or not FILE_NAME.fullmatch(parts[3]):
         return "", "", path
     return parts[0], parts[1], parts[2]
 
@@ -86,7 +92,8 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
         shape, run, _ = _place(info, directory)
         mtime = info.mtime.timestamp() if info.mtime is not None else now
         newest[shape, run] = max(newest.get((shape, run), 0.0), mtime)
-    busy = {key for key, t in newest.items() if now - t < max(quiet, TABLE_QUIET_SECONDS)}
+    out.window = max(quiet, TABLE_QUIET_SECONDS)
+    busy = {key for key, t in newest.items() if now - t < out.window}
     shapes: dict[str, dict[str, list[pafs.FileInfo]]] = {}
     for info in infos:
         shape, run, partition = _place(info, directory)

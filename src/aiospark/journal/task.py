@@ -65,6 +65,9 @@ class TaskView:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        #: ``recordable(results)``: whether a call's results are an answer to keep (None: always);
+        #: an AsyncFunction's list holding a None is none (its input fails or is an error row)
+        self.recordable: Callable[[list[Any]], bool] | None = None
         #: counters for tests and metrics
         self.hits = 0
         self.written = 0
@@ -151,6 +154,8 @@ class TaskView:
                 return
             entry: Entry = (identity, None, error_line(error))  # what the error row shows
         else:
+            if self.recordable is not None and results is not None and not self.recordable(results):
+                return
             if self.encode is not None:
                 results = self.encode(results)
             entry = (identity, results, None)  # pickled by the store, a batch at a time

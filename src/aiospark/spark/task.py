@@ -60,11 +60,14 @@ class TaskPlan:
     ``out_rows``/``post_rows``: values per yielded list / per post from the loop; ``count(values)``:
     the rows a list of emitted values stands for (a pyarrow slice stands for several); ``direct``:
     the type of a chunk that is output already (:func:`aiospark.runtime.run_partition`);
-    ``out_seconds``: a list is yielded at least this often while output waits (None: by size only)."""
+    ``out_seconds``: a list is yielded at least this often while output waits (None: by size only);
+    ``recordable(results)``: whether a call's own results are an answer the journal may keep
+    (None: every one)."""
 
     options: CallOptions
     durable: Durable | None = None
     journal_forms: tuple[Callable[[Any], Any] | None, Callable[[Any, Any], Any] | None] = (None, None)
+    recordable: Callable[[list[Any]], bool] | None = None
     on_error: OnError | None = None
     invoke: Callable[[Any], Any] | None = None
     units: Callable[[Any], int] | None = None
@@ -157,6 +160,8 @@ def run_task(plan: TaskPlan, chunks: Iterable[list[Any]]) -> Iterator[list[Any]]
         if durable is not None:
             identify, keys = durable.of, durable.idempotency
             view = durable.open_task(*plan.journal_forms)
+            if view is not None:
+                view.recordable = plan.recordable
             journal = OperatorJournal(view) if view is not None else None
             if view is not None and durable.asked_row_by_row(view):
                 fed = FedIdentities(durable.of, view)

@@ -113,7 +113,8 @@ class _PartitionRunner:
         plan = TaskPlan(options, durable=self.durable, journal_forms=_journal_forms(options.function, checks is not None),
                         on_error=_error_row if error_mode else None, invoke=invoke, out_rows=self.output_batch_rows,
                         count=len if split is None else served_rows, direct=None if split is None else Served,
-                        out_seconds=None if split is None else RECORD_SECONDS)
+                        out_seconds=None if split is None else RECORD_SECONDS,
+                        recordable=_rows_without_none if isinstance(options.function, AsyncFunction) else None)
         drop = without_part if self.shuffled else _same
         if split is not None:  # one row per run of equal keys, where nothing is asked per row
             split.target.runs_allowed = not error_mode and options.batch_size is None and checks is None \
@@ -152,6 +153,12 @@ def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _error_row(value: Any, exc: BaseException) -> list[Any]:
     return [ErrorRow(value, error_text(exc))]
+
+
+def _rows_without_none(results: list[Any]) -> bool:
+    """Whether an AsyncFunction's results (tagged with their input in error-row mode) hold no None:
+    a None is not a row, so that call is no answer to record."""
+    return not any((r.row if type(r) is Output else r) is None for r in results)
 
 
 def _journal_forms(function: Any, tagged: bool) -> tuple[Any, Any]:
