@@ -47,6 +47,16 @@ def age(root, seconds: float) -> None:
             os.utime(os.path.join(folder, f), (then, then))
 
 
+def ended_run(fs, directory) -> TableWriter:
+    """A run defined ten minutes ago whose task wrote keys 1 and 2 in two flushes, the last two
+    minutes ago."""
+    w = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
+    w.write(table([1], ["a"]))
+    w.write(table([2], ["b"]))
+    age(directory, 120)
+    return w
+
+
 def outcomes(fs, directory):
     return {i: r for i, (r, _) in read_table_outcomes(fs, table_files(fs, directory), ["k"]).items()}
 
@@ -113,10 +123,7 @@ def test_a_key_two_overlapping_writers_recorded_keeps_the_answer_readers_chose(t
 
 def test_a_crash_before_the_old_files_go_still_reads_one_answer_per_key(tmp_path):
     fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
-    w = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
-    w.write(table([1], ["a"]))
-    w.write(table([2], ["b"]))
-    age(directory, 120)
+    ended_run(fs, directory)
     kept = tmp_path / "kept"
     shutil.copytree(directory, kept)
     table_compact(fs, directory, keys=1, quiet=0.0)
@@ -132,10 +139,7 @@ def test_a_crash_before_the_old_files_go_still_reads_one_answer_per_key(tmp_path
 
 def test_a_run_written_in_the_last_minute_is_left_as_it_is(tmp_path):
     fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
-    old = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
-    old.write(table([1], ["a"]))
-    old.write(table([2], ["b"]))
-    age(directory, 120)
+    ended_run(fs, directory)
     live = TableWriter(fs, f"{directory}/s", run_name(30), 0, attempt="2.0")
     live.write(table([3], ["c"]))
     live.write(table([4], ["d"]))

@@ -252,9 +252,9 @@ def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, boo
     """Count the table's keys once each (two writers of one key count once) against ``known``,
     the bucket segments' identities (True: a result, False: a kept error)."""
     fs, root = store.fs
-    infos = table_infos(fs, table_dir(f"{root}/{manifest.digest}"))
-    out = TableCounts(len(infos), sum(i.size or 0 for i in infos),
-                      *table_groups(infos, table_dir(f"{root}/{manifest.digest}")))
+    directory = table_dir(f"{root}/{manifest.digest}")
+    infos = table_infos(fs, directory)
+    out = TableCounts(len(infos), sum(i.size or 0 for i in infos), *table_groups(infos, directory))
     if not infos:
         return out
     columns = [key_column(i) for i in range(len(manifest.key))]

@@ -106,8 +106,7 @@ def directory_compact(store: DirectoryStore, quiet: float, drop_errors: bool = F
     table = table_counts(store, manifest, known)  # counted before: compacting them changes no answer
     out.results += table.results
     out.errors -= table.outranked
-    root = store.fs[1]
-    tables = table_compact(fs, table_dir(f"{root}/{manifest.digest}"), len(manifest.key), quiet)
+    tables = table_compact(fs, table_dir(f"{store.fs[1]}/{manifest.digest}"), len(manifest.key), quiet)
     out.table_written, out.table_removed, out.table_busy = tables.written, tables.removed, tables.busy
     out.table_window = tables.window
     delete_segments(fs, consumed)  # every bucket holds their outcomes now

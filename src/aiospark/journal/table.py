@@ -62,7 +62,7 @@ OVERLAP_MARGIN = 5.0
 #: a run folder's name (:func:`new_run`)
 RUN_NAME = re.compile(r"(\d{13})-[0-9a-f]{8}")
 #: a table file's name (:class:`TableWriter`, compaction): ``<writer>-<ms>-<random>~<n>.parquet``
-FILE_NAME = _NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
+FILE_NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
 
 
 def key_column(i: int) -> str:
@@ -113,7 +113,7 @@ def may_repeat_keys(infos: Sequence[pafs.FileInfo], margin: float = OVERLAP_MARG
         if len(parts) < 4 or info.mtime_ns is None:
             return True
         run, partition, name = parts[1], parts[2], parts[3]
-        match = RUN_NAME.fullmatch(run), _NAME.fullmatch(name)
+        match = RUN_NAME.fullmatch(run), FILE_NAME.fullmatch(name)
         if match[0] is None or match[1] is None:
             return True
         mtime = info.mtime_ns / 1e9
