@@ -31,13 +31,22 @@ from ..core.durable import Recorded
 from .store import Entry, StoreTask
 from .table import TableWriter
 from .table_calls import SettledCalls, Taken
-from .task import TaskView
+from .task import FLUSH_SECONDS, TaskView
 
-__all__ = ["RECENT", "TableView"]
+__all__ = ["RECENT", "RECORD_SECONDS", "TableView"]
 
 #: own outcomes kept for equal rows still to come, at least (they arrive together, the input being
 #: sorted by key: a key's next row is admitted at most ``capacity`` completions after its call ended)
 RECENT = 1024
+
+#: on this route a key-run task records its calls from its output batches, so a batch leaves at
+#: least this often (seconds) while output waits: a slow service's answers reach the writer as they
+#: come, not 10,000 rows later
+RECORD_SECONDS = 0.25
+
+#: the writer's period here: an answer waits for its batch (:data:`RECORD_SECONDS`) and then for
+#: the next flush, and the two together are the journal's durability window (:data:`FLUSH_SECONDS`)
+TABLE_FLUSH_SECONDS = FLUSH_SECONDS - RECORD_SECONDS
 
 #: calls waiting for the writer thread that make it convert them (to Arrow: about 30 bytes a row
 #: rather than the Python objects' 500): a flush a second, whatever the rate of calls, and the
@@ -64,7 +73,7 @@ class TableView(TaskView):
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
                  recent: int = RECENT, arrange: Callable[[pa.Table], pa.Table] = lambda table: table,
                  from_output: Callable[[Taken, pa.RecordBatch | None], pa.Table | None] | None = None):
-        super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild)
+        super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild, flush_seconds=TABLE_FLUSH_SECONDS)
         #: the order of one file's rows (``to_table`` makes a chunk's; a file holds a flush's chunks)
         self.arrange = arrange
         self.keep = max(RECENT, recent)

@@ -208,7 +208,8 @@ class TaskView:
                         held = []
                     if not stopping:
                         renew()  # also while no call completes: a quiet writer is still alive
-                    due = time.monotonic() + self.flush_seconds
+                    # a fixed clock: the write's own time is not added to the next wait
+                    due = max(due + self.flush_seconds, time.monotonic())
             except BaseException as exc:  # the next record() or close() raises it
                 self._failure = exc
                 return

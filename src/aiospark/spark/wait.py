@@ -18,6 +18,7 @@ from ..core import AsyncFunction, RetryStrategy
 from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
+from ..journal.table_task import RECORD_SECONDS
 from .arrow_lane import PYARROW, ROWS, Settle, run_lane
 from .arrow_names import map_in_arrow
 from .budget import Budget
@@ -44,13 +45,6 @@ ON_ERROR = ("fail", "row")
 
 #: Rows per output Arrow batch (Spark's default ``maxRecordsPerBatch``).
 OUTPUT_BATCH_ROWS = 10_000
-
-#: On the table route a key-run task records its calls from its output batches, so a batch leaves
-#: at least this often (seconds) while output waits: a slow service's answers reach the journal's
-#: writer as they come, not 10,000 rows later (which writes a file a second: what a killed task
-#: loses stays about a second of calls)
-RECORD_SECONDS = 0.25
-
 
 class ErrorRow:
     """What a failed input becomes under ``on_error="row"``: its input and the error text."""
