@@ -18,7 +18,7 @@ def batch_of(values: list) -> pa.RecordBatch | None:
 
 
 def test_one_row_per_call_is_the_batch_itself_under_each_calls_key():
-    calls = SettledCalls(["k"], lists=False)
+    calls = SettledCalls(["k"])
     values = []
     for k in (5, 3, 9):
         values += settle(calls, k, [{"v": k * 10}])
@@ -30,13 +30,13 @@ def test_one_row_per_call_is_the_batch_itself_under_each_calls_key():
 
 
 def test_runs_several_rows_no_row_and_a_timeout_take_their_own_rows():
-    calls = SettledCalls(["k"], lists=True)
+    calls = SettledCalls(["k"])
     values = []
     values += settle(calls, 1, [{"v": 1}, {"v": 2}])              # two rows
     values += settle(calls, 2, [{"v": 20}], rows=2)               # a run of three rows: recorded once
     values += settle(calls, 3, [])                                # no row: recorded as such
     values += settle(calls, 4, [{"v": 40}], recordable=False)     # a timeout's fallback: not recorded
-    values += settle(calls, 5, [None, {"v": 50}])                 # a None among a list's rows: not recorded
+    values += settle(calls, 5, [None, {"v": 50}], recordable=False)  # the view's "not an answer" (TableView.settled)
     values += settle(calls, 6, [{"v": 60}])
     batch = batch_of(values)
     taken = calls.take(values, batch)
@@ -47,7 +47,7 @@ def test_runs_several_rows_no_row_and_a_timeout_take_their_own_rows():
 
 
 def test_a_plain_functions_none_is_its_no_row_answer_and_moves_the_batch_rows():
-    calls = SettledCalls(["k"], lists=False)
+    calls = SettledCalls(["k"])
     values = settle(calls, 1, [None]) + settle(calls, 2, [{"v": 2}]) + settle(calls, 3, [None]) + \
         settle(calls, 4, [{"v": 4}])
     batch = batch_of(values)
@@ -57,7 +57,7 @@ def test_a_plain_functions_none_is_its_no_row_answer_and_moves_the_batch_rows():
 
 
 def test_a_call_whose_rows_straddle_two_lists_goes_to_the_writer_and_the_next_list_starts_after_it():
-    calls = SettledCalls(["k"], lists=True)
+    calls = SettledCalls(["k"])
     values = settle(calls, 1, [{"v": 1}]) + settle(calls, 2, [{"v": 2}, {"v": 3}, {"v": 4}]) + \
         settle(calls, 3, [{"v": 5}])
     first, second = values[:2], values[2:]
@@ -69,7 +69,7 @@ def test_a_call_whose_rows_straddle_two_lists_goes_to_the_writer_and_the_next_li
 
 
 def test_a_run_whose_copies_straddle_two_lists_is_recorded_with_the_first():
-    calls = SettledCalls(["k"], lists=False)
+    calls = SettledCalls(["k"])
     values = settle(calls, 1, [{"v": 1}], rows=3) + settle(calls, 2, [{"v": 2}])
     taken = calls.take(values[:2], batch_of(values[:2]))
     assert taken.keys == [[1]] and taken.index == [0]
@@ -78,7 +78,7 @@ def test_a_run_whose_copies_straddle_two_lists_is_recorded_with_the_first():
 
 
 def test_calls_never_taken_are_left_for_the_writer_with_their_results():
-    calls = SettledCalls(["k", "other"], lists=False)
+    calls = SettledCalls(["k", "other"])
     values = calls.settled({"k": 1, "other": "a"}, [{"v": 1}], True, 0)
     calls.settled({"k": 2, "other": "b"}, [{"v": 2}], False, 0)
     calls.settled({"k": 3, "other": "c"}, [None], True, 0)
@@ -89,13 +89,13 @@ def test_calls_never_taken_are_left_for_the_writer_with_their_results():
 
 
 def test_outputs_out_of_step_with_the_calls_record_nothing():
-    calls = SettledCalls(["k"], lists=False)
+    calls = SettledCalls(["k"])
     settle(calls, 1, [{"v": 1}])
     settle(calls, 2, [{"v": 2}])
     other = [{"v": 2}, {"v": 1}]  # not the objects the calls emitted
     with pytest.raises(RuntimeError, match="out of step"):
         calls.take(other, batch_of(other))
-    calls = SettledCalls(["k"], lists=False)
+    calls = SettledCalls(["k"])
     shifted = [{"v": 0}, *settle(calls, 1, [{"v": 1}], rows=1)]  # a run's rows one place late
     with pytest.raises(RuntimeError, match="out of step"):
         calls.take(shifted, batch_of(shifted))

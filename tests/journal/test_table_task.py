@@ -117,10 +117,49 @@ def test_a_key_run_task_records_the_calls_of_a_list_beside_one_that_straddles_it
         rows = batch.take(pa.array(taken.index, pa.int64())) if taken.index is not None else batch
         return pa.table({"k": taken.keys[0][:rows.num_rows], "v": rows.column("v")})
     view.from_output = from_output
-    view.key_runs(SettledCalls(["k"], lists=True))
+    view.key_runs(SettledCalls(["k"]))
     values = view.settled({"k": 1}, [{"v": 10}], True) + view.settled({"k": 2}, [{"v": 20}, {"v": 21}], True)
     view.output(values[:2], pa.RecordBatch.from_pylist(values[:2]))   # 1 whole, 2 straddles
     view.output(values[2:], pa.RecordBatch.from_pylist(values[2:]))
     view.close()
     (table,) = written(folder)
     assert sorted(zip(table.column("k").to_pylist(), table.column("v").to_pylist())) == [(1, 10), (2, 20)]
+
+
+def _rows_without_none(results) -> bool:
+    return None not in results
+
+
+def test_what_the_view_finds_not_recordable_is_never_written_on_either_path(tmp_path):
+    """An AsyncFunction's list holding a None is no answer (the lane sets ``recordable``, as on the
+    bucket route): neither a call recorded row by row nor a key run's call reaches the table, and
+    the row's next equal row is called again rather than served."""
+    from aiospark.journal.table_calls import SettledCalls
+
+    prepared: list[int] = []
+    view, folder = table_view(tmp_path, prepared, flush_seconds=3600)
+    view.recordable = _rows_without_none
+    view.record_value("1", {"k": 1}, [{"v": 10}], None)
+    view.record_value("2", {"k": 2}, [None, {"v": 20}], None)
+    assert view.recorded("2") is None and view.recorded("1") is not None
+    view.close()
+    (table,) = written(folder)
+    assert table.column("k").to_pylist() == [1]
+
+    prepared = []
+    view, folder = table_view(tmp_path / "runs", prepared, flush_seconds=3600)
+    view.recordable = _rows_without_none
+
+    def from_output(taken, batch):
+        rows = batch.take(pa.array(taken.index, pa.int64())) if taken.index is not None else batch
+        return pa.table({"k": taken.keys[0][:rows.num_rows], "v": rows.column("v")})
+    view.from_output = from_output
+    view.key_runs(SettledCalls(["k"]))
+    values = view.settled({"k": 3}, [None, {"v": 30}], True) + view.settled({"k": 4}, [{"v": 40}], True)
+    values += view.settled({"k": 5}, [None], True)
+    kept = [v for v in values if v is not None]
+    view.output(values, pa.RecordBatch.from_pylist(kept))
+    view.settled({"k": 6}, [{"v": 60}, None], True)  # never reaches a batch: left for the writer at close
+    view.close()
+    (table,) = written(folder)
+    assert table.column("k").to_pylist() == [4]

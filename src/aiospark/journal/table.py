@@ -31,7 +31,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 from .identity import RowIdentity
 from .listing import listing
 
-__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableWriter",
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableFile", "TableWriter",
            "key_column", "output_column",
-           "may_repeat_keys", "new_run", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
+           "may_repeat_keys", "new_run", "table_file", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
 
 #: the folder of a question's table, under its digest
 TABLE = "table"
@@ -63,6 +63,31 @@ OVERLAP_MARGIN = 5.0
 RUN_NAME = re.compile(r"(\d{13})-[0-9a-f]{8}")
 #: a table file's name (:class:`TableWriter`, compaction): ``<writer>-<ms>-<random>~<n>.parquet``
 FILE_NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
+
+
+class TableFile(NamedTuple):
+    """Where a table file sits: ``<folder>/<run>/<partition>/<name>`` (``folder``: its schema's)."""
+
+    folder: str
+    run: str
+    partition: str
+    #: the attempt that wrote it (``<attempt>-<ms>-<random>``: one writer per task attempt)
+    writer: str
+    #: when the run was defined and when the writer started (seconds since the epoch)
+    run_start: float
+    writer_start: float
+
+
+def table_file(path: str) -> TableFile | None:
+    """The place of a file laid out and named as aiospark writes the table (:func:`new_run`,
+    :class:`TableWriter`); None for any other file."""
+    parts = path.rsplit("/", 3)
+    if len(parts) < 4 or not parts[2].isdigit():
+        return None
+    run, name = RUN_NAME.fullmatch(parts[1]), FILE_NAME.fullmatch(parts[3])
+    if run is None or name is None:
+        return None
+    return TableFile(parts[0], parts[1], parts[2], name.group(1), int(run.group(1)) / 1000, int(name.group(2)) / 1000)
 
 
 def key_column(i: int) -> str:
@@ -109,17 +134,13 @@ def may_repeat_keys(infos: Sequence[pafs.FileInfo], margin: float = OVERLAP_MARG
     runs: dict[str, list[float]] = {}
     writers: dict[tuple[str, str, str], list[float]] = {}
     for info in infos:
-        parts = info.path.rsplit("/", 3)
-        if len(parts) < 4 or info.mtime_ns is None:
-            return True
-        run, partition, name = parts[1], parts[2], parts[3]
-        match = RUN_NAME.fullmatch(run), FILE_NAME.fullmatch(name)
-        if match[0] is None or match[1] is None:
+        place = table_file(info.path)
+        if place is None or info.mtime_ns is None:
             return True
         mtime = info.mtime_ns / 1e9
-        life = runs.setdefault(run, [int(match[0].group(1)) / 1000, mtime])
+        life = runs.setdefault(place.run, [place.run_start, mtime])
         life[1] = max(life[1], mtime)
-        own = writers.setdefault((run, partition, match[1].group(1)), [int(match[1].group(2)) / 1000, mtime])
+        own = writers.setdefault((place.run, place.partition, place.writer), [place.writer_start, mtime])
         own[1] = max(own[1], mtime)
     if _overlap(list(runs.values()), margin):
         return True

@@ -60,13 +60,11 @@ class Taken:
 
 class SettledCalls:
     """The calls settled and not yet recorded, oldest first (see the module docstring). ``keys``:
-    the key columns of an input row; ``lists``: the function returns a list of rows (an
-    AsyncFunction), where a None is no row and its call is never recorded; a plain function's
-    ``[None]`` is its "no row" answer, recorded."""
+    the key columns of an input row. A plain function's ``[None]`` is its "no row" answer,
+    recorded (the view tells what is not recordable: :meth:`settled`)."""
 
-    def __init__(self, keys: Sequence[str], lists: bool):
+    def __init__(self, keys: Sequence[str]):
         self.names = list(keys)
-        self.lists = lists
         self._key = operator.itemgetter(*self.names)  # a value for one column, a tuple for several
         #: per call, in the order settled: its key, its first output (None for an odd call)
         self._keys: list[Any] = []
@@ -126,7 +124,7 @@ class SettledCalls:
             else:
                 results, emitted = [first], 1
             i += 1
-            if results is not None and not (self.lists and None in results):
+            if results is not None:
                 kept = [r for r in results if r is not None]
                 if not kept:
                     empty_keys.append(key)

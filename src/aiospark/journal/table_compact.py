@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import JournalStoreError
-from .table import FILE_NAME, RUN_NAME, key_column, may_repeat_keys, table_infos
+from .table import key_column, may_repeat_keys, table_file, table_infos
 
 __all__ = ["TABLE_QUIET_SECONDS", "TableCompaction", "table_compact", "table_groups"]
 
@@ -74,11 +74,11 @@ def _place(info: pafs.FileInfo, directory: str) -> tuple[str, str, str]:
     """``(shape, run, partition)`` of a file laid out as ``<directory>/<shape>/<run>/<partition>/<file>``
     with a name aiospark gives; ``("", "", path)`` for any other file (left alone)."""
     path: str = info.path
-    parts = path[len(directory) + 1:].split("/") if path.startswith(directory + "/") else []
-    if len(parts) != 4 or not RUN_NAME.fullmatch(parts[1]) or not parts[2].isdigit() \
-            or not FILE_NAME.fullmatch(parts[3]):
+    place = table_file(path)
+    shape = place.folder[len(directory) + 1:] if place is not None and place.folder.startswith(directory + "/") else ""
+    if place is None or not shape or "/" in shape:
         return "", "", path
-    return parts[0], parts[1], parts[2]
+    return shape, place.run, place.partition
 
 
 def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) -> TableCompaction:
@@ -95,19 +95,21 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
     out.window = max(quiet, TABLE_QUIET_SECONDS)
     busy = {key for key, t in newest.items() if now - t < out.window}
     shapes: dict[str, dict[str, list[pafs.FileInfo]]] = {}
+    runs: dict[str, set[str]] = {}
     for info in infos:
         shape, run, partition = _place(info, directory)
         if (shape, run) in busy:
             out.busy += 1
         elif shape:  # a file this module did not lay out is left alone
             shapes.setdefault(shape, {}).setdefault(partition, []).append(info)
+            runs.setdefault(shape, set()).add(run)
     emptied: set[str] = set()
     for shape, groups in sorted(shapes.items()):
         if all(len(files) == 1 for files in groups.values()):
             continue  # already one file per partition
         # every partition of the schema goes into one new run folder, named by the earliest run it
         # replaces: its life overlaps all of theirs (see the module docstring)
-        run = f"{_first_of([i for files in groups.values() for i in files])}-{uuid.uuid4().hex[:8]}"
+        run = f"{min(runs[shape]).split('-', 1)[0]}-{uuid.uuid4().hex[:8]}"  # run names: <13-digit ms>-<hex>
         for partition, files in sorted(groups.items()):
             _rewrite(fs, f"{directory}/{shape}/{run}/{partition}", files, keys)
             out.written += 1
@@ -120,11 +122,6 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
             emptied.update(info.path.rsplit("/", 1)[0] for info in files)
     _remove_empty(fs, directory, emptied)
     return out
-
-
-def _first_of(files: Sequence[pafs.FileInfo]) -> str:
-    """The earliest definition time (``<ms>``) among the runs of ``files``."""
-    return min(str(info.path).rsplit("/", 3)[-3].split("-", 1)[0] for info in files)
 
 
 def _rewrite(fs: pafs.FileSystem, folder: str, files: list[pafs.FileInfo], keys: int) -> None:

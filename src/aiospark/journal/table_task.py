@@ -135,6 +135,8 @@ class TableView(TaskView):
             return
         if self._failure is not None:
             raise self._failure
+        if self.recordable is not None and not self.recordable(results):
+            return
         if self.encode is not None:
             results = self.encode(results)
         self._queue((identity, value, results))  # a TableEntry
@@ -165,8 +167,10 @@ class TableView(TaskView):
         if self.unkeyed and at in self.unkeyed:
             self.unkeyed.discard(at)
             recordable = False
-        elif recordable and self._failure is not None:
-            raise self._failure
+        elif recordable:
+            if self._failure is not None:
+                raise self._failure
+            recordable = self.recordable is None or self.recordable(results)
         rows = self.followers.pop(at, 0) if self.followers else 0
         return self.calls.settled(value, results, recordable, rows)
 

@@ -49,7 +49,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 from pyspark.sql.window import Window
 
-from ..core import AsyncFunction
 from ..journal.directory import DirectoryStore
 from ..journal.table import (
     N_COLUMN,
@@ -104,20 +103,14 @@ def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, sh
     fields = [df.schema[c] for c in durable.columns]
     if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
         return None
-    return TableTarget(durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what,
-                       lists=isinstance(function, AsyncFunction))
+    return TableTarget(durable.columns, StructType(fields), declared, nulls=durable.nulls, what=what)
 
 
 class TableTarget:
     """One definition's table: where its tasks write and how a flush becomes a table (picklable)."""
 
-    def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str,
-                 lists: bool = False):
+    def __init__(self, keys: Sequence[str], key_schema: StructType, declared: StructType, nulls: bool, what: str):
         self.keys = list(keys)
-        #: the function returns a list of rows (an AsyncFunction): a None in it is not a row, so its
-        #: call is never recorded (error-row mode emits its input's error row for it; without
-        #: it, the lane fails the task); a plain function's None is its "no row" answer
-        self.lists = lists
         self.nulls = nulls
         #: one definition of the DataFrame: its tasks' retries find their earlier attempts' files
         self.run = new_run()
@@ -175,7 +168,7 @@ class TableTarget:
                                      from_output=self.from_output).load()
         if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
                 and not bound.keep_errors and encode is None and rebuild is None):
-            view.key_runs(SettledCalls(self.keys, self.lists))  # nothing to find per row: one row per run of equal keys
+            view.key_runs(SettledCalls(self.keys))  # nothing to find per row: one row per run of equal keys
         return view
 
     def locate(self, bound: BoundJournal, part: int) -> None:
@@ -221,10 +214,6 @@ class TableTarget:
         """Calls as the table's rows (in no order: see :meth:`sorted`). A call whose outputs do not fit the declared
         schema (NOT NULL kept) is left out: it is its row's error (error-row mode emits that, and
         the next run calls it again), never an answer a rerun would serve unchecked."""
-        if self.lists:
-            entries = [e for e in entries if None not in e[2]]
-            if not entries:
-                return None
         converter = RowConverter(self.declared, self.what)
         try:
             return self._table(entries, converter)
