@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from aiospark.journal import Journal, Manifest
-from aiospark.journal.table import TableWriter, table_files
+from aiospark.journal.table import TableWriter, new_run, table_files
 from aiospark.journal.table_task import TableView
 
 
@@ -30,9 +30,9 @@ def table_view(tmp_path, prepared: list[int], flush_seconds: float) -> tuple[Tab
 
     view = TableView(task, False, to_table, arrange=lambda table: table.sort_by("k")).load()
     view.flush_seconds = flush_seconds
-    folder = str(tmp_path / "table")
-    view.writer = TableWriter(pafs.LocalFileSystem(), folder, "run", 0, "0.1")
-    return view, f"{folder}/run/0"
+    folder, run = str(tmp_path / "table"), new_run()
+    view.writer = TableWriter(pafs.LocalFileSystem(), folder, run, 0, "0.1")
+    return view, f"{folder}/{run}/0"
 
 
 def written(folder: str) -> list[pa.Table]:

@@ -122,3 +122,47 @@ def test_the_default_key_with_nulls_survives_compaction(spark, tmp_path, capsys,
     assert "into 2 (one per partition)" in capsys.readouterr().out
     run(13, 4)
     assert len(logged(log)) == 14, "a rerun after --compact called again"
+
+
+def test_a_users_files_in_the_table_never_break_a_run_the_cli_or_compaction(spark, tmp_path, capsys, ended,
+                                                                           monkeypatch):
+    """Files aiospark did not write -- not Parquet at all, or Parquet of another schema -- at the
+    table's top, in a schema folder or in a partition folder: the run, ``aiospark journal`` and
+    ``--compact`` never open them, count them apart and leave them as they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    assert run(spark, rows_of(spark, 300), log, loc) == expected(300)
+    assert run(spark, rows_of(spark, 500, parts=2), log, loc) == expected(500)
+    ours = files(loc)
+    (table,) = glob.glob(os.path.join(loc, "*", "table"))
+    (shape,) = os.listdir(table)
+    partition = os.path.dirname(ours[0])
+    foreign = [os.path.join(table, "my_notes.parquet"), os.path.join(partition, "my_notes.parquet"),
+               os.path.join(table, shape, "mine.parquet")]
+    for path in foreign[:2]:
+        with open(path, "w") as f:
+            f.write("not Parquet")
+    pq.write_table(pa.table({"a": [1, 2]}), foreign[2])
+    kept = {path: open(path, "rb").read() for path in foreign}
+
+    assert main(["journal", loc]) == 0
+    shown = capsys.readouterr().out
+    assert "3 not aiospark's" in shown and "500 results" in shown, shown
+    assert f"in {len(ours) + 3} table files" in shown and "0 segments" not in shown, shown
+    calls = len(logged(log))
+    assert run(spark, rows_of(spark, 500).repartition(5), log, loc) == expected(500)
+    assert len(logged(log)) == calls
+
+    assert main(["journal", loc, "--compact"]) == 0
+    shown = capsys.readouterr().out
+    assert f"merged {len(ours)} table files into" in shown and "500 outcomes kept" in shown, shown
+    assert "bucket" not in shown.split("merged")[0], shown  # no bucket to speak of on this journal
+    monkeypatch.setattr("aiospark.journal.table_compact.TABLE_QUIET_SECONDS", 60.0)  # at once, as a user would
+    assert main(["journal", loc, "--compact"]) == 0
+    shown = capsys.readouterr().out
+    assert "nothing to compact" in shown and "left" not in shown, "compaction's own files are no running job's"
+    assert {path: open(path, "rb").read() for path in foreign} == kept
+    assert run(spark, rows_of(spark, 500).repartition(2), log, loc) == expected(500)
+    assert len(logged(log)) == calls

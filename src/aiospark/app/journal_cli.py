@@ -74,8 +74,12 @@ def describe(summary: JournalSummary) -> list[str]:
     """
     m = summary.manifest
     key = ", ".join(f"{c} ({t})" for c, t in zip(m.key, m.key_types)) if m.key_types else ", ".join(m.key)
-    where = f" in {summary.segments:,} segment{'s' if summary.segments != 1 else ''}" \
-        if summary.segments is not None else " (keys and values)"
+    if summary.segments is None:
+        where = " (keys and values)"
+    else:
+        files = [_n(summary.segments, "segment")] if summary.segments or not summary.table_files else []
+        files += [_n(summary.table_files, "table file")] if summary.table_files else []
+        where = f" in {' and '.join(files)}"
     lines = [f"journal {summary.location} ({summary.store})",
              f"  written by  {m.entry_point} {m.function} (code {m.code})",
              f"  schema      {m.output_schema}",
@@ -143,9 +147,12 @@ def describe_compaction(done: Compaction, dropped: bool = False) -> list[str]:
                      f"{_n(done.removed, 'segment')} ({bucket_segments:,} bucket, {done.removed_parts:,} parts, "
                      f"{done.removed_legacy:,} legacy); {_n(done.kept, 'bucket')} already one segment")
     elif done.table_removed:
-        lines.append(f"every bucket is one segment already ({_n(done.kept, 'bucket')})")
-    else:
+        if done.kept:
+            lines.append(f"every bucket is one segment already ({_n(done.kept, 'bucket')})")
+    elif done.kept:
         lines.append(f"nothing to compact: every bucket is one segment ({_n(done.kept, 'bucket')})")
+    else:
+        lines.append("nothing to compact")
     if done.table_removed:
         lines.append(f"merged {_n(done.table_removed, 'table file')} into {done.table_written:,} (one per partition)")
     if done.table_busy:

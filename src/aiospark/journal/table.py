@@ -42,7 +42,7 @@ from .listing import listing
 
 __all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableFile", "TableWriter",
            "key_column", "output_column",
-           "may_repeat_keys", "new_run", "table_file", "read_table_outcomes", "table_dir", "table_files", "table_infos"]
+           "may_repeat_keys", "new_run", "table_file", "read_table_outcomes", "table_dir", "table_files", "table_infos", "table_listing"]
 
 #: the folder of a question's table, under its digest
 TABLE = "table"
@@ -104,11 +104,18 @@ def table_dir(top: str) -> str:
     return f"{top}/{TABLE}"
 
 
-def table_infos(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
-    """Every whole Parquet file under ``directory`` (sorted by path; none when it does not exist)."""
+def table_listing(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
+    """Every whole Parquet file under ``directory``, aiospark's or not (sorted by path; none when
+    it does not exist): what ``aiospark journal`` counts."""
     return sorted((info for info in listing(fs, directory, recursive=True)
                    if info.type == pafs.FileType.File and info.path.endswith(".parquet")
                    and not info.path.rsplit("/", 1)[-1].startswith((".", "_"))), key=lambda i: i.path)
+
+
+def table_infos(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
+    """The table files aiospark wrote under ``directory`` (:func:`table_file`): the only ones read,
+    served or compacted; a user's file beside them (a copy, notes) is never opened."""
+    return [info for info in table_listing(fs, directory) if table_file(info.path) is not None]
 
 
 def table_files(fs: pafs.FileSystem, directory: str) -> list[str]:

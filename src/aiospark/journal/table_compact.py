@@ -62,6 +62,10 @@ class TableCompaction:
     window: float = TABLE_QUIET_SECONDS
 
 
+#: the writer name of a compaction's files (``<WRITER>-<ms>-<random>~0.parquet``)
+WRITER = "compact"
+
+
 def table_groups(infos: Sequence[pafs.FileInfo], directory: str) -> tuple[int, int]:
     """``(partitions, foreign)`` of ``infos`` (the files under ``directory``): the schema and
     partition folders of the files aiospark wrote (:func:`table_compact` leaves one file in each),
@@ -90,6 +94,8 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
     newest: dict[tuple[str, str], float] = {}
     for info in infos:
         shape, run, _ = _place(info, directory)
+        if info.base_name.startswith(f"{WRITER}-"):
+            continue  # a compaction's file, whole when renamed: no task writes in its run
         mtime = info.mtime.timestamp() if info.mtime is not None else now
         newest[shape, run] = max(newest.get((shape, run), 0.0), mtime)
     out.window = max(quiet, TABLE_QUIET_SECONDS)
@@ -128,7 +134,7 @@ def _rewrite(fs: pafs.FileSystem, folder: str, files: list[pafs.FileInfo], keys:
     """``files`` (one partition of one schema) read in path order as one file in ``folder``,
     durable when this returns: ``compact-<ms>-<random>~0.parquet``."""
     repeat = may_repeat_keys(files)
-    name = f"compact-{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}~0.parquet"
+    name = f"{WRITER}-{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}~0.parquet"
     fs.create_dir(folder, recursive=True)
     hidden = f"{folder}/.{name}"
     seen: set[tuple[Any, ...]] = set()

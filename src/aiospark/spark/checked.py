@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core import AsyncFunction
 from ..core.batches import own_inputs
-from .schema import OutputSchemaError
+from .schema import OutputSchemaError, none_among_rows
 
 #: (input value, error text) -> the error row emitted instead of the input's outputs
 MakeError = Callable[[Any, str], Any]
@@ -179,6 +179,8 @@ class OutputChecks:
         for o in outputs:
             if type(o.row) is not dict:
                 try:
+                    if o.row is None:  # only an AsyncFunction's list is tagged row by row: its None is no row
+                        raise OutputSchemaError(none_among_rows(self.converter.what))
                     o.row = as_dict(o.row)
                 except OutputSchemaError as exc:
                     o.call.problem = f"OutputSchemaError: {exc}"

@@ -34,7 +34,15 @@ from .progress import check_progress
 from .progress_live import watch
 from .reach import check_reach
 from .row_key import row_key
-from .schema import OutputSchemaError, RowConverter, check_unique_names, parse_schema, to_python
+from .schema import (
+    OutputSchemaError,
+    RowConverter,
+    check_unique_names,
+    exact_text,
+    none_among_rows,
+    parse_schema,
+    to_python,
+)
 from .table_route import Served, TableSplit, routed, served_rows, shape_of, table_target
 from .task import TaskPlan, run_task
 
@@ -131,8 +139,7 @@ class _PartitionRunner:
         rows = [v for v in values if v is not None]  # a plain function's None means "no row"
         if len(rows) != len(values) and not error_mode and isinstance(self.options.function, AsyncFunction):
             # an AsyncFunction's list holds rows (error-row mode makes its input an error row)
-            raise OutputSchemaError(f"{self.what} returned None among an input's rows: a row is a dict, tuple or "
-                                    "Row; return [] for an input with no row")
+            raise OutputSchemaError(none_among_rows(self.what))
         if error_mode:
             rows = [self._error_dict(r.input, r.error) if type(r) is ErrorRow else r for r in rows]
         return rows
@@ -267,7 +274,8 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     journal = check_journal(journal, name.split(" ")[0])
     identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
-    durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
+    exact = None if getattr(function, "journal_schema", None) else exact_text(declared)
+    durable = runner.durable = Durable.prepare(journal, df, name, function, asked, exact)
     if durable.bound is not None:  # every route reads the table of this exact schema, and only it
         durable.bound.table_shape = shape_of(declared)
     given = df
