@@ -60,29 +60,6 @@ def test_a_nullability_change_of_the_output_schema_is_not_served_stale(spark, tm
     assert not served_nulls, f"NULL served as a result of a NOT NULL column: {served_nulls[:3]}"
 
 
-@pytest.mark.parametrize("dedup", [True, False])  # the table route and the bucket route
-def test_a_nullability_change_is_refused_before_any_call_on_every_route(spark, tmp_path, dedup):
-    """The declared schema is part of the question, NOT NULLs included: each change of one is
-    refused, naming it, before any call (it used to pay every row again on the table route and
-    serve the old answers on the bucket route); ``version=`` records the new question beside."""
-    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
-    df = spark.range(0, 20, 1, 2).select((F.col("id") % 10).alias("k"))
-
-    def run(schema, **journal):
-        return aiospark.unordered_wait(df, Maybe(log), schema, dedup=dedup, on_error="row",
-                                       journal=aiospark.Journal(loc, key="k", **journal)).collect()
-
-    run("k LONG, v STRING")
-    calls = len(logged(log))
-    for schema in ("k LONG NOT NULL, v STRING", "k LONG, v STRING NOT NULL"):
-        with pytest.raises(JournalMismatch, match="NOT NULL"):
-            run(schema)
-    assert len(logged(log)) == calls
-    assert len(run("k LONG, v STRING")) == 20 and len(logged(log)) == calls, "the same question is served"
-    rows = run("k LONG NOT NULL, v STRING", version="2")
-    assert len(logged(log)) == calls + (10 if dedup else 20) and len(rows) == 20
-
-
 def test_output_names_that_spell_another_schema_are_another_question(spark, tmp_path):
     """One column named ``x:int,y`` (STRING) and two columns ``x INT, y STRING`` are different
     questions; the stored answers of the first must not be served to the second."""

@@ -55,17 +55,13 @@ class Manifest:
     #: the question (not in :attr:`digest`, never a difference); None: a journal written before
     #: buckets (or a store without them)
     buckets: int | None = None
-    #: the declared schema exactly (NOT NULLs and names as declared, which :attr:`output_schema`'s
-    #: text leaves out or folds): compared when both sides have it, not in :attr:`digest` (a
-    #: journal written before it keeps its outcomes where they are)
-    exact_schema: str | None = None
 
     @classmethod
     def of(cls, entry_point: str, function: Any, output_schema: str, key: Sequence[str],
-           key_types: Sequence[str], version: str | None = None, exact_schema: str | None = None) -> Manifest:
+           key_types: Sequence[str], version: str | None = None) -> Manifest:
         name, code, parts = function_fingerprint(function)
         return cls(entry_point, name, code, output_schema, list(key), list(key_types), parts=parts,
-                   version=version, exact_schema=exact_schema)
+                   version=version)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -81,7 +77,7 @@ class Manifest:
     def digest(self) -> str:
         """A short hash naming these outcomes (a directory, a Redis key prefix): of the question
         only, so a journal's layout (``buckets``) never moves its outcomes."""
-        question = {k: v for k, v in asdict(self).items() if k not in ("buckets", "exact_schema")}
+        question = {k: v for k, v in asdict(self).items() if k != "buckets"}
         return hashlib.sha256(json.dumps(question, sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(self, recorded: Manifest) -> list[str]:
@@ -93,10 +89,6 @@ class Manifest:
         for name in self.__dataclass_fields__:
             theirs, ours = getattr(recorded, name), getattr(self, name)
             if name in ("code", "parts", "buckets") or theirs == ours:
-                continue
-            if name == "exact_schema":
-                if theirs is not None and ours is not None and recorded.output_schema == self.output_schema:
-                    out.append(f"output schema as declared (NOT NULLs, names): {theirs!r} (journal) vs {ours!r} (now)")
                 continue
             out.append(f"{name.replace('_', ' ')}: {theirs!r} (journal) vs {ours!r} (now)")
         if recorded.function == self.function and recorded.code != self.code:

@@ -75,11 +75,9 @@ class Durable:
         self.table: Any = None
 
     @classmethod
-    def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str,
-                exact_schema: str | None = None) -> Durable:
+    def prepare(cls, journal: Any, df: Any, what: str, function: Any, output_schema: str) -> Durable:
         """For a DataFrame entry point: rows are dicts; the key is ``journal.key`` or every column.
-        ``output_schema`` is the schema the user declared (not the columns ``on_error`` adds), and
-        ``exact_schema`` it with its NOT NULLs and names as declared (:func:`exact_text`)."""
+        ``output_schema`` is the schema the user declared (not the columns ``on_error`` adds)."""
         journal = check_journal(journal, what)
         columns = list(df.columns)
         # ordered_wait and unordered_wait give a row the same outputs: one journal serves both
@@ -90,7 +88,7 @@ class Durable:
         key = cls.identity_columns(journal, columns, what, function)
         check_location(journal, getattr(df, "sparkSession", None), what)
         types = [df.schema[c].dataType.simpleString() for c in key]
-        manifest = Manifest.of(entry, function, output_schema, key, types, exact_schema=exact_schema)
+        manifest = Manifest.of(entry, function, output_schema, key, types)
         # the default key is the whole row: its values, NULLs among them, are the question asked
         of = whole if journal.key is None else RowIdentity(key, nulls=False)
         keys = IdempotencyKey(f"{entry}:{manifest.function}:{manifest.code}", of, whole)

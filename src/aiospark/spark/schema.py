@@ -133,27 +133,6 @@ def _column(rows: list[dict[str, Any]], name: str) -> tuple[list[Any], int]:
     return [None if v is _MISSING else v for v in column], len(column) - missing
 
 
-def exact_text(schema: StructType) -> str:
-    """``schema`` as declared, NOT NULLs and names included at every level (what ``simpleString``
-    leaves out or does not quote): ``exact_text(StructType([StructField("id", LongType(), False)]))``
-    is ``'`id` bigint NOT NULL'``."""
-    def fields(struct: StructType) -> str:
-        return ", ".join(f"`{f.name.replace('`', '``')}` {kind(f.dataType)}{null(f.nullable)}" for f in struct.fields)
-
-    def null(nullable: bool) -> str:
-        return "" if nullable else " NOT NULL"
-
-    def kind(t: DataType) -> str:
-        if isinstance(t, StructType):
-            return f"struct<{fields(t)}>"
-        if isinstance(t, ArrayType):
-            return f"array<{kind(t.elementType)}{null(t.containsNull)}>"
-        if isinstance(t, MapType):
-            return f"map<{kind(t.keyType)}, {kind(t.valueType)}{null(t.valueContainsNull)}>"
-        return t.simpleString()
-    return fields(schema)
-
-
 def none_among_rows(what: str) -> str:
     """What an AsyncFunction's list of rows holding a None is told (its call is never recorded)."""
     return (f"{what} returned None among an input's rows: a row is a dict, tuple or Row; return [] for an "

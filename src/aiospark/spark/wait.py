@@ -38,7 +38,6 @@ from .schema import (
     OutputSchemaError,
     RowConverter,
     check_unique_names,
-    exact_text,
     none_among_rows,
     parse_schema,
     to_python,
@@ -274,8 +273,7 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     journal = check_journal(journal, name.split(" ")[0])
     identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
-    exact = None if getattr(function, "journal_schema", None) else exact_text(declared)
-    durable = runner.durable = Durable.prepare(journal, df, name, function, asked, exact)
+    durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
     if durable.bound is not None:  # every route reads the table of this exact schema, and only it
         durable.bound.table_shape = shape_of(declared)
     given = df
