@@ -52,7 +52,7 @@ from .listing import listing
 from .manifest import MANIFEST, Manifest
 from .segment import BATCH_ROWS, BATCHED, Outcomes, is_segment, read_outcomes, write_batch
 from .store import JournalNotFound, JournalSummary
-from .table import key_column, table_dir, table_infos, table_listing
+from .table import key_column, table_dir, table_file, table_listing
 from .table_compact import table_groups
 from .writers import PARTS
 
@@ -255,7 +255,7 @@ def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, boo
     directory = table_dir(f"{root}/{manifest.digest}")
     every = table_listing(fs, directory)
     out = TableCounts(len(every), sum(i.size or 0 for i in every), *table_groups(every, directory))
-    infos = table_infos(fs, directory)  # a file aiospark did not write is counted, never read
+    infos = [i for i in every if table_file(i.path) is not None]  # a file aiospark did not write is counted, never read
     if not infos:
         return out
     columns = [key_column(i) for i in range(len(manifest.key))]
