@@ -26,7 +26,7 @@ RUN_B = "1795986900000-0000000b"   # defined 102 s later
 
 def info(run: str, partition: int, writer_ms: int, mtime_s: float, n: int = 0, name: str | None = None):
     name = name or f"5.{partition}-{writer_ms:013d}-0000abcd~{n}.parquet"
-    return pafs.FileInfo(f"/j/d/table/shape/{run}/{partition}/{name}", pafs.FileType.File,
+    return pafs.FileInfo(f"/j/0123456789abcdef/table/fedcba9876543210/{run}/{partition}/{name}", pafs.FileType.File,
                          mtime_ns=int(mtime_s * 1e9), size=10)
 
 
@@ -55,7 +55,7 @@ def test_overlapping_runs_or_attempts_may_repeat_keys():
 @pytest.mark.parametrize("name", ["part-00000.parquet", "5.0-notatime-0000abcd~0.parquet", "x~0.parquet"])
 def test_a_file_this_module_did_not_name_counts_as_a_possible_repeat(name):
     assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986801.0, name=name)]) is True
-    foreign_run = pafs.FileInfo("/j/d/table/shape/some-run/0/5.0-1795986798100-0000abcd~0.parquet",
+    foreign_run = pafs.FileInfo("/j/0123456789abcdef/table/fedcba9876543210/some-run/0/5.0-1795986798100-0000abcd~0.parquet",
                                 pafs.FileType.File, mtime_ns=1, size=1)
     assert may_repeat_keys([foreign_run]) is True
 
@@ -68,10 +68,10 @@ def one_call_table(key: int, value: str) -> pa.Table:
 
 def test_a_file_that_vanishes_after_listing_is_skipped_and_its_keys_are_not_recorded(tmp_path):
     fs = pafs.LocalFileSystem()
-    writer = TableWriter(fs, str(tmp_path / "t"), run=RUN_A, partition=0, attempt="1.1")
+    writer = TableWriter(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), run=RUN_A, partition=0, attempt="1.1")
     writer.write(one_call_table(1, "a"))
     writer.write(one_call_table(2, "b"))
-    paths = table_files(fs, str(tmp_path / "t"))
+    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"))
     assert len(paths) == 2
     fs.delete_file(paths[1])  # compacted or removed by its owner between the listing and the read
     found = read_table_outcomes(fs, paths, ["k"])
@@ -80,14 +80,14 @@ def test_a_file_that_vanishes_after_listing_is_skipped_and_its_keys_are_not_reco
 
 def test_the_first_file_read_stands_and_a_call_without_rows_is_recorded_as_none(tmp_path):
     fs = pafs.LocalFileSystem()
-    writer = TableWriter(fs, str(tmp_path / "t"), run=RUN_A, partition=0, attempt="1.1")
+    writer = TableWriter(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), run=RUN_A, partition=0, attempt="1.1")
     writer.write(one_call_table(1, "first"))
     writer.write(one_call_table(1, "second"))
     empty = pa.Table.from_arrays([pa.array([3], pa.int64()), pa.array([NO_ROW], pa.int32()),
                                   pa.array([None], pa.string())], names=[key_column(0), N_COLUMN, output_column(0)],
                                  metadata={OUTPUT_NAMES: json.dumps(["v"])})
     writer.write(empty)
-    found = read_table_outcomes(fs, table_files(fs, str(tmp_path / "t")), ["k"])
+    found = read_table_outcomes(fs, table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210")), ["k"])
     assert sorted(r for r, _ in found.values()) == [[], [{"v": "first"}]]
 
 
@@ -102,13 +102,13 @@ def test_earlier_attempts_are_handed_out_in_key_order_one_window_at_a_time(tmp_p
     from aiospark.journal.table_prior import PriorOutcomes, sort_key, sort_table
 
     fs = pafs.LocalFileSystem()
-    writer = TableWriter(fs, str(tmp_path / "t"), run=RUN_A, partition=0, attempt="1.1")
+    writer = TableWriter(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), run=RUN_A, partition=0, attempt="1.1")
     # the default key (NULL is a value): NULL sorts as ("", null) right after ""
     writer.write(sort_table(string_table(["b", None, "é", ""], ["vb", "vnull", "vé", "vempty"]), 1, nulls=True))
     writer.write(sort_table(string_table(["b", "c", "c", "d"], ["other", "c0", "c1", None], [0, 0, 1, NO_ROW]),
                             1, nulls=True))
     writer.write(sort_table(string_table(["z"], ["vz"]), 1, nulls=True))
-    paths = table_files(fs, str(tmp_path / "t"))
+    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"))
     fs.delete_file(paths[2])  # removed after listing: its key is not recorded
     prior = PriorOutcomes(fs, paths, ["k"], nulls=True)
     join = lambda v: sort_key(["" if v is None else v, v is None])  # noqa: E731  the input's join columns

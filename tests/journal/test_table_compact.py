@@ -28,6 +28,9 @@ from aiospark.journal.table import (
 )
 from aiospark.journal.table_compact import table_compact, table_groups
 
+#: a question's digest and a schema folder's name, as aiospark names them (16 hex digits)
+DIGEST, SHAPE = "0123456789abcdef", "fedcba9876543210"
+
 
 def run_name(seconds_ago: float) -> str:
     return f"{int((time.time() - seconds_ago) * 1000):013d}-{os.urandom(4).hex()}"
@@ -51,7 +54,7 @@ def age(root, seconds: float) -> None:
 def ended_run(fs, directory) -> TableWriter:
     """A run defined ten minutes ago whose task wrote keys 1 and 2 in two flushes, the last two
     minutes ago."""
-    w = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
+    w = TableWriter(fs, f"{directory}/{SHAPE}", run_name(600), 0, attempt="1.0")
     w.write(table([1], ["a"]))
     w.write(table([2], ["b"]))
     age(directory, 120)
@@ -63,8 +66,8 @@ def outcomes(fs, directory):
 
 
 def test_runs_become_one_file_per_partition_and_every_answer_stays(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
-    shape = f"{directory}/shape1"
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
+    shape = f"{directory}/{SHAPE}"
     first, second = run_name(600), run_name(300)
     for partition in (0, 1):  # run 1: two attempts' flushes per partition
         w = TableWriter(fs, shape, first, partition, attempt=f"1.{partition}")
@@ -103,12 +106,12 @@ def test_runs_become_one_file_per_partition_and_every_answer_stays(tmp_path):
 
 
 def test_a_key_two_overlapping_writers_recorded_keeps_the_answer_readers_chose(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
     run = run_name(600)
-    a = TableWriter(fs, f"{directory}/s", run, 0, attempt="1.0")
+    a = TableWriter(fs, f"{directory}/{SHAPE}", run, 0, attempt="1.0")
     a.prefix = f"1.0-{run_name(590)}"  # started 590 s ago
     a.write(table([1, 2], ["first-1", "first-2"]))
-    b = TableWriter(fs, f"{directory}/s", run, 0, attempt="1.1")  # a speculative attempt, at once
+    b = TableWriter(fs, f"{directory}/{SHAPE}", run, 0, attempt="1.1")  # a speculative attempt, at once
     b.prefix = f"1.1-{run_name(580)}"
     b.write(table([2, 2, 3], ["second-2a", "second-2b", "second-3"], [0, 1, 0]))
     age(directory, 120)
@@ -123,7 +126,7 @@ def test_a_key_two_overlapping_writers_recorded_keeps_the_answer_readers_chose(t
 
 
 def test_a_crash_before_the_old_files_go_still_reads_one_answer_per_key(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
     ended_run(fs, directory)
     kept = tmp_path / "kept"
     shutil.copytree(directory, kept)
@@ -139,9 +142,9 @@ def test_a_crash_before_the_old_files_go_still_reads_one_answer_per_key(tmp_path
 
 
 def test_a_run_written_in_the_last_minute_is_left_as_it_is(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
     ended_run(fs, directory)
-    live = TableWriter(fs, f"{directory}/s", run_name(30), 0, attempt="2.0")
+    live = TableWriter(fs, f"{directory}/{SHAPE}", run_name(30), 0, attempt="2.0")
     live.write(table([3], ["c"]))
     live.write(table([4], ["d"]))
     before = outcomes(fs, directory)
@@ -156,8 +159,8 @@ def test_a_run_written_in_the_last_minute_is_left_as_it_is(tmp_path):
 
 
 def test_a_file_of_another_schema_in_a_folder_stops_its_partition_and_deletes_nothing(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
-    w = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
+    w = TableWriter(fs, f"{directory}/{SHAPE}", run_name(600), 0, attempt="1.0")
     w.write(table([1], ["a"]))
     w.write(table([2], ["b"], names=("w",)))  # other output names: not the same table
     age(directory, 120)
@@ -169,20 +172,22 @@ def test_a_file_of_another_schema_in_a_folder_stops_its_partition_and_deletes_no
 
 
 def test_files_this_module_did_not_lay_out_are_left_alone(tmp_path):
-    fs, directory = pafs.LocalFileSystem(), str(tmp_path / "table")
-    w = TableWriter(fs, f"{directory}/s", run_name(600), 0, attempt="1.0")
+    fs, directory = pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
+    w = TableWriter(fs, f"{directory}/{SHAPE}", run_name(600), 0, attempt="1.0")
     w.write(table([1], ["a"]))
     w.write(table([2], ["b"]))
     run = w.folder.rsplit("/", 2)[-2]
-    foreign = [tmp_path / "table" / "s" / "notes.parquet", tmp_path / "table" / "s" / "my-run" / "0" / "x.parquet",
-               tmp_path / "table" / "s" / run_name(900) / "all" / "y.parquet",
+    foreign = [tmp_path / DIGEST / "table" / SHAPE / "notes.parquet", tmp_path / DIGEST / "table" / SHAPE / "my-run" / "0" / "x.parquet",
+               tmp_path / DIGEST / "table" / SHAPE / run_name(900) / "all" / "y.parquet",
                # a user's copy beside the journal's own files: not a name aiospark gives
-               tmp_path / "table" / "s" / run / "0" / "my_backup.parquet"]
+               tmp_path / DIGEST / "table" / SHAPE / run / "0" / "my_backup.parquet",
+               # a copy of a run folder one level deeper, aiospark's names and all
+               tmp_path / DIGEST / "table" / SHAPE / "backup" / run / "0" / os.listdir(w.folder)[0]]
     for f in foreign:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"not the journal's")
     age(directory, 120)
-    assert table_groups(table_listing(fs, directory), directory) == (1, 4)
+    assert table_groups(table_listing(fs, directory), directory) == (1, 5)
     assert len(table_infos(fs, directory)) == 2, "only aiospark's files are ever read"
     done = table_compact(fs, directory, keys=1, quiet=0.0)
     assert (done.written, done.removed) == (1, 2)

@@ -30,7 +30,7 @@ def table_view(tmp_path, prepared: list[int], flush_seconds: float) -> tuple[Tab
 
     view = TableView(task, False, to_table, arrange=lambda table: table.sort_by("k")).load()
     view.flush_seconds = flush_seconds
-    folder, run = str(tmp_path / "table"), new_run()
+    folder, run = str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), new_run()
     view.writer = TableWriter(pafs.LocalFileSystem(), folder, run, 0, "0.1")
     return view, f"{folder}/{run}/0"
 

@@ -63,12 +63,16 @@ OVERLAP_MARGIN = 5.0
 RUN_NAME = re.compile(r"(\d{13})-[0-9a-f]{8}")
 #: a table file's name (:class:`TableWriter`, compaction): ``<writer>-<ms>-<random>~<n>.parquet``
 FILE_NAME = re.compile(r"(.+-(\d{13})-[0-9a-f]{8})~\d+\.parquet")
+#: a question's digest (:attr:`Manifest.digest`) and a schema folder's name: 16 hex digits
+HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 class TableFile(NamedTuple):
-    """Where a table file sits: ``<folder>/<run>/<partition>/<name>`` (``folder``: its schema's)."""
+    """Where a table file sits: ``<folder>/<run>/<partition>/<name>`` (``folder``: its schema's,
+    ``<location>/<digest>/table/<shape>``)."""
 
     folder: str
+    shape: str
     run: str
     partition: str
     #: the attempt that wrote it (``<attempt>-<ms>-<random>``: one writer per task attempt)
@@ -79,15 +83,18 @@ class TableFile(NamedTuple):
 
 
 def table_file(path: str) -> TableFile | None:
-    """The place of a file laid out and named as aiospark writes the table (:func:`new_run`,
-    :class:`TableWriter`); None for any other file."""
-    parts = path.rsplit("/", 3)
-    if len(parts) < 4 or not parts[2].isdigit():
+    """The place of a file laid out and named as aiospark writes the table,
+    ``<digest>/table/<shape>/<run>/<partition>/<name>`` (:func:`new_run`, :class:`TableWriter`);
+    None for any other file, such as a user's copy of a run folder one level deeper."""
+    parts = path.rsplit("/", 6)
+    if len(parts) < 7 or parts[2] != TABLE or not parts[5].isdigit():
         return None
-    run, name = RUN_NAME.fullmatch(parts[1]), FILE_NAME.fullmatch(parts[3])
-    if run is None or name is None:
+    run, name = RUN_NAME.fullmatch(parts[4]), FILE_NAME.fullmatch(parts[6])
+    if run is None or name is None or not HEX16.fullmatch(parts[1]) or not HEX16.fullmatch(parts[3]):
         return None
-    return TableFile(parts[0], parts[1], parts[2], name.group(1), int(run.group(1)) / 1000, int(name.group(2)) / 1000)
+    folder = path.rsplit("/", 3)[0]
+    return TableFile(folder, parts[3], parts[4], parts[5], name.group(1),
+                     int(run.group(1)) / 1000, int(name.group(2)) / 1000)
 
 
 def key_column(i: int) -> str:

@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import JournalStoreError
-from .table import key_column, may_repeat_keys, table_file, table_infos
+from .table import TableFile, key_column, may_repeat_keys, table_file, table_infos
 
 __all__ = ["TABLE_QUIET_SECONDS", "TableCompaction", "table_compact", "table_groups"]
 
@@ -71,44 +71,39 @@ def table_groups(infos: Sequence[pafs.FileInfo], directory: str) -> tuple[int, i
     partition folders of the files aiospark wrote (:func:`table_compact` leaves one file in each),
     and how many files it did not write (left alone)."""
     places = [_place(info, directory) for info in infos]
-    return len({(shape, partition) for shape, _, partition in places if shape}), sum(1 for p in places if not p[0])
+    return len({(p.shape, p.partition) for p in places if p is not None}), places.count(None)
 
 
-def _place(info: pafs.FileInfo, directory: str) -> tuple[str, str, str]:
-    """``(shape, run, partition)`` of a file laid out as ``<directory>/<shape>/<run>/<partition>/<file>``
-    with a name aiospark gives; ``("", "", path)`` for any other file (left alone)."""
-    path: str = info.path
-    place = table_file(path)
-    shape = place.folder[len(directory) + 1:] if place is not None and place.folder.startswith(directory + "/") else ""
-    if place is None or not shape or "/" in shape:
-        return "", "", path
-    return shape, place.run, place.partition
+def _place(info: pafs.FileInfo, directory: str) -> TableFile | None:
+    """Where a file aiospark wrote sits in ``directory``; None for any other file (left alone)."""
+    place = table_file(info.path)
+    return place if place is not None and place.folder == f"{directory}/{place.shape}" else None
 
 
 def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) -> TableCompaction:
     """Rewrite the table files under ``directory`` (a digest's ``table`` folder; ``keys``: the
     journal's key columns) as one file per schema and partition (see the module docstring)."""
     out = TableCompaction()
-    infos = table_infos(fs, directory)
     now = time.time()
+    # a file this module did not lay out is left alone
+    placed = [(info, place) for info in table_infos(fs, directory)
+              if (place := _place(info, directory)) is not None]
     newest: dict[tuple[str, str], float] = {}
-    for info in infos:
-        shape, run, _ = _place(info, directory)
+    for info, place in placed:
         if info.base_name.startswith(f"{WRITER}-"):
             continue  # a compaction's file, whole when renamed: no task writes in its run
         mtime = info.mtime.timestamp() if info.mtime is not None else now
-        newest[shape, run] = max(newest.get((shape, run), 0.0), mtime)
+        newest[place.shape, place.run] = max(newest.get((place.shape, place.run), 0.0), mtime)
     out.window = max(quiet, TABLE_QUIET_SECONDS)
     busy = {key for key, t in newest.items() if now - t < out.window}
     shapes: dict[str, dict[str, list[pafs.FileInfo]]] = {}
     runs: dict[str, set[str]] = {}
-    for info in infos:
-        shape, run, partition = _place(info, directory)
-        if (shape, run) in busy:
+    for info, place in placed:
+        if (place.shape, place.run) in busy:
             out.busy += 1
-        elif shape:  # a file this module did not lay out is left alone
-            shapes.setdefault(shape, {}).setdefault(partition, []).append(info)
-            runs.setdefault(shape, set()).add(run)
+        else:
+            shapes.setdefault(place.shape, {}).setdefault(place.partition, []).append(info)
+            runs.setdefault(place.shape, set()).add(place.run)
     emptied: set[str] = set()
     for shape, groups in sorted(shapes.items()):
         if all(len(files) == 1 for files in groups.values()):
