@@ -204,24 +204,6 @@ def test_a_float_key_takes_the_bucket_route(spark, tmp_path):
     assert not table_files(loc)
 
 
-def test_readers_other_than_the_route_read_the_table_of_their_own_schema(spark, tmp_path):
-    """``v STRING`` and ``v STRING NOT NULL`` are one manifest (its schema text drops NOT NULL) but
-    two tables: ``ordered_wait`` and the plan read only the table of the schema they declare, so
-    each key has one answer and the plan counts the calls the run makes."""
-    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
-    df = spark.range(0, 60, 1, 2).select("id", (F.col("id") % 6).alias("key"))
-    nullable, strict = "key LONG, v STRING", "key LONG, v STRING NOT NULL"
-    aiospark.unordered_wait(df, Echo(log), nullable, journal=aiospark.Journal(loc, key="key")).collect()
-    assert len(logged(log)) == 6
-    plan = aiospark.plan(aiospark.unordered_wait, df, Echo(log), strict, journal=aiospark.Journal(loc, key="key"))
-    assert (plan.recorded, plan.calls) == (0, 6)
-    ordered = aiospark.ordered_wait(df.coalesce(1), Echo(log), strict, journal=aiospark.Journal(loc, key="key"))
-    assert [tuple(r) for r in ordered.collect()] == [(i % 6, f"v:{i % 6}") for i in range(60)]
-    assert len(logged(log)) == 12, "ordered_wait asked its own question, once per key"
-    plan = aiospark.plan(aiospark.ordered_wait, df, Echo(log), nullable, journal=aiospark.Journal(loc, key="key"))
-    assert (plan.recorded, plan.calls) == (6, 0)
-
-
 def test_an_answer_that_does_not_fit_the_schema_is_an_error_row_never_a_recorded_result(spark, tmp_path):
     """``v STRING NOT NULL`` and a NULL answer for odd keys: those rows are error rows, their
     answers are not kept (the next run asks them again), the fitting answers of the same flush are."""

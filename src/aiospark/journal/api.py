@@ -19,6 +19,7 @@ from .location import redacted
 from .manifest import Manifest
 from .schemes import scheme_of, store_class, supported
 from .store import JournalStore, StoreTask
+from .table_shapes import TableShape
 from .task import TaskView
 
 
@@ -140,9 +141,9 @@ class BoundJournal:
         self.manifest = manifest
         self.keep_errors = keep_errors
         self.shown = shown
-        #: the folder of the output schema's table its tasks read (:attr:`StoreTask.table_shape`;
-        #: set by ``ordered_wait``/``unordered_wait``, the entry points whose results it holds)
-        self.table_shape: str | None = None
+        #: the output schema whose table its tasks read (:attr:`StoreTask.table_shape`; set by
+        #: ``ordered_wait``/``unordered_wait``, the entry points whose results it holds)
+        self.table_shape: TableShape | None = None
 
     @property
     def buckets(self) -> int:

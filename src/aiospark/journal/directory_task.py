@@ -38,7 +38,8 @@ from .listing import listing
 from .manifest import Manifest, refuse
 from .segment import Outcomes, read_outcomes
 from .store import Entry, StoreTask
-from .table import read_table_outcomes, table_dir, table_files
+from .table import read_table_outcomes, table_dir
+from .table_shapes import fitting_files
 from .writers import PARTS, PartsWriter, SegmentWriter, bucket_dir
 
 #: a task on a local disk keeps at most this many bucket segments open (a file descriptor each); the
@@ -109,9 +110,8 @@ class DirectoryTask(StoreTask):
         """The folders not split by bucket, read whole once: an object store's parts (killed
         tasks', and running ones') and a journal from before buckets (``p=``/``b=`` folders)."""
         if self.table_shape is not None:
-            table = f"{table_dir(self.top)}/{self.table_shape}"
-            for identity, outcome in read_table_outcomes(self.fs, table_files(self.fs, table),
-                                                         self.manifest.key).items():
+            found = fitting_files(self.fs, table_dir(self.top), self.table_shape)
+            for identity, outcome in read_table_outcomes(self.fs, found.paths, self.manifest.key).items():
                 self.cache.setdefault(identity, outcome)
         present = set()
         for info in listing(self.fs, self.top):

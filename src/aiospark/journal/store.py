@@ -33,11 +33,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import JournalStoreError
 from .location import Location
 from .manifest import Manifest
+
+if TYPE_CHECKING:
+    from .table_shapes import TableShape
 
 __all__ = ["Compaction", "Entry", "JournalNotFound", "JournalStore", "JournalSummary", "Outcomes", "StoreTask"]
 
@@ -156,10 +159,11 @@ class StoreTask(abc.ABC):
     #: store is too big to load, or shared by every partition); False: :meth:`load` returned all
     #: this task can find, and :meth:`fetch` is never called
     fetches_by_row: ClassVar[bool] = False
-    #: the folder of this output schema's table (:mod:`aiospark.journal.table`; only a directory
-    #: store keeps one) that the task reads; None: no table is read. Set by the job's
-    #: :class:`~aiospark.journal.api.BoundJournal`: a table of another schema holds other answers
-    table_shape: str | None = None
+    #: the output schema whose table (:mod:`aiospark.journal.table`; only a directory store keeps
+    #: one) the task reads, with the answers of other schema folders that fit it
+    #: (:mod:`aiospark.journal.table_shapes`); None: no table is read. Set by the job's
+    #: :class:`~aiospark.journal.api.BoundJournal`
+    table_shape: TableShape | None = None
 
     @abc.abstractmethod
     def load(self) -> Outcomes:

@@ -61,10 +61,10 @@ from ..journal.table import (
     output_column,
     table_dir,
     table_files,
-    table_infos,
 )
 from ..journal.table_calls import SettledCalls, Taken
 from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key, sort_table
+from ..journal.table_shapes import fitting_files
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
 from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
@@ -116,8 +116,9 @@ class TableTarget:
         self.run = new_run()
         self.what = what
         self.declared = declared
-        #: the table of this exact output schema (names, types, NOT NULLs): the manifest's schema
-        #: text leaves NOT NULL out and does not quote names, and Spark reads Parquet columns by name
+        #: the folder it writes: the table of this exact output schema (names, types, NOT NULLs):
+        #: the manifest's schema text leaves NOT NULL out and does not quote names, and Spark reads
+        #: Parquet columns by name (it reads the other folders whose answers fit: table_shapes)
         self.shape = shape_of(declared)
         self.stored_keys = StructType([StructField(key_column(i), f.dataType, True)
                                        for i, f in enumerate(key_schema.fields)])
@@ -409,9 +410,11 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     """The DataFrame of the table route (see the module docstring)."""
     bound = durable.bound
     assert bound is not None and isinstance(bound.store, DirectoryStore)
-    fs, directory = table.directory(bound)
-    infos = table_infos(fs, directory)
-    files = [info.path for info in infos]
+    fs, root = bound.store.fs
+    assert bound.table_shape is not None  # set with the journal by the entry point
+    # this schema's files and those of a schema differing in nullability alone whose answers fit
+    found = fitting_files(fs, table_dir(f"{root}/{bound.manifest.digest}"), bound.table_shape)
+    files = found.paths
     types = [f.dataType for f in table.stored_keys.fields]
     inputs = list(given.columns)
     left_keys, left_names = _join_columns([F.col(quoted(k)) for k in table.keys], types, table.nulls, "_aiospark_l")
@@ -423,7 +426,7 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     if files:
         stored = given.sparkSession.read.schema(table.schema).parquet(*[f"file://{p}" for p in files])
         rights = table.stored_keys.fieldNames()
-        if may_repeat_keys(infos):  # one answer per key: the file written first (a window costs a sort)
+        if found.mixed or may_repeat_keys(found.infos):  # one answer per key: the first file (a window sorts)
             stored = stored.withColumn(_FILE, F.col("_metadata.file_path"))
             stored = stored.withColumn(_FIRST, F.min(_FILE).over(Window.partitionBy(*rights)))
             stored = stored.where(F.col(_FILE) == F.col(_FIRST))

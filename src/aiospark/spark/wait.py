@@ -18,6 +18,7 @@ from ..core import AsyncFunction, RetryStrategy
 from ..core.durable import RecordedError
 from ..core.errors import error_line
 from ..core.function import describe_function
+from ..journal.table_shapes import TableShape
 from ..journal.table_task import RECORD_SECONDS
 from .arrow_lane import PYARROW, ROWS, Settle, run_lane
 from .arrow_names import map_in_arrow
@@ -37,6 +38,7 @@ from .row_key import row_key
 from .schema import (
     OutputSchemaError,
     RowConverter,
+    arrow_schema,
     check_unique_names,
     none_among_rows,
     parse_schema,
@@ -274,8 +276,8 @@ def _wait(df: DataFrameLike, call: WaitCall) -> Any:
     identity_columns = [] if journal is None else Durable.identity_columns(journal, list(df.columns), name, function)
     shuffle = use_dedup(dedup, journal is not None, ordered, keys, identity_columns, name)
     durable = runner.durable = Durable.prepare(journal, df, name, function, asked)
-    if durable.bound is not None:  # every route reads the table of this exact schema, and only it
-        durable.bound.table_shape = shape_of(declared)
+    if durable.bound is not None:  # every route reads the tables whose answers fit this schema
+        durable.bound.table_shape = TableShape(shape_of(declared), arrow_schema(declared))
     given = df
     table = None if planning() else table_target(
         df, durable, ordered=ordered, order_key=order_key, shuffle=shuffle, batch_format=call.batch_format,

@@ -1,0 +1,78 @@
+"""Which schema folders answer a declared schema (journal/table_shapes.py), without Spark: another
+folder's file is read only when its outputs have the same names and types, nullability aside, and
+its statistics show no NULL where the reader declares NOT NULL."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from aiospark.journal.table import N_COLUMN, NO_ROW, OUTPUT_NAMES, TableWriter, key_column, new_run, output_column
+from aiospark.journal.table_shapes import TableShape, fitting_files
+
+DIGEST, OWN, OTHER = "0123456789abcdef", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
+ITEMS = pa.struct([pa.field("x", pa.int64(), False), pa.field("tags", pa.list_(pa.field("element", pa.string())))])
+
+
+def write(fs, table_dir: str, shape: str, outputs: pa.Schema, rows: list[dict], numbers=None) -> str:
+    """One table file of ``outputs`` (keys 0, 1, ...) in the folder ``shape``; its path."""
+    columns = [pa.array(list(range(len(rows))), pa.int64()), pa.array(numbers or [0] * len(rows), pa.int32())]
+    columns += [pa.array([r[f.name] for r in rows], f.type) for f in outputs]
+    names = [key_column(0), N_COLUMN, *[output_column(j) for j in range(len(outputs))]]
+    writer = TableWriter(fs, f"{table_dir}/{shape}", new_run(), 0, "1.0")
+    writer.write(pa.Table.from_arrays(columns, names=names,
+                                      metadata={OUTPUT_NAMES: json.dumps(outputs.names)}))
+    return f"{writer.folder}/{writer.prefix}~0.parquet"
+
+
+@pytest.fixture
+def table(tmp_path):
+    return pafs.LocalFileSystem(), str(tmp_path / DIGEST / "table")
+
+
+def found(fs, table_dir, outputs):
+    return [p.rsplit("/", 4)[-4] for p in fitting_files(fs, table_dir, TableShape(OWN, outputs)).paths]
+
+
+def test_a_nullable_reader_takes_every_file_of_the_same_names_and_types(table):
+    fs, table_dir = table
+    strict = pa.schema([pa.field("v", pa.string(), False)])
+    write(fs, table_dir, OWN, pa.schema([pa.field("v", pa.string())]), [{"v": None}])
+    write(fs, table_dir, OTHER, strict, [{"v": "a"}])
+    write(fs, table_dir, "cccccccccccccccc", pa.schema([pa.field("v", pa.int64())]), [{"v": 1}])
+    write(fs, table_dir, "dddddddddddddddd", pa.schema([pa.field("V", pa.string())]), [{"V": "a"}])
+    assert found(fs, table_dir, pa.schema([pa.field("v", pa.string())])) == [OWN, OTHER]
+    assert fitting_files(fs, table_dir, TableShape(OWN, pa.schema([pa.field("v", pa.string())]))).mixed
+
+
+def test_a_not_null_reader_takes_another_folders_file_only_without_a_null_there(table):
+    fs, table_dir = table
+    lax = pa.schema([pa.field("v", pa.string()), pa.field("n", pa.int64())])
+    write(fs, table_dir, OTHER, lax, [{"v": "a", "n": None}])          # fits: n is nullable here
+    write(fs, table_dir, OTHER, lax, [{"v": None, "n": 1}])            # a NULL under v NOT NULL
+    write(fs, table_dir, OTHER, lax, [{"v": "a", "n": 1}, {"v": None, "n": None}], numbers=[0, NO_ROW])
+    strict = pa.schema([pa.field("v", pa.string(), False), pa.field("n", pa.int64())])
+    paths = fitting_files(fs, table_dir, TableShape(OWN, strict)).paths
+    assert len(paths) == 1 and not fitting_files(fs, table_dir, TableShape(OWN, strict)).mixed
+    # a call that gave no row has NULL outputs: its file is not served (conservative), asked again
+
+
+def test_nested_not_nulls_are_checked_in_every_leaf_of_their_column(table):
+    fs, table_dir = table
+    lax_items = pa.struct([pa.field("x", pa.int64()), pa.field("tags", pa.list_(pa.field("element", pa.string())))])
+    lax = pa.schema([pa.field("s", lax_items)])
+    write(fs, table_dir, OTHER, lax, [{"s": {"x": 1, "tags": ["a"]}}])
+    write(fs, table_dir, OTHER, lax, [{"s": {"x": None, "tags": ["a"]}}])
+    write(fs, table_dir, OTHER, lax, [{"s": {"x": 1, "tags": []}}])  # an empty list: conservative, not served
+    assert len(fitting_files(fs, table_dir, TableShape(OWN, pa.schema([pa.field("s", ITEMS)]))).paths) == 1
+    assert len(fitting_files(fs, table_dir, TableShape(OWN, lax)).paths) == 3
+
+
+def test_a_file_that_is_not_parquet_in_another_folder_is_not_served(table):
+    fs, table_dir = table
+    path = write(fs, table_dir, OTHER, pa.schema([pa.field("v", pa.string())]), [{"v": "a"}])
+    with open(path, "wb") as out:
+        out.write(b"not parquet")
+    assert found(fs, table_dir, pa.schema([pa.field("v", pa.string(), False)])) == []
