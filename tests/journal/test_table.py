@@ -24,6 +24,9 @@ RUN_A = "1795986798000-0000000a"   # defined at t = 1795986798.0 s
 RUN_B = "1795986900000-0000000b"   # defined 102 s later
 
 
+TABLE = "/j/0123456789abcdef/table"
+
+
 def info(run: str, partition: int, writer_ms: int, mtime_s: float, n: int = 0, name: str | None = None):
     name = name or f"5.{partition}-{writer_ms:013d}-0000abcd~{n}.parquet"
     return pafs.FileInfo(f"/j/0123456789abcdef/table/fedcba9876543210/{run}/{partition}/{name}", pafs.FileType.File,
@@ -37,27 +40,27 @@ def test_sequential_runs_and_retries_never_repeat_a_key():
              info(RUN_A, 1, 1795986820000, 1795986822.0),
              # the next run is defined after every file of the first
              info(RUN_B, 0, 1795986900100, 1795986903.0)]
-    assert may_repeat_keys(files) is False
+    assert may_repeat_keys(files, TABLE) is False
 
 
 def test_overlapping_runs_or_attempts_may_repeat_keys():
     # run B was defined while run A still wrote (its snapshot missed A's later files)
     assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986950.0),
-                            info(RUN_B, 0, 1795986900100, 1795986903.0)]) is True
+                            info(RUN_B, 0, 1795986900100, 1795986903.0)], TABLE) is True
     # two attempts of one task wrote at once (a speculative copy)
     assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986830.0),
-                            info(RUN_A, 0, 1795986810000, 1795986812.0)]) is True
+                            info(RUN_A, 0, 1795986810000, 1795986812.0)], TABLE) is True
     # two tasks of one run at once are fine: they hold different keys
     assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986830.0),
-                            info(RUN_A, 1, 1795986798100, 1795986830.0)]) is False
+                            info(RUN_A, 1, 1795986798100, 1795986830.0)], TABLE) is False
 
 
 @pytest.mark.parametrize("name", ["part-00000.parquet", "5.0-notatime-0000abcd~0.parquet", "x~0.parquet"])
 def test_a_file_this_module_did_not_name_counts_as_a_possible_repeat(name):
-    assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986801.0, name=name)]) is True
+    assert may_repeat_keys([info(RUN_A, 0, 1795986798100, 1795986801.0, name=name)], TABLE) is True
     foreign_run = pafs.FileInfo("/j/0123456789abcdef/table/fedcba9876543210/some-run/0/5.0-1795986798100-0000abcd~0.parquet",
                                 pafs.FileType.File, mtime_ns=1, size=1)
-    assert may_repeat_keys([foreign_run]) is True
+    assert may_repeat_keys([foreign_run], TABLE) is True
 
 
 def one_call_table(key: int, value: str) -> pa.Table:
@@ -71,7 +74,7 @@ def test_a_file_that_vanishes_after_listing_is_skipped_and_its_keys_are_not_reco
     writer = TableWriter(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), run=RUN_A, partition=0, attempt="1.1")
     writer.write(one_call_table(1, "a"))
     writer.write(one_call_table(2, "b"))
-    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"))
+    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table"))
     assert len(paths) == 2
     fs.delete_file(paths[1])  # compacted or removed by its owner between the listing and the read
     found = read_table_outcomes(fs, paths, ["k"])
@@ -87,7 +90,7 @@ def test_the_first_file_read_stands_and_a_call_without_rows_is_recorded_as_none(
                                   pa.array([None], pa.string())], names=[key_column(0), N_COLUMN, output_column(0)],
                                  metadata={OUTPUT_NAMES: json.dumps(["v"])})
     writer.write(empty)
-    found = read_table_outcomes(fs, table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210")), ["k"])
+    found = read_table_outcomes(fs, table_files(fs, str(tmp_path / "0123456789abcdef" / "table")), ["k"])
     assert sorted(r for r, _ in found.values()) == [[], [{"v": "first"}]]
 
 
@@ -108,7 +111,7 @@ def test_earlier_attempts_are_handed_out_in_key_order_one_window_at_a_time(tmp_p
     writer.write(sort_table(string_table(["b", "c", "c", "d"], ["other", "c0", "c1", None], [0, 0, 1, NO_ROW]),
                             1, nulls=True))
     writer.write(sort_table(string_table(["z"], ["vz"]), 1, nulls=True))
-    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"))
+    paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table"))
     fs.delete_file(paths[2])  # removed after listing: its key is not recorded
     prior = PriorOutcomes(fs, paths, ["k"], nulls=True)
     join = lambda v: sort_key(["" if v is None else v, v is None])  # noqa: E731  the input's join columns

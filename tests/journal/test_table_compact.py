@@ -94,14 +94,14 @@ def test_runs_become_one_file_per_partition_and_every_answer_stays(tmp_path):
     age(directory, 120)
     later = TableWriter(fs, shape, run_name(0), 0, attempt="9.0")
     later.write(table([60], ["e"]))
-    assert may_repeat_keys(table_infos(fs, directory)) is False
+    assert may_repeat_keys(table_infos(fs, directory), directory) is False
     # the next compaction leaves one run folder again: an older run left beside the new one
     # would overlap it and cost every later join a one-answer-per-key window
     age(directory, 120)
     again = table_compact(fs, directory, keys=1, quiet=0.0)
     assert (again.written, again.removed) == (2, 3)
     assert outcomes(fs, directory) == {**before, '[60]': [{"v": "e"}]}
-    assert len(os.listdir(shape)) == 1 and not may_repeat_keys(table_infos(fs, directory))
+    assert len(os.listdir(shape)) == 1 and not may_repeat_keys(table_infos(fs, directory), directory)
     assert table_compact(fs, directory, keys=1, quiet=0.0).written == 0, "one file per partition: nothing to do"
 
 
@@ -116,7 +116,7 @@ def test_a_key_two_overlapping_writers_recorded_keeps_the_answer_readers_chose(t
     b.write(table([2, 2, 3], ["second-2a", "second-2b", "second-3"], [0, 1, 0]))
     age(directory, 120)
     infos = table_infos(fs, directory)
-    assert may_repeat_keys(infos)
+    assert may_repeat_keys(infos, directory)
     before = outcomes(fs, directory)
     assert before['[2]'] == [{"v": "first-2"}]
     assert table_compact(fs, directory, keys=1, quiet=0.0).written == 1
@@ -134,7 +134,7 @@ def test_a_crash_before_the_old_files_go_still_reads_one_answer_per_key(tmp_path
     shutil.copytree(kept, directory, dirs_exist_ok=True)  # as if killed between writing and deleting
     infos = table_infos(fs, directory)
     assert len(infos) == 3
-    assert may_repeat_keys(infos), "Spark's join would give the rows of keys 1 and 2 twice"
+    assert may_repeat_keys(infos, directory), "Spark's join would give the rows of keys 1 and 2 twice"
     age(directory, 120)
     table_compact(fs, directory, keys=1, quiet=0.0)  # running it again finishes
     (path,) = table_files(fs, directory)
@@ -151,7 +151,7 @@ def test_a_run_written_in_the_last_minute_is_left_as_it_is(tmp_path):
     done = table_compact(fs, directory, keys=1, quiet=0.0)
     assert (done.written, done.removed, done.busy) == (1, 2, 2)
     assert outcomes(fs, directory) == before
-    assert len(table_files(fs, live.folder)) == 2, "a running run's files were moved from under its retries"
+    assert len(table_files(fs, directory, live.folder[len(directory) + 1:])) == 2, "a running run's files were moved from under its retries"
     # quiet longer than a minute widens what counts as running; the compaction's own new file
     # belongs to no running job, however recent
     age(live.folder, 200)
@@ -182,12 +182,15 @@ def test_files_this_module_did_not_lay_out_are_left_alone(tmp_path):
                # a user's copy beside the journal's own files: not a name aiospark gives
                tmp_path / DIGEST / "table" / SHAPE / run / "0" / "my_backup.parquet",
                # a copy of a run folder one level deeper, aiospark's names and all
-               tmp_path / DIGEST / "table" / SHAPE / "backup" / run / "0" / os.listdir(w.folder)[0]]
+               tmp_path / DIGEST / "table" / SHAPE / "backup" / run / "0" / os.listdir(w.folder)[0],
+               # a copy of the whole digest folder into its own table, and of a partition as "000"
+               tmp_path / DIGEST / "table" / DIGEST / "table" / SHAPE / run / "0" / os.listdir(w.folder)[0],
+               tmp_path / DIGEST / "table" / SHAPE / run / "000" / os.listdir(w.folder)[0]]
     for f in foreign:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"not the journal's")
     age(directory, 120)
-    assert table_groups(table_listing(fs, directory), directory) == (1, 5)
+    assert table_groups(table_listing(fs, directory), directory) == (1, 7)
     assert len(table_infos(fs, directory)) == 2, "only aiospark's files are ever read"
     done = table_compact(fs, directory, keys=1, quiet=0.0)
     assert (done.written, done.removed) == (1, 2)

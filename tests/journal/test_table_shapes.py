@@ -9,11 +9,19 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from aiospark.journal.table import N_COLUMN, NO_ROW, OUTPUT_NAMES, TableWriter, key_column, new_run, output_column
+from aiospark.journal.table import (
+    N_COLUMN,
+    NO_ROW,
+    OUTPUT_NAMES,
+    TableWriter,
+    key_column,
+    new_run,
+    output_column,
+    read_table_outcomes,
+)
 from aiospark.journal.table_shapes import TableShape, fitting_files
 
 DIGEST, OWN, OTHER = "0123456789abcdef", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
-ITEMS = pa.struct([pa.field("x", pa.int64(), False), pa.field("tags", pa.list_(pa.field("element", pa.string())))])
 
 
 def write(fs, table_dir: str, shape: str, outputs: pa.Schema, rows: list[dict], numbers=None) -> str:
@@ -47,27 +55,41 @@ def test_a_nullable_reader_takes_every_file_of_the_same_names_and_types(table):
     assert fitting_files(fs, table_dir, TableShape(OWN, pa.schema([pa.field("v", pa.string())]))).mixed
 
 
-def test_a_not_null_reader_takes_another_folders_file_only_without_a_null_there(table):
+def served(fs, table_dir, outputs) -> dict[str, list]:
+    """The calls each reader serves, by identity (``read_table_outcomes`` with the misfits)."""
+    found = fitting_files(fs, table_dir, TableShape(OWN, outputs))
+    return {i: r for i, (r, _) in read_table_outcomes(fs, found.paths, ["k"], misfits=found.misfits).items()}
+
+
+def test_a_not_null_reader_is_served_each_call_of_another_folder_that_fits(table):
     fs, table_dir = table
     lax = pa.schema([pa.field("v", pa.string()), pa.field("n", pa.int64())])
-    write(fs, table_dir, OTHER, lax, [{"v": "a", "n": None}])          # fits: n is nullable here
-    write(fs, table_dir, OTHER, lax, [{"v": None, "n": 1}])            # a NULL under v NOT NULL
-    write(fs, table_dir, OTHER, lax, [{"v": "a", "n": 1}, {"v": None, "n": None}], numbers=[0, NO_ROW])
+    clean = write(fs, table_dir, OTHER, lax, [{"v": "a", "n": None}])      # n is nullable here: fits
+    mixed = write(fs, table_dir, OTHER, lax, [{"v": "b", "n": 1}, {"v": None, "n": 1}, {"v": None, "n": None}],
+                  numbers=[0, 0, NO_ROW])  # key 1 answered NULL under v; key 2 gave no row
     strict = pa.schema([pa.field("v", pa.string(), False), pa.field("n", pa.int64())])
-    paths = fitting_files(fs, table_dir, TableShape(OWN, strict)).paths
-    assert len(paths) == 1 and not fitting_files(fs, table_dir, TableShape(OWN, strict)).mixed
-    # a call that gave no row has NULL outputs: its file is not served (conservative), asked again
+    found = fitting_files(fs, table_dir, TableShape(OWN, strict))
+    assert found.paths == sorted([clean, mixed]) and found.checked == {mixed}, "statistics spare the clean file"
+    assert served(fs, table_dir, strict) == {"[0]": [{"v": "a", "n": None}], "[2]": []}  # key 0: the first file's
+    assert len(served(fs, table_dir, lax)) == 3
 
 
-def test_nested_not_nulls_are_checked_in_every_leaf_of_their_column(table):
+def test_nested_not_nulls_are_checked_at_every_depth(table):
     fs, table_dir = table
     lax_items = pa.struct([pa.field("x", pa.int64()), pa.field("tags", pa.list_(pa.field("element", pa.string())))])
-    lax = pa.schema([pa.field("s", lax_items)])
-    write(fs, table_dir, OTHER, lax, [{"s": {"x": 1, "tags": ["a"]}}])
-    write(fs, table_dir, OTHER, lax, [{"s": {"x": None, "tags": ["a"]}}])
-    write(fs, table_dir, OTHER, lax, [{"s": {"x": 1, "tags": []}}])  # an empty list: conservative, not served
-    assert len(fitting_files(fs, table_dir, TableShape(OWN, pa.schema([pa.field("s", ITEMS)]))).paths) == 1
-    assert len(fitting_files(fs, table_dir, TableShape(OWN, lax)).paths) == 3
+    lax = pa.schema([pa.field("s", lax_items), pa.field("m", pa.map_(pa.string(), pa.int64()))])
+    write(fs, table_dir, OTHER, lax, [
+        {"s": {"x": 1, "tags": ["a"]}, "m": [("a", 1)]},
+        {"s": {"x": None, "tags": ["a"]}, "m": []},      # x NULL
+        {"s": {"x": 1, "tags": []}, "m": [("b", None)]},  # a map value NULL
+        {"s": {"x": 1, "tags": [None]}, "m": None},      # an element NULL
+        {"s": None, "m": None},                           # a NULL struct: its x is no value
+    ])
+    items = pa.struct([pa.field("x", pa.int64(), False),
+                       pa.field("tags", pa.list_(pa.field("element", pa.string(), False)))])
+    strict = pa.schema([pa.field("s", items), pa.field("m", pa.map_(pa.string(), pa.field("value", pa.int64(), False)))])
+    assert sorted(served(fs, table_dir, strict)) == ["[0]", "[4]"]
+    assert len(served(fs, table_dir, lax)) == 5
 
 
 def test_a_file_that_is_not_parquet_in_another_folder_is_not_served(table):

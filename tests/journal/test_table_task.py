@@ -36,7 +36,8 @@ def table_view(tmp_path, prepared: list[int], flush_seconds: float) -> tuple[Tab
 
 
 def written(folder: str) -> list[pa.Table]:
-    return [pq.read_table(path) for path in table_files(pafs.LocalFileSystem(), folder)]
+    table = folder.rsplit("/", 3)[0]  # the table of <table>/<shape>/<run>/<partition>
+    return [pq.read_table(path) for path in table_files(pafs.LocalFileSystem(), table, folder[len(table) + 1:])]
 
 
 def until(condition, seconds: float = 10.0) -> None:

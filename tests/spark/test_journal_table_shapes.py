@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
 import aiospark
 from aiospark.journal.table import OVERLAP_MARGIN
@@ -80,10 +80,11 @@ def test_a_schema_copied_from_the_input_is_served_whichever_way_the_input_was_ma
         assert len(shape_folders(loc)) == 1
 
 
-def test_an_answer_that_does_not_fit_is_asked_again_and_one_answer_per_key_is_served(spark, tmp_path):
-    """Under ``v STRING`` key 1 answered NULL; ``v STRING NOT NULL`` must not be served it (the
-    file holding it is asked again: conservative). Then the nullable schema reads both folders,
-    which both answer some keys: each row gets one answer."""
+def test_a_call_that_does_not_fit_is_asked_again_alone_and_one_answer_per_key_is_served(spark, tmp_path):
+    """Under ``v STRING`` key 1 answered NULL; ``v STRING NOT NULL`` is not served that call, and
+    only that one (its file's other calls fit). Then both schemas read both folders, which both
+    answer key 1: each row gets one answer, and ``ordered_wait`` serves what ``unordered_wait``
+    does (the table's answer stands over the bucket segments')."""
     log, loc, flaky = str(tmp_path / "calls"), str(tmp_path / "j"), tmp_path / "flaky"
     df = spark.range(0, 60, 1, 2).select("id", (F.col("id") % 6).alias("key"))
     nullable, strict = "key LONG, v STRING", "key LONG, v STRING NOT NULL"
@@ -91,19 +92,59 @@ def test_an_answer_that_does_not_fit_is_asked_again_and_one_answer_per_key_is_se
     flaky.touch()
     first = aiospark.unordered_wait(df, Echo(log, str(flaky)), nullable, journal=journal).collect()
     flaky.unlink()
-    time.sleep(OVERLAP_MARGIN + 1)  # runs whose lives do not overlap: only the two folders repeat keys
     assert sum(r.v is None for r in first) == 10 and len(logged(log)) == 6
+    time.sleep(OVERLAP_MARGIN + 1)  # runs whose lives do not overlap: only the two folders repeat keys
+    plan = aiospark.plan(aiospark.unordered_wait, df, Echo(log, str(flaky)), strict, journal=journal)
+    assert (plan.recorded, plan.calls) == (5, 1)
     again = aiospark.unordered_wait(df, Echo(log, str(flaky)), strict, on_error="row", journal=journal).collect()
-    assert not [r for r in again if r._error is None and r.v is None], "a NULL served under NOT NULL"
-    assert Counter(r.key for r in again if r._error is None) == Counter({k: 10 for k in range(6)})
-    asked = Counter(k for [k] in logged(log)[6:])
-    assert asked[1] == 1 and set(asked.values()) == {1}, "key 1 was asked again, once"
+    assert sorted(tuple(r)[:2] for r in again) == sorted((i % 6, f"v:{i % 6}") for i in range(60))
+    assert [k for [k] in logged(log)[6:]] == [1], "only the call that does not fit was asked again"
     assert len(shape_folders(loc)) == 2
-    both = aiospark.unordered_wait(df, Echo(log, str(flaky)), nullable, journal=journal).collect()
-    assert Counter(r.key for r in both) == Counter({k: 10 for k in range(6)}), "one answer per key and row"
-    assert all(r.v in (None, f"v:{r.key}") for r in both)
-    assert len({r.v for r in both if r.key == 1}) == 1, "every row of a key got the same answer"
-    assert len(logged(log)) == 6 + sum(asked.values())
+    for schema in (nullable, strict):
+        unordered = aiospark.unordered_wait(df, Echo(log, str(flaky)), schema, journal=journal).collect()
+        ordered = aiospark.ordered_wait(df.coalesce(1), Echo(log, str(flaky)), schema, journal=journal).collect()
+        assert Counter(r.key for r in unordered) == Counter({k: 10 for k in range(6)}), "one answer per key and row"
+        answers = {r.key: r.v for r in unordered}
+        assert len({(r.key, r.v) for r in unordered}) == 6, "every row of a key got the same answer"
+        assert {r.key: r.v for r in ordered} == answers and len(ordered) == 60
+        assert answers[1] in ((None, "v:1") if schema == nullable else ("v:1",))
+    assert len(logged(log)) == 7
+
+
+def test_the_tables_answer_stands_over_the_bucket_segments_for_every_reader(spark, tmp_path):
+    """``ordered_wait`` records in the bucket segments: under NOT NULL it asks key 1 again, so key 1
+    has an answer in the table and one in the segments; both entry points serve the table's."""
+    log, loc, flaky = str(tmp_path / "calls"), str(tmp_path / "j"), tmp_path / "flaky"
+    df = spark.range(0, 24, 1, 2).select("id", (F.col("id") % 4).alias("key"))
+    nullable, strict = "key LONG, v STRING", "key LONG, v STRING NOT NULL"
+    journal = aiospark.Journal(loc, key="key")
+    flaky.touch()
+    aiospark.unordered_wait(df, Echo(log, str(flaky)), nullable, journal=journal).collect()
+    flaky.unlink()
+    aiospark.ordered_wait(df.coalesce(1), Echo(log, str(flaky)), strict, journal=journal).collect()
+    assert [k for [k] in logged(log)[4:]] == [1]
+    unordered = {(r.key, r.v) for r in aiospark.unordered_wait(df, Echo(log, str(flaky)), nullable, journal=journal).collect()}
+    ordered = {(r.key, r.v) for r in aiospark.ordered_wait(df.coalesce(1), Echo(log, str(flaky)), nullable,
+                                                            journal=journal).collect()}
+    assert ordered == unordered == {(0, "v:0"), (1, None), (2, "v:2"), (3, "v:3")}
+    assert len(logged(log)) == 5
+
+
+def test_calls_that_gave_no_row_or_several_fit_any_nullability(spark, tmp_path):
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 40, 1, 2).select((F.col("id") % 8).alias("k"))
+
+    class Some(aiospark.AsyncFunction):
+        async def async_invoke(self, row):
+            log_call(log, [row["k"]])
+            return [{"k": row["k"], "v": f"{row['k']}.{i}"} for i in range(row["k"] % 3)]
+
+    rows = {}
+    for schema in ("k LONG, v STRING", "k LONG NOT NULL, v STRING NOT NULL"):
+        out = aiospark.unordered_wait(df, Some(), schema, journal=aiospark.Journal(loc, key="k")).collect()
+        rows[schema] = sorted(tuple(r) for r in out)
+    assert rows["k LONG, v STRING"] == rows["k LONG NOT NULL, v STRING NOT NULL"]
+    assert len(logged(log)) == 8, "no call was paid twice"
 
 
 def test_a_type_change_is_another_question_and_is_never_served(spark, tmp_path):
@@ -123,3 +164,37 @@ def test_a_type_change_is_another_question_and_is_never_served(spark, tmp_path):
     except aiospark.journal.JournalMismatch:
         return  # refused: the manifest's schema text differs
     assert not [r for r in rows if r._error is None and not isinstance(r.v, str)]
+
+
+def test_nested_not_nulls_are_checked_a_call_at_a_time_by_the_join(spark, tmp_path):
+    """A NULL deep in one call's answer (an array element, a map value, a struct field) keeps only
+    that call from a reader that declares it NOT NULL; the other calls of its file are served."""
+    log, loc, flaky = str(tmp_path / "calls"), str(tmp_path / "j"), tmp_path / "flaky"
+    df = spark.range(0, 32, 1, 2).select((F.col("id") % 8).alias("k"))
+
+    class Deep:
+        def __init__(self, log, flaky):
+            self.log, self.flaky = log, flaky
+
+        async def __call__(self, row):
+            k = row["k"]
+            log_call(self.log, [k])
+            hole = os.path.exists(self.flaky)  # noqa: ASYNC240 (a test flag)
+            return {"k": k, "a": [k, None if hole and k == 1 else k], "m": {"x": None if hole and k == 2 else k},
+                    "s": {"x": None if hole and k == 3 else k}}
+
+    lax = "k LONG, a ARRAY<LONG>, m MAP<STRING, LONG>, s STRUCT<x: LONG>"
+    strict = StructType([
+        StructField("k", LongType()), StructField("a", ArrayType(LongType(), False)),
+        StructField("m", MapType(StringType(), LongType(), False)),
+        StructField("s", StructType([StructField("x", LongType(), False)]))])
+    flaky.touch()
+    aiospark.unordered_wait(df, Deep(log, str(flaky)), lax, journal=aiospark.Journal(loc, key="k")).collect()
+    flaky.unlink()
+    assert len(logged(log)) == 8
+    plan = aiospark.plan(aiospark.unordered_wait, df, Deep(log, str(flaky)), strict, journal=aiospark.Journal(loc, key="k"))
+    assert (plan.recorded, plan.calls) == (5, 3)
+    out = aiospark.unordered_wait(df, Deep(log, str(flaky)), strict, journal=aiospark.Journal(loc, key="k")).collect()
+    assert sorted((r.k, tuple(r.a), r.m["x"], r.s.x) for r in out) == sorted((i % 8, (i % 8,) * 2, i % 8, i % 8)
+                                                                             for i in range(32))
+    assert sorted(k for [k] in logged(log)[8:]) == [1, 2, 3]

@@ -255,7 +255,7 @@ def table_counts(store: DirectoryStore, manifest: Manifest, known: dict[str, boo
     directory = table_dir(f"{root}/{manifest.digest}")
     every = table_listing(fs, directory)
     out = TableCounts(len(every), sum(i.size or 0 for i in every), *table_groups(every, directory))
-    infos = [i for i in every if table_file(i.path) is not None]  # a file aiospark did not write is counted, never read
+    infos = [i for i in every if table_file(i.path, directory) is not None]  # a file aiospark did not write is counted, never read
     if not infos:
         return out
     columns = [key_column(i) for i in range(len(manifest.key))]

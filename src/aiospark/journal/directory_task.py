@@ -70,6 +70,8 @@ class DirectoryTask(StoreTask):
         self.local = store.local
         #: outcomes of the buckets loaded so far (and of the folders read whole, once)
         self.cache: Outcomes = {}
+        #: the identities the table answered: their answer stands, as in the table route's join
+        self.tabled: set[str] = set()
         self.loaded: set[int] = set()
         self._whole_read = False
         #: a task of the table route (spark/table_route.py): Spark's join read the table, and only the
@@ -111,8 +113,10 @@ class DirectoryTask(StoreTask):
         tasks', and running ones') and a journal from before buckets (``p=``/``b=`` folders)."""
         if self.table_shape is not None:
             found = fitting_files(self.fs, table_dir(self.top), self.table_shape)
-            for identity, outcome in read_table_outcomes(self.fs, found.paths, self.manifest.key).items():
-                self.cache.setdefault(identity, outcome)
+            for identity, outcome in read_table_outcomes(self.fs, found.paths, self.manifest.key,
+                                                         misfits=found.misfits).items():
+                self.cache[identity] = outcome
+                self.tabled.add(identity)
         present = set()
         for info in listing(self.fs, self.top):
             name = info.path.rsplit("/", 1)[-1]
@@ -132,8 +136,9 @@ class DirectoryTask(StoreTask):
             self.present = present
 
     def _read_dir(self, directory: str) -> None:
-        """Every segment of ``directory`` into the cache (a result outranks a kept error)."""
-        known = self.cache
+        """Every segment of ``directory`` into the cache (a result outranks a kept error; the
+        table's answer, read first, outranks both)."""
+        known, tabled = self.cache, self.tabled
         infos = listing(self.fs, directory)
         try:
             sweep(self.fs, infos)  # a killed writer's lease over no segment would stay forever
@@ -153,7 +158,7 @@ class DirectoryTask(StoreTask):
             self.segments += 1
             self.skipped += skipped
             for identity, outcome in found.items():
-                if outcome[0] is None and identity in known:
+                if (outcome[0] is None and identity in known) or identity in tabled:
                     continue
                 known[identity] = outcome
 

@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import JournalStoreError
-from .table import TableFile, key_column, may_repeat_keys, table_file, table_infos
+from .table import dictionary_columns, key_column, may_repeat_keys, table_file, table_infos
 
 __all__ = ["TABLE_QUIET_SECONDS", "TableCompaction", "table_compact", "table_groups"]
 
@@ -70,14 +70,8 @@ def table_groups(infos: Sequence[pafs.FileInfo], directory: str) -> tuple[int, i
     """``(partitions, foreign)`` of ``infos`` (the files under ``directory``): the schema and
     partition folders of the files aiospark wrote (:func:`table_compact` leaves one file in each),
     and how many files it did not write (left alone)."""
-    places = [_place(info, directory) for info in infos]
+    places = [table_file(info.path, directory) for info in infos]
     return len({(p.shape, p.partition) for p in places if p is not None}), places.count(None)
-
-
-def _place(info: pafs.FileInfo, directory: str) -> TableFile | None:
-    """Where a file aiospark wrote sits in ``directory``; None for any other file (left alone)."""
-    place = table_file(info.path)
-    return place if place is not None and place.folder == f"{directory}/{place.shape}" else None
 
 
 def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) -> TableCompaction:
@@ -87,7 +81,7 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
     now = time.time()
     # a file this module did not lay out is left alone
     placed = [(info, place) for info in table_infos(fs, directory)
-              if (place := _place(info, directory)) is not None]
+              if (place := table_file(info.path, directory)) is not None]
     newest: dict[tuple[str, str], float] = {}
     for info, place in placed:
         if info.base_name.startswith(f"{WRITER}-"):
@@ -112,7 +106,7 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
         # replaces: its life overlaps all of theirs (see the module docstring)
         run = f"{min(runs[shape]).split('-', 1)[0]}-{uuid.uuid4().hex[:8]}"  # run names: <13-digit ms>-<hex>
         for partition, files in sorted(groups.items()):
-            _rewrite(fs, f"{directory}/{shape}/{run}/{partition}", files, keys)
+            _rewrite(fs, directory, f"{shape}/{run}/{partition}", files, keys)
             out.written += 1
             for info in files:  # every one was read whole into the new file
                 try:
@@ -125,10 +119,11 @@ def table_compact(fs: pafs.FileSystem, directory: str, keys: int, quiet: float) 
     return out
 
 
-def _rewrite(fs: pafs.FileSystem, folder: str, files: list[pafs.FileInfo], keys: int) -> None:
-    """``files`` (one partition of one schema) read in path order as one file in ``folder``,
-    durable when this returns: ``compact-<ms>-<random>~0.parquet``."""
-    repeat = may_repeat_keys(files)
+def _rewrite(fs: pafs.FileSystem, directory: str, under: str, files: list[pafs.FileInfo], keys: int) -> None:
+    """``files`` (one partition of one schema) read in path order as one file in the folder
+    ``under`` of the table ``directory``, durable when this returns: ``compact-<ms>-<random>~0.parquet``."""
+    repeat = may_repeat_keys(files, directory)
+    folder = f"{directory}/{under}"
     name = f"{WRITER}-{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}~0.parquet"
     fs.create_dir(folder, recursive=True)
     hidden = f"{folder}/.{name}"
@@ -140,7 +135,8 @@ def _rewrite(fs: pafs.FileSystem, folder: str, files: list[pafs.FileInfo], keys:
                 for info in sorted(files, key=lambda i: i.path):
                     table = pq.read_table(info.path, filesystem=fs)
                     if writer is None:
-                        writer = pq.ParquetWriter(sink, table.schema, compression="snappy")
+                        writer = pq.ParquetWriter(sink, table.schema, compression="snappy",
+                                                  use_dictionary=dictionary_columns(table.schema))
                     elif not table.schema.equals(writer.schema, check_metadata=True):
                         raise JournalStoreError(
                             f"table file {info.path} does not have the schema of the other files of its partition "

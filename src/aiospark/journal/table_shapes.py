@@ -6,33 +6,36 @@ The table keeps one folder per exact output schema (``table/<shape>``: names, ty
 a schema copied from the input (``df.schema.add(...)``) takes the nullability Spark infers from
 how the DataFrame was made (``spark.range`` NOT NULL, the same rows read from Parquet nullable).
 So a reader takes, besides its own folder's files, those of a sibling folder whose outputs have
-the same names and types, nullability aside, when each file's answers fit the reader's schema:
+the same names and types, nullability aside, and serves each of their calls whose answer fits the
+reader's schema (no NULL under one of its NOT NULLs, at any depth); a call that does not fit is
+asked again. Most files need no look at their rows: where the reader's schema has no NOT NULL,
+or where the file's Parquet statistics (its footer) count no NULL in any leaf of a column holding
+a NOT NULL, every call fits. Only the other files (:attr:`Fitting.checked`) are checked a call at
+a time: by the readers in Python (:meth:`Fitting.misfits`), by the table route's join in Spark.
 
-* where the reader's schema has no NOT NULL anywhere, every such file fits;
-* otherwise a file fits when its Parquet statistics count no NULL in any leaf of a column the
-  reader declares NOT NULL or holding a NOT NULL field. That is conservative: a NULL of a
-  nullable part of such a column, an empty list, or a call that gave no row (its outputs are
-  NULL) makes the file not fit, and its keys are asked again, as before this module.
-
-The statistics are read from each sibling file's footer (no data); the own folder is never checked
-(its files were converted with this very schema). Files are returned in path order across
-folders: every reader keeps the first answer of a key in that order.
+The own folder is never checked (its files were converted with this very schema). Files are
+returned in path order across folders: every reader keeps the first answer of a key in that
+order.
 
 Example::
 
     found = fitting_files(fs, "/data/j/<digest>/table", TableShape("1a2b...", outputs))
     found.paths, found.mixed      # the files to read; True: several folders, keys may repeat
+    found.checked                 # those whose calls are served only where they fit
+    read_table_outcomes(fs, found.paths, key, misfits=found.misfits)
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .table import OUTPUT_NAMES, OUTPUT_PREFIX, table_file, table_infos
+from .table import N_COLUMN, NO_ROW, OUTPUT_NAMES, OUTPUT_PREFIX, table_file, table_infos
 
 __all__ = ["Fitting", "TableShape", "fitting_files"]
 
@@ -48,15 +51,29 @@ class TableShape:
 
 @dataclasses.dataclass
 class Fitting:
-    """What :func:`fitting_files` found: the files, in path order, and whether they come from more
-    than one folder (then two folders may answer one key: a reader keeps the first)."""
+    """What :func:`fitting_files` found: the files, in path order, whether they come from more
+    than one folder (then two folders may answer one key: a reader keeps the first), and those
+    whose calls must be checked one at a time."""
 
     infos: list[pafs.FileInfo]
     mixed: bool
+    checked: set[str]
+    outputs: pa.Schema
 
     @property
     def paths(self) -> list[str]:
         return [info.path for info in self.infos]
+
+    def misfits(self, path: str, table: pa.Table) -> pa.Array | None:
+        """Which rows of the file ``path`` (read as ``table``) belong to calls whose answer does not
+        fit (``read_table_outcomes(misfits=...)``); None where every call fits."""
+        if path not in self.checked:
+            return None
+        bad = pa.array(np.zeros(table.num_rows, dtype=bool))
+        for j, field in enumerate(self.outputs):
+            if _strict(field):
+                bad = pc.or_(bad, _nulls_under(table.column(f"{OUTPUT_PREFIX}{j}").combine_chunks(), field))
+        return pc.and_(bad, pc.not_equal(table.column(N_COLUMN), NO_ROW))  # a call with no row fits
 
 
 def fitting_files(fs: pafs.FileSystem, table: str, shape: TableShape) -> Fitting:
@@ -64,33 +81,37 @@ def fitting_files(fs: pafs.FileSystem, table: str, shape: TableShape) -> Fitting
     (see the module docstring)."""
     strict = [f"{OUTPUT_PREFIX}{j}" for j, field in enumerate(shape.outputs) if _strict(field)]
     names = shape.outputs.names
-    found, folders = [], set()
+    found, folders, checked = [], set(), set()
     for info in table_infos(fs, table):
-        place = table_file(info.path)
+        place = table_file(info.path, table)
         assert place is not None  # table_infos keeps only these
-        if place.shape != shape.folder and not _fits(fs, info.path, shape.outputs, names, strict):
-            continue
+        if place.shape != shape.folder:
+            fit = _fits(fs, info.path, shape.outputs, names, strict)
+            if fit is None:
+                continue
+            if not fit:
+                checked.add(info.path)
         found.append(info)
         folders.add(place.shape)
-    return Fitting(found, len(folders) > 1)
+    return Fitting(found, len(folders) > 1, checked, shape.outputs)
 
 
-def _fits(fs: pafs.FileSystem, path: str, outputs: pa.Schema, names: list[str], strict: list[str]) -> bool:
-    """Whether the file of another schema folder at ``path`` answers ``outputs``."""
+def _fits(fs: pafs.FileSystem, path: str, outputs: pa.Schema, names: list[str], strict: list[str]) -> bool | None:
+    """Whether every call of the file of another schema folder at ``path`` answers ``outputs``:
+    True; False: some may not (its calls are checked one at a time); None: none does (other
+    names or types)."""
     try:
         meta = pq.read_metadata(path, filesystem=fs)
         stored = meta.schema.to_arrow_schema()
         if json.loads((stored.metadata or {}).get(OUTPUT_NAMES, b"null")) != names:
-            return False
+            return None
     except (OSError, ValueError, pa.ArrowException):
-        return False  # gone, or not a file this version can read: not served, asked again
+        return None  # gone, or not a file this version can read: not served, asked again
     for j, field in enumerate(outputs):
         column = f"{OUTPUT_PREFIX}{j}"
         index = stored.get_field_index(column)
         if index < 0 or not _same_but_nulls(stored.field(index).type, field.type):
-            return False
-    if not strict:
-        return True
+            return None
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         for c in range(group.num_columns):
@@ -101,6 +122,25 @@ def _fits(fs: pafs.FileSystem, path: str, outputs: pa.Schema, names: list[str], 
             if stats is None or not stats.has_null_count or stats.null_count:
                 return False
     return True
+
+
+def _nulls_under(array: pa.Array, field: pa.Field) -> pa.Array:
+    """Per value of ``array`` (of ``field``): whether it holds a NULL where ``field`` says NOT NULL."""
+    bad = pc.is_null(array) if not field.nullable else pa.array(np.zeros(len(array), dtype=bool))
+    t = field.type
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            if _strict(t.field(i)):  # a field of a NULL struct is no value
+                bad = pc.or_(bad, pc.and_(_nulls_under(array.field(i), t.field(i)), pc.is_valid(array)))
+    elif _children(t) and _strict(_children(t)[0]):  # a list or a map: its elements, by their row
+        offsets = array.offsets.to_numpy(zero_copy_only=False)
+        values = (array.items if pa.types.is_map(t) else array.values).slice(offsets[0], offsets[-1] - offsets[0])
+        inner = _nulls_under(values, _children(t)[0]).to_numpy(zero_copy_only=False)
+        rows = np.repeat(np.arange(len(array)), np.diff(offsets))[inner]  # a NULL list holds no element
+        mask = np.zeros(len(array), dtype=bool)
+        mask[rows] = True
+        bad = pc.or_(bad, pa.array(mask))
+    return bad
 
 
 def _strict(field: pa.Field) -> bool:
