@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, IntegerType, MapType, StructField, StructType
+from pyspark.sql.types import IntegerType, StructField, StructType
 from pyspark.sql.window import Window
 
 from ..journal.directory import DirectoryStore
@@ -68,6 +68,7 @@ from ..journal.table_shapes import fitting_files
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
 from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
+from .table_fit import fitting_calls
 from .table_runs import KeyRuns
 
 if TYPE_CHECKING:
@@ -406,39 +407,6 @@ def _join_columns(columns: list[Any], types: list[Any], nulls: bool, prefix: str
     return out, names
 
 
-def _fitting_calls(stored: Any, declared: StructType, rights: list[str], keep_file: bool) -> Any:
-    """The rows of ``stored`` (table files of another schema folder, with their file's path) but
-    those of calls whose answer has a NULL under a NOT NULL of ``declared``: a call's rows are
-    its key's in its file (``journal/table_shapes.py``)."""
-    misfit = functools.reduce(op.or_, [c for j, f in enumerate(declared.fields)
-                                       if (c := _null_under(F.col(output_column(j)), f.dataType, f.nullable)) is not None])
-    bad = stored.where((F.col(N_COLUMN) != NO_ROW) & F.coalesce(misfit, F.lit(False)))
-    bad = bad.select(*[F.col(r).alias(f"_aiospark_b{i}") for i, r in enumerate(rights)],
-                     F.col(_FILE).alias("_aiospark_bf")).distinct()
-    same = [stored[r].eqNullSafe(bad[f"_aiospark_b{i}"]) for i, r in enumerate(rights)]
-    kept = stored.join(bad, functools.reduce(op.and_, same, stored[_FILE] == bad["_aiospark_bf"]), "left_anti")
-    return kept if keep_file else kept.drop(_FILE)
-
-
-def _null_under(column: Any, data_type: Any, nullable: bool) -> Any:
-    """A Spark condition: the value of ``column`` holds a NULL where ``data_type`` (and
-    ``nullable``) say NOT NULL; None where nothing in it is NOT NULL."""
-    conditions = [column.isNull()] if not nullable else []
-    if isinstance(data_type, StructType):
-        for field in data_type.fields:
-            inner = _null_under(column.getField(field.name), field.dataType, field.nullable)
-            if inner is not None:
-                conditions.append(column.isNotNull() & inner)
-    elif isinstance(data_type, (ArrayType, MapType)):
-        element, contains_null = ((data_type.elementType, data_type.containsNull) if isinstance(data_type, ArrayType)
-                                  else (data_type.valueType, data_type.valueContainsNull))
-        if _null_under(F.lit(None), element, contains_null) is not None:
-            values = column if isinstance(data_type, ArrayType) else F.map_values(column)
-            conditions.append(F.coalesce(F.exists(values, lambda x: F.coalesce(
-                _null_under(x, element, contains_null), F.lit(False))), F.lit(False)))
-    return functools.reduce(op.or_, conditions) if conditions else None
-
-
 def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_schema: StructType) -> Any:
     """The DataFrame of the table route (see the module docstring)."""
     bound = durable.bound
@@ -467,7 +435,7 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
                 if window or paths[0] in found.checked:
                     part = part.withColumn(_FILE, F.col("_metadata.file_path"))
                 if paths[0] in found.checked:
-                    part = _fitting_calls(part, table.declared, rights, keep_file=window)
+                    part = fitting_calls(part, table.declared, rights, _FILE, keep_file=window)
                 parts.append(part)
         stored = functools.reduce(lambda a, b: a.unionByName(b), parts)
         if window:  # a window costs a sort
