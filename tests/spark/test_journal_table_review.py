@@ -173,3 +173,23 @@ def test_a_none_among_an_async_functions_rows_is_an_error_never_recorded(spark, 
     assert "returned None among an input's rows" in error and "return [] for an input" in error, error
     assert run(df.repartition(3)) == first
     assert Counter(k for keys in logged(log) for k in keys) == Counter({**{k: 1 for k in range(8)}, 3: 2})
+
+
+@pytest.mark.parametrize("inner", ["STRUCT<a: STRING, A: STRING>", "ARRAY<STRUCT<x: STRUCT<b: INT, B: INT>>>"])
+def test_struct_fields_that_differ_only_in_case_are_served_on_a_rerun(spark, tmp_path, inner):
+    """Spark reads Parquet struct fields by name, folding case: such a schema takes the bucket
+    route, whose rerun serves every key (the table route's join failed with COLUMN_ALREADY_EXISTS)."""
+    log, loc = str(tmp_path / "calls"), str(tmp_path / "j")
+    df = spark.range(0, 12, 1, 2).select((F.col("id") % 4).alias("k"))
+    struct = inner.startswith("STRUCT")
+
+    async def nested(row):
+        log_call(log, [row["k"]])
+        value = {"a": "lower", "A": "upper"} if struct else [{"x": {"b": row["k"], "B": -row["k"]}}]
+        return {"k": row["k"], "s": value}
+
+    outs = [sorted(map(str, aiospark.unordered_wait(df, nested, f"k LONG, s {inner}",
+                                                     journal=aiospark.Journal(loc, key="k")).collect()))
+            for _ in range(2)]
+    assert outs[0] == outs[1] and len(outs[0]) == 12
+    assert len(logged(log)) == 4

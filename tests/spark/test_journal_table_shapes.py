@@ -198,3 +198,22 @@ def test_nested_not_nulls_are_checked_a_call_at_a_time_by_the_join(spark, tmp_pa
     assert sorted((r.k, tuple(r.a), r.m["x"], r.s.x) for r in out) == sorted((i % 8, (i % 8,) * 2, i % 8, i % 8)
                                                                              for i in range(32))
     assert sorted(k for [k] in logged(log)[8:]) == [1, 2, 3]
+
+
+def test_in_the_bucket_segments_an_answer_that_does_not_fit_is_the_rows_error(spark, tmp_path):
+    """``ordered_wait`` records in the bucket segments; under a NOT NULL added since, key 1's NULL
+    answer is that row's schema error, as a fresh NULL would be, and nothing is called."""
+    log, loc, flaky = str(tmp_path / "calls"), str(tmp_path / "j"), tmp_path / "flaky"
+    df = spark.range(0, 8, 1, 1).select((F.col("id") % 4).alias("key"))
+    journal = aiospark.Journal(loc, key="key")
+    flaky.touch()
+    aiospark.ordered_wait(df, Echo(log, str(flaky)), "key LONG, v STRING", journal=journal).collect()
+    flaky.unlink()
+    strict = "key LONG, v STRING NOT NULL"
+    plan = aiospark.plan(aiospark.ordered_wait, df, Echo(log, str(flaky)), strict, journal=journal)
+    assert (plan.recorded, plan.calls) == (4, 0)
+    rows = aiospark.ordered_wait(df, Echo(log, str(flaky)), strict, on_error="row", journal=journal).collect()
+    assert [r._input.key for r in rows if r._error is not None] == [1, 1]
+    assert all("None" in r._error for r in rows if r._error is not None)
+    assert sorted(r.v for r in rows if r._error is None) == ["v:0", "v:0", "v:2", "v:2", "v:3", "v:3"]
+    assert len(logged(log)) == 4

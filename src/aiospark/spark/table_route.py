@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import ArrayType, IntegerType, MapType, StructField, StructType
 from pyspark.sql.window import Window
 
 from ..journal.directory import DirectoryStore
@@ -90,6 +90,19 @@ def _joinable(type_name: str) -> bool:
     return type_name in JOIN_TYPES or (type_name.startswith("decimal(") and " " not in type_name)
 
 
+def _folded_twice(data_type: Any) -> bool:
+    """Whether a struct in ``data_type``, at any depth, has two fields whose names differ only in
+    case (top-level outputs are stored by position, nested fields by name)."""
+    if isinstance(data_type, StructType):
+        names = [f.name.lower() for f in data_type.fields]
+        return len(set(names)) < len(names) or any(_folded_twice(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _folded_twice(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _folded_twice(data_type.keyType) or _folded_twice(data_type.valueType)
+    return False
+
+
 def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, shuffle: bool, batch_format: str,
                  function: Any, declared: StructType, what: str) -> TableTarget | None:
     """The table route's target for this call, or None where the bucket route serves it (see the
@@ -101,6 +114,8 @@ def table_target(df: Any, durable: Durable, *, ordered: bool, order_key: Any, sh
         return None
     if any(n.startswith("_aiospark_") for n in [*declared.fieldNames(), *df.columns]):
         return None  # the route's own columns (join keys, the partition, the stored outputs)
+    if any(_folded_twice(f.dataType) for f in declared.fields):
+        return None  # Spark reads Parquet struct fields by name, folding case: `a` and `A` collide
     fields = [df.schema[c] for c in durable.columns]
     if not fields or not all(_joinable(f.dataType.simpleString()) for f in fields):
         return None
