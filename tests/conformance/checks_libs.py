@@ -16,7 +16,8 @@ async def httpx_client(arg: str) -> str:
         response = await client.get("/echo", params={"row": cfg["row"]})
         echoed = response.json()["query"]["row"] == str(cfg["row"])
         try:
-            await client.get("/slow", params={"token": f"{cfg['run']}-httpx-read-{cfg['row']}"}, timeout=0.1)
+            await client.get("/slow", params={"token": f"{cfg['run']}-httpx-read-{cfg['row']}"},
+                             timeout=httpx.Timeout(30.0, read=0.1))  # only the read times out: a loaded host may be slow to write
             timed = "no-timeout"
         except httpx.ReadTimeout:
             timed = "read-timeout"
@@ -32,7 +33,8 @@ async def httpx2_client(arg: str) -> str:
         response = await client.get("/echo", params={"row": cfg["row"]})
         echoed = response.json()["query"]["row"] == str(cfg["row"])
         try:
-            await client.get("/slow", params={"token": f"{cfg['run']}-httpx2-read-{cfg['row']}"}, timeout=0.1)
+            await client.get("/slow", params={"token": f"{cfg['run']}-httpx2-read-{cfg['row']}"},
+                             timeout=httpx2.Timeout(30.0, read=0.1))  # only the read (a WriteTimeout in CI)
             timed = "no-timeout"
         except httpx2.ReadTimeout:
             timed = "read-timeout"
