@@ -4,11 +4,13 @@ its statistics show no NULL where the reader declares NOT NULL."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+from aiospark.journal.errors import JournalStoreError
 from aiospark.journal.table import (
     N_COLUMN,
     NO_ROW,
@@ -19,7 +21,7 @@ from aiospark.journal.table import (
     output_column,
     read_table_outcomes,
 )
-from aiospark.journal.table_shapes import TableShape, fitting_files
+from aiospark.journal.table_shapes import TableShape, _fits, fitting_files
 
 DIGEST, OWN, OTHER = "0123456789abcdef", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
 
@@ -92,9 +94,14 @@ def test_nested_not_nulls_are_checked_at_every_depth(table):
     assert len(served(fs, table_dir, lax)) == 5
 
 
-def test_a_file_that_is_not_parquet_in_another_folder_is_not_served(table):
+def test_an_unreadable_file_of_another_folder_is_an_error_and_a_vanished_one_is_skipped(table):
+    """A store's error is never a miss that pays its keys again; a file compaction removed since
+    the listing is skipped, as the own folder's readers skip it."""
     fs, table_dir = table
     path = write(fs, table_dir, OTHER, pa.schema([pa.field("v", pa.string())]), [{"v": "a"}])
     with open(path, "wb") as out:
         out.write(b"not parquet")
-    assert found(fs, table_dir, pa.schema([pa.field("v", pa.string(), False)])) == []
+    with pytest.raises(JournalStoreError, match="cannot read the footer of table file .*move it out"):
+        fitting_files(fs, table_dir, TableShape(OWN, pa.schema([pa.field("v", pa.string(), False)])))
+    os.remove(path)
+    assert _fits(fs, path, pa.schema([pa.field("v", pa.string())]), ["v"], []) is None

@@ -69,10 +69,8 @@ HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 class TableFile(NamedTuple):
-    """Where a table file sits: ``<folder>/<run>/<partition>/<name>`` (``folder``: its schema's,
-    ``<location>/<digest>/table/<shape>``)."""
+    """Where a table file sits in its table: ``<shape>/<run>/<partition>/<name>``."""
 
-    folder: str
     shape: str
     run: str
     partition: str
@@ -96,8 +94,7 @@ def table_file(path: str, table: str) -> TableFile | None:
     run, name = RUN_NAME.fullmatch(parts[1]), FILE_NAME.fullmatch(parts[3])
     if run is None or name is None:
         return None
-    return TableFile(f"{table}/{parts[0]}", parts[0], parts[1], parts[2], name.group(1),
-                     int(run.group(1)) / 1000, int(name.group(2)) / 1000)
+    return TableFile(parts[0], parts[1], parts[2], name.group(1), int(run.group(1)) / 1000, int(name.group(2)) / 1000)
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:

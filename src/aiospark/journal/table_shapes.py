@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .errors import JournalStoreError
 from .table import N_COLUMN, NO_ROW, OUTPUT_NAMES, OUTPUT_PREFIX, table_file, table_infos
 
 __all__ = ["Fitting", "TableShape", "fitting_files"]
@@ -102,11 +103,16 @@ def _fits(fs: pafs.FileSystem, path: str, outputs: pa.Schema, names: list[str], 
     names or types)."""
     try:
         meta = pq.read_metadata(path, filesystem=fs)
-        stored = meta.schema.to_arrow_schema()
-        if json.loads((stored.metadata or {}).get(OUTPUT_NAMES, b"null")) != names:
-            return None
-    except (OSError, ValueError, pa.ArrowException):
-        return None  # gone, or not a file this version can read: not served, asked again
+    except FileNotFoundError:
+        return None  # compacted since the listing, as read_table_outcomes skips it
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        # a store's error is an error, never a miss that pays its keys again (the own folder's
+        # files fail the join or the read the same way)
+        raise JournalStoreError(f"cannot read the footer of table file {path}: {exc}; if it is not the "
+                                "journal's, move it out of the journal's folder") from exc
+    stored = meta.schema.to_arrow_schema()
+    if json.loads((stored.metadata or {}).get(OUTPUT_NAMES, b"null")) != names:
+        return None
     for j, field in enumerate(outputs):
         column = f"{OUTPUT_PREFIX}{j}"
         index = stored.get_field_index(column)

@@ -444,14 +444,14 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
         rights = table.stored_keys.fieldNames()
         window = found.mixed or may_repeat_keys(found.infos, tabled)  # one answer per key: the first file's
         parts = []
-        for paths in ([p for p in files if p not in found.checked], [p for p in files if p in found.checked]):
-            if paths:
-                part = given.sparkSession.read.schema(table.schema).parquet(*[f"file://{p}" for p in paths])
-                if window or paths[0] in found.checked:
-                    part = part.withColumn(_FILE, F.col("_metadata.file_path"))
-                if paths[0] in found.checked:
-                    part = fitting_calls(part, table.declared, rights, _FILE, keep_file=window)
-                parts.append(part)
+        for check in (False, True):  # the files served whole, then those checked a call at a time
+            paths = [p for p in files if (p in found.checked) == check]
+            if not paths:
+                continue
+            part = given.sparkSession.read.schema(table.schema).parquet(*[f"file://{p}" for p in paths])
+            if window or check:
+                part = part.withColumn(_FILE, F.col("_metadata.file_path"))
+            parts.append(fitting_calls(part, table.declared, rights, _FILE, keep_file=window) if check else part)
         stored = functools.reduce(lambda a, b: a.unionByName(b), parts)
         if window:  # a window costs a sort
             stored = stored.withColumn(_FIRST, F.min(_FILE).over(Window.partitionBy(*rights)))
