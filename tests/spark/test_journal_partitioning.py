@@ -164,7 +164,7 @@ def test_dedup_is_refused_where_order_forbids_it_and_dedup_false_makes_no_shuffl
         return out._jdf.queryExecution().executedPlan().toString()
 
     # the table route (a directory journal, a key Spark joins exactly): a hash shuffle on the key
-    assert "hashpartitioning(_aiospark_l0" in exchanges(aiospark.unordered_wait(df, fn, KEY_SCHEMA, journal=journal))
+    assert "hashpartitioning(key#" in exchanges(aiospark.unordered_wait(df, fn, KEY_SCHEMA, journal=journal))
     assert PART_COLUMN in exchanges(aiospark.unordered_wait(df, fn, KEY_SCHEMA, key=["key", "id"],
                                                             journal=journal))
     for out in (aiospark.unordered_wait(df, fn, KEY_SCHEMA, journal=journal, dedup=False),

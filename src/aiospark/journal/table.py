@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from .identity import RowIdentity
 from .listing import listing
 
-__all__ = ["KEY_PREFIX", "dictionary_columns", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableFile", "TableWriter",
+__all__ = ["KEY_PREFIX", "N_COLUMN", "NO_ROW", "OUTPUT_NAMES", "OUTPUT_PREFIX", "OVERLAP_MARGIN", "FILE_NAME", "RUN_NAME", "TABLE", "TableFile", "TableWriter", "write_options",
            "key_column", "output_column",
            "may_repeat_keys", "new_run", "table_file", "read_table_outcomes", "table_dir", "table_files", "table_infos", "table_listing"]
 
@@ -97,12 +97,21 @@ def table_file(path: str, table: str) -> TableFile | None:
     return TableFile(parts[0], parts[1], parts[2], name.group(1), int(run.group(1)) / 1000, int(name.group(2)) / 1000)
 
 
-def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns worth Parquet's dictionary encoding: not the keys, which a run records once
-    each: a dictionary of distinct values only costs (500k rows of distinct LONG keys: 0.057 s a
-    file with it, 0.039 s without, and a smaller file). The statistics readers rely on
-    (``journal/table_shapes.py``) are written either way."""
-    return [name for name in schema.names if not name.startswith(KEY_PREFIX)]
+def write_options(schema: pa.Schema) -> dict[str, Any]:
+    """How a table file is written (``pq.write_table``/``ParquetWriter`` keywords): snappy, and
+    Parquet's dictionary encoding only where it may pay.
+
+    - Not the key columns, which a run records once each: a dictionary of distinct values only
+      costs (500k rows of distinct LONG keys: 0.057 s a file with it, 0.039 s without, and a
+      smaller file).
+    - An output column's dictionary is given up for plain encoding past 32 KiB: a column of few
+      distinct values (a label) keeps it, one of distinct values (an id, a text) stops paying
+      early (50k distinct LONG outputs a file: 174 ns a row with Parquet's default 1 MiB, 86 ns
+      with 32 KiB, and 12.3 bytes a row instead of 16).
+
+    The statistics readers rely on (``journal/table_shapes.py``) are written either way."""
+    return {"compression": "snappy", "use_dictionary": [n for n in schema.names if not n.startswith(KEY_PREFIX)],
+            "dictionary_pagesize_limit": 32 * 1024}
 
 
 def key_column(i: int) -> str:
@@ -198,7 +207,7 @@ class TableWriter:
         name = f"{self.prefix}~{self.files}.parquet"
         hidden = f"{self.folder}/.{name}"
         with self.fs.open_output_stream(hidden) as out:
-            pq.write_table(table, out, compression="snappy", use_dictionary=dictionary_columns(table.schema))
+            pq.write_table(table, out, **write_options(table.schema))
         self.fs.move(hidden, f"{self.folder}/{name}")  # a reader sees the whole file or none
         self.files += 1
 

@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import JournalStoreError
-from .table import dictionary_columns, key_column, may_repeat_keys, table_file, table_infos
+from .table import key_column, may_repeat_keys, table_file, table_infos, write_options
 
 __all__ = ["TABLE_QUIET_SECONDS", "TableCompaction", "table_compact", "table_groups"]
 
@@ -135,8 +135,7 @@ def _rewrite(fs: pafs.FileSystem, directory: str, under: str, files: list[pafs.F
                 for info in sorted(files, key=lambda i: i.path):
                     table = pq.read_table(info.path, filesystem=fs)
                     if writer is None:
-                        writer = pq.ParquetWriter(sink, table.schema, compression="snappy",
-                                                  use_dictionary=dictionary_columns(table.schema))
+                        writer = pq.ParquetWriter(sink, table.schema, **write_options(table.schema))
                     elif not table.schema.equals(writer.schema, check_metadata=True):
                         raise JournalStoreError(
                             f"table file {info.path} does not have the schema of the other files of its partition "

@@ -434,11 +434,17 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     files = found.paths
     types = [f.dataType for f in table.stored_keys.fields]
     inputs = list(given.columns)
-    left_keys, left_names = _join_columns([F.col(quoted(k)) for k in table.keys], types, table.nulls, "_aiospark_l")
-    # PART: the partition a row's key hashes to, the very expression of repartition(B, keys)
-    part = F.pmod(F.hash(*[F.col(n) for n in left_names]), F.lit(bound.buckets)).alias(PART)
-    left = given.select(*[F.col(quoted(c)) for c in inputs], *left_keys)
-    left = left.select("*", part).repartition(bound.buckets, *left_names)
+    left = given.select(*[F.col(quoted(c)) for c in inputs])
+    if table.nulls:
+        left_keys, left_names = _join_columns([F.col(quoted(k)) for k in table.keys], types, True, "_aiospark_l")
+        left = left.select("*", *left_keys)
+    else:  # the key columns themselves: nothing more to shuffle
+        left_names = list(table.keys)
+    left_columns = [F.col(quoted(n)) for n in left_names]
+    # PART: the partition a row's key hashes to, the very expression of repartition(B, keys),
+    # computed after the shuffle, which then carries no more than the rows and their join columns
+    part = F.pmod(F.hash(*left_columns), F.lit(bound.buckets)).alias(PART)
+    left = left.repartition(bound.buckets, *left_columns).select("*", part)
     stored_outputs = table.outputs.fieldNames()
     if files:
         rights = table.stored_keys.fieldNames()
@@ -460,10 +466,10 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
         right = stored.select(*right_keys, F.col(N_COLUMN),
                               *[F.col(o) for o in stored_outputs])
         right = right.repartition(bound.buckets, *right_names)
-        condition = functools.reduce(op.and_, [left[a] == right[b] for a, b in zip(left_names, right_names)])
+        condition = functools.reduce(op.and_, [left[quoted(a)] == right[b] for a, b in zip(left_names, right_names)])
         joined = left.join(right, condition, "left_outer")
     else:
         joined = left
     table.join_names = left_names
     runner.table_split = TableSplit(table, inputs, stored_outputs, RowConverter(out_schema).arrow_schema)
-    return map_in_arrow(joined.sortWithinPartitions(*[F.col(n) for n in left_names]), runner, out_schema)
+    return map_in_arrow(joined.sortWithinPartitions(*left_columns), runner, out_schema)
