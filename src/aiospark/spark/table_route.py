@@ -166,11 +166,11 @@ class TableTarget:
         self.schema = StructType([*self.stored_keys.fields,
                                   StructField(N_COLUMN, IntegerType(), False), *self.outputs.fields])
 
-    def directory(self, bound: BoundJournal) -> tuple[Any, str]:
-        """``(filesystem, folder)`` of this output schema's table."""
+    def table(self, bound: BoundJournal) -> tuple[Any, str]:
+        """``(filesystem, folder)`` of the question's table (every output schema's folder is in it)."""
         assert isinstance(bound.store, DirectoryStore)
         fs, root = bound.store.fs
-        return fs, f"{table_dir(f'{root}/{bound.manifest.digest}')}/{self.shape}"
+        return fs, table_dir(f"{root}/{bound.manifest.digest}")
 
     # ------------------------------------------------------------------ in a task
     def open_view(self, bound: BoundJournal, partition: int, attempt: str, encode: Any, rebuild: Any) -> TableView:
@@ -192,21 +192,21 @@ class TableTarget:
         """Before the task's view opens: its rows are those of hash partition ``part`` of the key
         (Spark's ``partitionId`` is not: a DataFrame used twice in one plan numbers the second
         use's tasks after the first's); list what earlier attempts and uses wrote in its folder."""
-        fs, directory = self.directory(bound)
+        fs, table = self.table(bound)
         assert isinstance(bound.store, DirectoryStore)
         self.part = part
         self.prior_files = bound.store.guarded("cannot read its outcomes", lambda: table_files(
-            fs, directory.rsplit("/", 1)[0], f"{self.shape}/{self.run}/{part}"))
+            fs, table, f"{self.shape}/{self.run}/{part}"))
 
     def start(self) -> None:
         """At the task's first rows (after :meth:`locate`): what earlier attempts wrote is read as
         the rows come (:meth:`advance`), and the task writes in its folder."""
         bound, view, part = self.bound, self.view, self.part
         assert part is not None
-        fs, directory = self.directory(bound)
+        fs, table = self.table(bound)
         self.prior = bound.store.guarded("cannot read its outcomes", lambda: PriorOutcomes(
             fs, self.prior_files, bound.manifest.key, self.nulls))
-        view.writer = TableWriter(fs, directory, self.run, part, self.attempt)
+        view.writer = TableWriter(fs, f"{table}/{self.shape}", self.run, part, self.attempt)
 
     def advance(self, last: SortKey, todo: int) -> None:
         """Before a batch whose last key is ``last`` (``todo`` rows of it to call): hand the view
@@ -426,10 +426,9 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     """The DataFrame of the table route (see the module docstring)."""
     bound = durable.bound
     assert bound is not None and isinstance(bound.store, DirectoryStore)
-    fs, root = bound.store.fs
     assert bound.table_shape is not None  # set with the journal by the entry point
     # this schema's files and those of a schema differing in nullability alone whose answers fit
-    tabled = table_dir(f"{root}/{bound.manifest.digest}")
+    fs, tabled = table.table(bound)
     found = fitting_files(fs, tabled, bound.table_shape)
     files = found.paths
     types = [f.dataType for f in table.stored_keys.fields]
