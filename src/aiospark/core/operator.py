@@ -44,14 +44,14 @@ from typing import Any, cast
 
 from .adaptive import AdaptiveConcurrency
 from .batches import BatchCaller
-from .call_entry import CALL, PREDICATES, Call
+from .call_entry import PREDICATES, Call
 from .calls import Caller
 from .deadlines import Deadlines
 from .durable import BudgetGate, Identify, TaskJournal
 from .elements import Record, StreamElement, Watermark
 from .errors import AsyncFunctionError, function_error
 from .function import AsyncFunction, check_async_function
-from .identities import Identities
+from .identities import Identities, own_answer
 from .key_order import KeyTurns
 from .metrics import OperatorMetrics
 from .operator_bulk import BulkInput
@@ -323,9 +323,7 @@ class AsyncWaitOperator(BulkInput, Room):
             identities.settle(call, results, error, what)
         elif self._settled is not None and error is None:  # a journal that only records
             try:
-                # own_answer(call, what), written out: a recording task's every call passes here
-                own = (what == "" or what == CALL) and not call.timed_out
-                results = self._settled(call.element[0], results, own)  # type: ignore[arg-type]
+                results = self._settled(call.element[0], results, own_answer(call, what))  # type: ignore[arg-type]
             except Exception as exc:
                 self.fail(call.value, exc, "journal")
                 return

@@ -62,9 +62,7 @@ class KeyRuns:
         columns) completes, in order; the run it ends with is held back."""
         n = todo.num_rows
         keys = todo.select(self.keys)
-        starts = self._starts(keys)
-        # distinct keys (every row a run, the common first run): no list of n positions to build
-        at: Sequence[int] = range(n) if starts.true_count == n else pc.indices_nonzero(starts).to_pylist()
+        at: list[int] = pc.indices_nonzero(self._starts(keys)).to_pylist()
         if not at:  # every row goes on with the run held back
             self._held_rows += n
             return []
@@ -120,7 +118,7 @@ class KeyRuns:
         head = pa.array([first])
         return head if later is None else pa.concat_arrays([head, later])
 
-    def _unkeyed(self, keys: pa.RecordBatch, at: Sequence[int]) -> list[int]:
+    def _unkeyed(self, keys: pa.RecordBatch, at: list[int]) -> list[int]:
         """The positions, among the runs' first rows ``at``, of those with a NULL key (none where
         NULLs are values)."""
         if self.nulls or not any(keys.column(j).null_count for j in range(keys.num_columns)):
