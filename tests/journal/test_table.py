@@ -102,15 +102,15 @@ def string_table(keys, values, ns=None) -> pa.Table:
 
 
 def test_earlier_attempts_are_handed_out_in_key_order_one_window_at_a_time(tmp_path):
-    from aiospark.journal.table_prior import PriorOutcomes, sort_key, sort_table
+    """Files hold calls in the order they ended; the reader sorts each as it reads it."""
+    from aiospark.journal.table_prior import PriorOutcomes, sort_key
 
     fs = pafs.LocalFileSystem()
     writer = TableWriter(fs, str(tmp_path / "0123456789abcdef" / "table" / "fedcba9876543210"), run=RUN_A, partition=0, attempt="1.1")
     # the default key (NULL is a value): NULL sorts as ("", null) right after ""
-    writer.write(sort_table(string_table(["b", None, "é", ""], ["vb", "vnull", "vé", "vempty"]), 1, nulls=True))
-    writer.write(sort_table(string_table(["b", "c", "c", "d"], ["other", "c0", "c1", None], [0, 0, 1, NO_ROW]),
-                            1, nulls=True))
-    writer.write(sort_table(string_table(["z"], ["vz"]), 1, nulls=True))
+    writer.write(string_table(["é", "b", "", None], ["vé", "vb", "vempty", "vnull"]))
+    writer.write(string_table(["d", "c", "b", "c"], [None, "c1", "other", "c0"], [NO_ROW, 1, 0, 0]))
+    writer.write(string_table(["z"], ["vz"]))
     paths = table_files(fs, str(tmp_path / "0123456789abcdef" / "table"))
     fs.delete_file(paths[2])  # removed after listing: its key is not recorded
     prior = PriorOutcomes(fs, paths, ["k"], nulls=True)

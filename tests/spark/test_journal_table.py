@@ -315,3 +315,28 @@ def test_a_task_run_again_pays_only_what_its_first_attempt_did_not_record(spark,
     assert set(second) - {None} == distinct - set(kept)
     assert second[None] == (0 if None in kept else (nulls if keyed else 1))
     assert all(n == 1 for k, n in second.items() if k is not None)
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_task_writes_in_the_folder_of_its_keys_hash_partition(spark, tmp_path, keyed):
+    """The folder a task writes in (``<run>/<partition>/``, where its retries look) is the partition
+    ``repartition(buckets, key)`` sent its rows to: Spark's ``pmod(hash(join columns), buckets)``
+    of every key in it, computed by Spark here, by Python in the task."""
+    buckets = 7
+    df = spark.createDataFrame(
+        [(i, None if i % 11 == 0 else f"k{i % 40}é", None if i % 13 == 0 else decimal.Decimal(f"{i % 5}.5"),
+          dt.date(2020, 1, 1 + i % 3)) for i in range(300)], "id LONG, s STRING, d DECIMAL(30,1), day DATE")
+    key = ["s", "d", "day"] if keyed else None
+    out = aiospark.unordered_wait(df, Echo(str(tmp_path / "calls"), "s"), "key STRING, v STRING",
+                                  journal=aiospark.Journal(str(tmp_path / "j"), key=key, buckets=buckets))
+    assert out.count() == 300
+    files = table_files(str(tmp_path / "j"))
+    assert files
+    stored = spark.read.parquet(*files).withColumn("path", F.col("_metadata.file_path"))
+    columns = [F.col(f"_aiospark_k{i}") for i in range(3 if keyed else 4)]
+    if not keyed:  # every column; NULLs are values: the route joins (and hashes) coalesce(key, filler), isnull(key)
+        fillers = [F.lit(0).cast("long"), F.lit(""), F.lit(0).cast("decimal(30,1)"), F.lit(dt.date(1970, 1, 1))]
+        columns = [c for col, fill in zip(columns, fillers) for c in (F.coalesce(col, fill), col.isNull())]
+    rows = stored.select("path", F.pmod(F.hash(*columns), F.lit(buckets)).alias("p")).distinct().collect()
+    folders = {(int(os.path.basename(os.path.dirname(r.path))), r.p) for r in rows}
+    assert all(folder == p for folder, p in folders) and len({p for _, p in folders}) > 1, folders

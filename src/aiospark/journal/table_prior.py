@@ -3,11 +3,11 @@
 A retried task (or a second use of one DataFrame in a plan) finds what its earlier attempts wrote
 in its folder of the table (:mod:`aiospark.journal.table`). Loading all of it would cost memory in
 proportion to what they recorded (about 470 MiB per million outcomes as Python objects). But the
-task's input arrives sorted by key (the route sorts it), and every file a task writes is sorted
-by the same order (:func:`sort_table`; compaction's files are not, but they are in a run folder of
-their own, which no task reads as its earlier attempts). So the files are read as Arrow (closed once read)
-and merged, a few hundred rows of each made Python objects at once, and the task asks for the
-outcomes of its keys one input batch at a time:
+task's input arrives sorted by key (the route sorts it). So each file (one flush of calls, in the
+order they ended) is read whole as Arrow, closed, and sorted in that order (:func:`sort_table`:
+the retry pays for the order, not every write), and the files are merged, a few hundred rows of
+each made Python objects at once; the task asks for the outcomes of its keys one input batch at
+a time:
 :meth:`PriorOutcomes.upto` returns those of every key up to the batch's last one, and the task
 forgets a window once its keys are behind it.
 
@@ -94,7 +94,7 @@ def sort_table(table: pa.Table, keys: int, nulls: bool) -> pa.Table:
 
 
 class PriorOutcomes:
-    """The outcomes in table files ``paths`` (each sorted by :func:`sort_table`), merged in key
+    """The outcomes in table files ``paths`` (each sorted by :func:`sort_table` as read), merged in key
     order and handed out a window at a time (:meth:`upto`). Where two files recorded one key
     (two attempts that overlapped), the first file's answer stands."""
 
@@ -111,7 +111,7 @@ class PriorOutcomes:
         try:
             # read whole and closed: a long task leaves thousands of files, more than a process
             # may hold open; as Arrow a file is a fraction of the Python objects it becomes
-            table = pq.read_table(path, filesystem=fs)
+            table = sort_table(pq.read_table(path, filesystem=fs), self.keys, self.nulls)
         except FileNotFoundError:  # removed since it was listed: its keys count as not recorded
             return
         names = json.loads((table.schema.metadata or {})[OUTPUT_NAMES])

@@ -63,19 +63,17 @@ TableEntry = tuple["str | None", Any, list[Any]]
 class TableView(TaskView):
     """A :class:`~aiospark.journal.task.TaskView` whose results go to the table (see the module
     docstring). ``to_table(entries)`` makes the table of a list of :data:`TableEntry` (the writer
-    thread converts calls as a few thousand gather, :data:`CHUNK`); ``arrange(table)`` puts the
-    rows of one file (a flush's tables, concatenated) in their order.
+    thread converts calls as a few thousand gather, :data:`CHUNK`); a file's rows are in the
+    order the calls ended (a retry sorts what it reads: :mod:`.table_prior`).
     :attr:`writer` is set before the first call, and what earlier attempts of the task wrote is
     added to :attr:`known` then: the task's folder is known at its first rows."""
 
     def __init__(self, store_task: StoreTask, keep_errors: bool,
                  to_table: Callable[[list[TableEntry]], pa.Table | None],
                  encode: Callable[[Any], Any] | None = None, rebuild: Callable[[Any, Any], Any] | None = None,
-                 recent: int = RECENT, arrange: Callable[[pa.Table], pa.Table] = lambda table: table,
+                 recent: int = RECENT,
                  from_output: Callable[[Taken, pa.RecordBatch | None], pa.Table | None] | None = None):
         super().__init__(store_task, keep_errors, encode=encode, rebuild=rebuild, flush_seconds=TABLE_FLUSH_SECONDS)
-        #: the order of one file's rows (``to_table`` makes a chunk's; a file holds a flush's chunks)
-        self.arrange = arrange
         self.keep = max(RECENT, recent)
         self.writer: TableWriter | None = None
         self.to_table = to_table
@@ -218,5 +216,5 @@ class TableView(TaskView):
         tables = [chunk[1] for chunk in chunks if chunk[1] is not None and chunk[1].num_rows]
         if tables:
             assert self.writer is not None  # set at the task's first rows, before any call
-            self.writer.write(self.arrange(tables[0] if len(tables) == 1 else pa.concat_tables(tables)))
+            self.writer.write(tables[0] if len(tables) == 1 else pa.concat_tables(tables))
         self.written += sum(chunk[2] for chunk in chunks)

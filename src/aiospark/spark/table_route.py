@@ -63,10 +63,11 @@ from ..journal.table import (
     table_files,
 )
 from ..journal.table_calls import SettledCalls, Taken
-from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key, sort_table
+from ..journal.table_prior import PriorOutcomes, SortKey, filler, sort_key
 from ..journal.table_shapes import fitting_files
 from ..journal.table_task import TableEntry, TableView
 from .arrow_names import map_in_arrow, quoted
+from .key_hash import key_partition
 from .schema import OutputSchemaError, RowConverter, arrow_schema, to_python
 from .table_fit import fitting_calls
 from .table_runs import KeyRuns
@@ -81,8 +82,6 @@ __all__ = ["JOIN_TYPES", "Served", "TableSplit", "TableTarget", "routed", "serve
 JOIN_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string", "boolean", "date", "binary"})
 
 _FILE = "_aiospark_file"
-#: the hash partition of a row's key (a column of the joined rows)
-PART = "_aiospark_p"
 _FIRST = "_aiospark_first"
 
 
@@ -181,7 +180,7 @@ class TableTarget:
         task.table_route = True
         self.bound, self.attempt = bound, attempt
         view = self.view = TableView(task, bound.keep_errors, self.to_table, encode, rebuild,
-                                     recent=2 * self.capacity + 16, arrange=self.sorted,
+                                     recent=2 * self.capacity + 16,
                                      from_output=self.from_output).load()
         if (self.runs_allowed and self.part is not None and not self.prior_files and not view.fetches_by_row
                 and not bound.keep_errors and encode is None and rebuild is None):
@@ -228,7 +227,7 @@ class TableTarget:
             later -= windows[0][0]
 
     def to_table(self, entries: list[TableEntry]) -> pa.Table | None:
-        """Calls as the table's rows (in no order: see :meth:`sorted`). A call whose outputs do not fit the declared
+        """Calls as the table's rows (in no order: a retry sorts what it reads). A call whose outputs do not fit the declared
         schema (NOT NULL kept) is left out: it is its row's error (error-row mode emits that, and
         the next run calls it again), never an answer a rerun would serve unchecked."""
         converter = RowConverter(self.declared, self.what)
@@ -244,10 +243,6 @@ class TableTarget:
                 continue
             fitting.append(entry)
         return self._table(fitting, converter) if fitting else None
-
-    def sorted(self, table: pa.Table) -> pa.Table:
-        """A file's rows in the order the tasks read their input in: a retry merges the files in step with it."""
-        return sort_table(table, len(self.keys), self.nulls)
 
     def _table(self, entries: list[TableEntry], converter: RowConverter) -> pa.Table:
         # the writer thread's work for every call: C-level passes (map, itemgetter) where it can
@@ -339,11 +334,14 @@ class TableSplit:
         self.out_schema = out_schema
 
     def located(self, batches: Iterator[pa.RecordBatch], bound: BoundJournal) -> Iterator[pa.RecordBatch]:
-        """``batches`` from the first one with rows, read now: the task's partition is found from
-        it (:meth:`TableTarget.locate`) before the task's view opens, which decides on key runs."""
+        """``batches`` from the first one with rows, read now: the task's partition, the one its
+        first row's join columns hash to (:mod:`.key_hash`, as ``repartition`` hashed every row),
+        is found from it (:meth:`TableTarget.locate`) before the task's view opens, which decides
+        on key runs."""
         for batch in batches:
             if batch.num_rows:
-                self.target.locate(bound, batch.column(PART).slice(0, 1).to_pylist()[0])
+                first = [batch.column(name)[0] for name in self.target.join_names]
+                self.target.locate(bound, key_partition(first, bound.buckets))
                 return itertools.chain([batch], batches)
         return iter(())
 
@@ -440,10 +438,8 @@ def routed(given: Any, runner: Any, durable: Durable, table: TableTarget, out_sc
     else:  # the key columns themselves: nothing more to shuffle
         left_names = list(table.keys)
     left_columns = [F.col(quoted(n)) for n in left_names]
-    # PART: the partition a row's key hashes to, the very expression of repartition(B, keys),
-    # computed after the shuffle, which then carries no more than the rows and their join columns
-    part = F.pmod(F.hash(*left_columns), F.lit(bound.buckets)).alias(PART)
-    left = left.repartition(bound.buckets, *left_columns).select("*", part)
+    # a task finds its hash partition from its first row (TableSplit.located): no column for it
+    left = left.repartition(bound.buckets, *left_columns)
     stored_outputs = table.outputs.fieldNames()
     if files:
         rights = table.stored_keys.fieldNames()
