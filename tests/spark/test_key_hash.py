@@ -36,6 +36,13 @@ def _values(rng: random.Random) -> dict[str, list]:
     }
 
 
+def _types(df) -> list[pa.DataType]:
+    """The Arrow types of a DataFrame's columns, as the route's tasks get them."""
+    from aiospark.spark.schema import arrow_schema
+
+    return list(arrow_schema(df.schema).types)
+
+
 SCHEMA = ("b BOOLEAN, t TINYINT, s SMALLINT, i INT, l BIGINT, str STRING, bin BINARY, d DATE, "
           "dec DECIMAL(18,2), big DECIMAL(38,3)")
 
@@ -52,12 +59,11 @@ def test_each_join_type_hashes_as_spark_does(spark, buckets):
             row[name] = value
             rows.append(row)
     df = spark.createDataFrame(rows, SCHEMA)
-    names = list(values)
-    for name in names:
-        got = df.select(name, F.pmod(F.hash(name), F.lit(buckets)).alias("p"), F.hash(name).alias("h")).toArrow()
-        for value, p, h in zip(got.column(0), got.column(1).to_pylist(), got.column(2).to_pylist()):
-            assert spark_hash([value.as_py()], [value.type]) == h, (name, value)
-            assert key_partition([value], buckets) == p, (name, value)
+    for name in values:
+        [arrow] = _types(df.select(name))
+        for value, p, h in df.select(name, F.pmod(F.hash(name), F.lit(buckets)), F.hash(name)).collect():
+            assert spark_hash([value], [arrow]) == h, (name, value)
+            assert key_partition([pa.scalar(value, arrow)], buckets) == p, (name, value)
 
 
 def test_several_columns_and_nulls_chain_as_spark_does(spark):
@@ -69,9 +75,9 @@ def test_several_columns_and_nulls_chain_as_spark_does(spark):
     rows = [{n: rng.choice(values[n]) for n in names} for _ in range(300)]
     df = spark.createDataFrame(rows, SCHEMA)
     for chosen in (["l", "str"], ["str", "b", "d"], names, ["big", "i", "bin"]):
-        got = df.select(*chosen, F.pmod(F.hash(*chosen), F.lit(13)).alias("p")).toArrow()
-        for i in range(got.num_rows):
-            assert key_partition([got.column(j)[i] for j in range(len(chosen))], 13) == got.column("p")[i].as_py()
+        types = _types(df.select(*chosen))
+        for *key, p in df.select(*chosen, F.pmod(F.hash(*chosen), F.lit(13))).collect():
+            assert key_partition([pa.scalar(v, t) for v, t in zip(key, types)], 13) == p, key
 
 
 def test_join_types_are_the_hashed_types(spark):
