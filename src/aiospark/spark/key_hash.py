@@ -8,8 +8,9 @@ function, whose values ``F.hash`` gives and the tests compare with). The table r
 from one row here, instead of a column Spark computes for every row, saves the JVM a column per
 row (about 0.1 CPU-s per million rows on this machine: docs/design.md).
 
-Only the types whose values Spark hashes as written here are taken (:func:`hashed`: the table
-route's join types); any other raises :class:`TypeError`.
+Only the table route's join types are hashed here (integers, strings, binary, booleans, dates,
+decimals); any other raises :class:`TypeError`, failing the task rather than naming a folder Spark
+would not have chosen.
 
 Example::
 
@@ -24,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["hashed", "key_partition", "spark_hash"]
+__all__ = ["key_partition", "spark_hash"]
 
 _SEED = 42
 _MASK = 0xFFFFFFFF
@@ -32,14 +33,6 @@ _MASK = 0xFFFFFFFF
 _LONG_DIGITS = 18
 #: room for any decimal128 (38 digits) moved by its scale without rounding
 _EXACT = decimal.Context(prec=100)
-
-
-def hashed(data_type: pa.DataType) -> bool:
-    """Whether :func:`spark_hash` hashes values of this Arrow type as Spark does."""
-    return (pa.types.is_integer(data_type) and pa.types.is_signed_integer(data_type)) or pa.types.is_boolean(
-        data_type) or pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or pa.types.is_binary(
-        data_type) or pa.types.is_large_binary(data_type) or pa.types.is_date32(data_type) or pa.types.is_decimal128(
-        data_type)
 
 
 def _rotl(x: int, r: int) -> int:

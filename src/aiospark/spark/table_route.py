@@ -413,7 +413,7 @@ def _join_columns(columns: list[Any], types: list[Any], nulls: bool, prefix: str
             out.append(column.alias(name))
             names.append(name)
             continue
-        # the filler the table's files are sorted with (table_prior.filler): one definition for both
+        # the filler a retry sorts the table's files with (table_prior.filler): one definition for both
         value = filler(arrow_schema(StructType([StructField("k", data_type)])).field(0).type)
         out += [F.coalesce(column, F.lit(value).cast(data_type)).alias(name), column.isNull().alias(f"{name}_null")]
         names += [name, f"{name}_null"]
